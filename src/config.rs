@@ -1,0 +1,736 @@
+//! Configuration: the TOML file of `--config`, overridden key by key by environment variables
+//! `KAFKA_DEDUP__SECTION__KEY`, validated before anything connects to Kafka.
+//!
+//! The key names are a contract (shared/DESIGN.md, "Interfaces"). Every struct denies unknown
+//! fields, so a typo in a file or an environment variable is an error, not a silently ignored
+//! setting. Every error names the key (`checkpoint.interval`) and the reason; `main` turns it into
+//! exit code 2.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::fingerprint::Source;
+
+/// Prefix of the environment variables that override configuration keys:
+/// `KAFKA_DEDUP__CHECKPOINT__INTERVAL=5s` sets `checkpoint.interval`.
+pub const ENV_PREFIX: &str = "KAFKA_DEDUP";
+
+/// A configuration that cannot be used. `main` prints it and exits with code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file named by `--config` could not be read.
+    #[error("cannot read configuration file {path}: {reason}")]
+    Read { path: PathBuf, reason: String },
+    /// A key holds a value of the wrong shape, is unknown, is missing, or fails validation.
+    #[error("configuration key `{key}`: {reason}")]
+    Key { key: String, reason: String },
+}
+
+impl ConfigError {
+    fn key(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        ConfigError::Key {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// The dotted key the error is about (`output.topic`), if it is about one.
+    pub fn key_name(&self) -> Option<&str> {
+        match self {
+            ConfigError::Key { key, .. } => Some(key),
+            ConfigError::Read { .. } => None,
+        }
+    }
+}
+
+/// The whole configuration (shared/DESIGN.md, "Configuration").
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where the brokers are and how to talk to them.
+    #[serde(default)]
+    pub kafka: KafkaConfig,
+    /// The topic read, and the consumer group that reads it.
+    pub input: InputConfig,
+    /// The topic written, and how.
+    pub output: OutputConfig,
+    /// What identifies an event, and what happens when a record has no identity.
+    #[serde(default)]
+    pub fingerprint: FingerprintConfig,
+    /// How often state is made durable and generations rotate.
+    #[serde(default)]
+    pub checkpoint: CheckpointConfig,
+    /// The local fingerprint store (a cache of the output topic).
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// The HTTP endpoint for metrics, health and store inspection.
+    #[serde(default)]
+    pub http: HttpConfig,
+}
+
+/// `[kafka]`: connection settings shared by the consumer and the producer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// Comma-separated `host:port` list; librdkafka's `bootstrap.servers`.
+    #[serde(default = "default_bootstrap_servers")]
+    pub bootstrap_servers: String,
+    /// librdkafka properties passed to both clients (`security.protocol`, `sasl.*`, `ssl.*`, ...).
+    /// Nested TOML tables are flattened with dots, so `sasl.mechanism = "PLAIN"` (a dotted key)
+    /// and `"sasl.mechanism" = "PLAIN"` (a quoted key) are the same. From the environment,
+    /// underscores stand for dots: `KAFKA_DEDUP__KAFKA__PROPERTIES__SASL_PASSWORD`.
+    #[serde(default)]
+    pub properties: BTreeMap<String, PropertyValue>,
+}
+
+fn default_bootstrap_servers() -> String {
+    "127.0.0.1:9092".to_string()
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            bootstrap_servers: default_bootstrap_servers(),
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+/// A librdkafka property value as written in TOML: a scalar, or a table of further dotted parts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum PropertyValue {
+    /// `true` / `false`, passed as the strings librdkafka expects.
+    Bool(bool),
+    /// An integer such as `session.timeout.ms = 6000`.
+    Int(i64),
+    /// Anything else.
+    String(String),
+    /// A TOML dotted key or sub-table, flattened with `.` by [`KafkaConfig::flat_properties`].
+    Table(BTreeMap<String, PropertyValue>),
+}
+
+impl KafkaConfig {
+    /// The properties as librdkafka `name=value` pairs: dotted paths joined, underscores
+    /// (from environment variable names) turned into dots, values as strings.
+    pub fn flat_properties(&self) -> BTreeMap<String, String> {
+        fn walk(prefix: &str, map: &BTreeMap<String, PropertyValue>, out: &mut BTreeMap<String, String>) {
+            for (k, v) in map {
+                let name = if prefix.is_empty() {
+                    k.replace('_', ".")
+                } else {
+                    format!("{prefix}.{}", k.replace('_', "."))
+                };
+                match v {
+                    PropertyValue::Bool(b) => {
+                        out.insert(name, b.to_string());
+                    }
+                    PropertyValue::Int(i) => {
+                        out.insert(name, i.to_string());
+                    }
+                    PropertyValue::String(s) => {
+                        out.insert(name, s.clone());
+                    }
+                    PropertyValue::Table(t) => walk(&name, t, out),
+                }
+            }
+        }
+        let mut out = BTreeMap::new();
+        walk("", &self.properties, &mut out);
+        out
+    }
+}
+
+/// Where consumption starts for a partition with no committed offset.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Start {
+    /// From the oldest retained record (librdkafka `auto.offset.reset=earliest`).
+    Earliest,
+    /// From the end: only records produced after the first start are filtered.
+    Latest,
+}
+
+/// `[input]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputConfig {
+    /// The topic with replays.
+    pub topic: String,
+    /// Consumer group; its committed offsets carry the checkpoint metadata (see `metadata.rs`).
+    #[serde(default = "default_group_id")]
+    pub group_id: String,
+    /// Where to start a partition that has no committed offset.
+    #[serde(default = "default_start")]
+    pub start: Start,
+    /// Static group membership (librdkafka `group.instance.id`), for example the pod name:
+    /// a restarted replica gets its partitions back without a rebalance. Empty: dynamic.
+    #[serde(default)]
+    pub group_instance_id: String,
+}
+
+fn default_group_id() -> String {
+    "kafka-dedup".to_string()
+}
+
+fn default_start() -> Start {
+    Start::Earliest
+}
+
+/// How output partitions are chosen.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Partitioning {
+    /// Output partition = input partition. Needs at least as many output partitions.
+    Preserve,
+    /// Output partition from the record key (librdkafka's `murmur2_random`, as the Java client).
+    Key,
+}
+
+/// How records are written to the output topic.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Delivery {
+    /// Idempotent producer; works on every Kafka-compatible broker.
+    Idempotent,
+    /// One Kafka transaction per checkpoint holding the output records and the input offsets.
+    Transactional,
+}
+
+/// `[output]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputConfig {
+    /// The effectively-once topic. Must exist; kafka-dedup does not create topics.
+    pub topic: String,
+    /// See [`Partitioning`].
+    #[serde(default = "default_partitioning")]
+    pub partitioning: Partitioning,
+    /// See [`Delivery`].
+    #[serde(default = "default_delivery")]
+    pub delivery: Delivery,
+    /// Optional side output for dropped replays (with provenance headers). Empty: none.
+    #[serde(default)]
+    pub duplicates_topic: String,
+    /// Transactional mode only: librdkafka `transactional.id`. Must be stable across restarts of
+    /// one replica so a restart fences its predecessor. Default: `<group_id>-<group_instance_id>`.
+    #[serde(default)]
+    pub transactional_id: String,
+    /// Idempotent mode only: how long recovery waits, counted from the partition's assignment,
+    /// for records that a previous owner which stopped without a clean hand-over had already
+    /// sent to land in the output partition, before re-reading it. See README, "Crash safety".
+    #[serde(default = "default_fence_wait", with = "humantime_serde")]
+    pub fence_wait: Duration,
+}
+
+fn default_partitioning() -> Partitioning {
+    Partitioning::Preserve
+}
+
+fn default_delivery() -> Delivery {
+    Delivery::Idempotent
+}
+
+/// Default of `output.fence_wait`. A request that a dead process had written to its socket reaches
+/// the broker within a round trip; 10 s is far above that on any sane network and short next to a
+/// consumer group's session timeout (librdkafka default 45 s).
+fn default_fence_wait() -> Duration {
+    Duration::from_secs(10)
+}
+
+/// What to do with a record whose fingerprint source is absent or unreadable.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum OnMissing {
+    /// Forward it without deduplication.
+    Forward,
+    /// Drop it (counted).
+    Drop,
+    /// Copy it to `fingerprint.dead_letter_topic`, not to the output.
+    DeadLetter,
+    /// Stop the filter with an error naming the partition and offset; nothing is committed past it.
+    Fail,
+}
+
+impl OnMissing {
+    /// The label value used in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnMissing::Forward => "forward",
+            OnMissing::Drop => "drop",
+            OnMissing::DeadLetter => "dead_letter",
+            OnMissing::Fail => "fail",
+        }
+    }
+}
+
+/// `[fingerprint]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FingerprintConfig {
+    /// `value | key | key_value | header:NAME | json:/POINTER`.
+    #[serde(default = "default_source")]
+    pub source: Source,
+    /// See [`OnMissing`].
+    #[serde(default = "default_on_missing")]
+    pub on_missing: OnMissing,
+    /// Required when `on_missing = "dead_letter"`.
+    #[serde(default)]
+    pub dead_letter_topic: String,
+}
+
+fn default_source() -> Source {
+    Source::Value
+}
+
+fn default_on_missing() -> OnMissing {
+    OnMissing::Forward
+}
+
+impl Default for FingerprintConfig {
+    fn default() -> Self {
+        FingerprintConfig {
+            source: default_source(),
+            on_missing: default_on_missing(),
+            dead_letter_topic: String::new(),
+        }
+    }
+}
+
+/// `[checkpoint]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointConfig {
+    /// Time between checkpoints. The dedup horizon is `(generations - 1)` to `generations`
+    /// intervals; set it above the upstream's checkpoint interval plus its recovery time.
+    #[serde(default = "default_interval", with = "humantime_serde")]
+    pub interval: Duration,
+    /// Fingerprint sets kept per partition: the current one and `generations - 1` previous ones.
+    #[serde(default = "default_generations")]
+    pub generations: u32,
+}
+
+fn default_interval() -> Duration {
+    Duration::from_secs(20)
+}
+
+fn default_generations() -> u32 {
+    2
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            interval: default_interval(),
+            generations: default_generations(),
+        }
+    }
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Directory of the sled database. Created if missing.
+    #[serde(default = "default_store_path")]
+    pub path: PathBuf,
+}
+
+fn default_store_path() -> PathBuf {
+    PathBuf::from("./kafka-dedup-data")
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            path: default_store_path(),
+        }
+    }
+}
+
+/// `[http]`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// `host:port` for `/metrics`, `/healthz`, `/readyz` and `/store/...`. Empty: no HTTP server.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:9464".to_string()
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            listen: default_listen(),
+        }
+    }
+}
+
+/// librdkafka properties whose values are secrets: never printed or logged.
+const SECRET_PROPERTIES: &[&str] = &[
+    "sasl.password",
+    "sasl.oauthbearer.client.secret",
+    "ssl.key.password",
+    "ssl.key.pem",
+    "ssl.keystore.password",
+    "ssl_key",
+];
+
+impl Config {
+    /// Loads `path` (TOML), applies `KAFKA_DEDUP__*` overrides from the process environment,
+    /// and validates. Errors name the key and the reason.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Self::load_with_env(path, None)
+    }
+
+    /// As [`Config::load`], with the environment given as a map (for tests); `None` reads the
+    /// process environment.
+    pub fn load_with_env(
+        path: &Path,
+        env: Option<std::collections::HashMap<String, String>>,
+    ) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        Self::from_toml_str(&text, env)
+    }
+
+    /// Parses TOML text plus environment overrides, then validates.
+    pub fn from_toml_str(
+        text: &str,
+        env: Option<std::collections::HashMap<String, String>>,
+    ) -> Result<Config, ConfigError> {
+        // Syntax errors first, with toml's line/column message.
+        if let Err(e) = text.parse::<toml::Table>() {
+            return Err(ConfigError::key("(file)", format!("not valid TOML: {}", e.message())));
+        }
+        let mut environment = config::Environment::with_prefix(ENV_PREFIX)
+            .prefix_separator("__")
+            .separator("__")
+            .try_parsing(true);
+        if let Some(env) = env {
+            environment = environment.source(Some(env.into_iter().collect()));
+        }
+        let built = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .add_source(environment)
+            .build()
+            .map_err(|e| ConfigError::key("(environment)", e.to_string()))?;
+        let cfg: Config = serde_path_to_error::deserialize(built).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            let (key, reason) = split_serde_error(&path, &inner);
+            ConfigError::key(key, reason)
+        })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks what serde cannot: non-empty names, positive durations, consistent choices.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.kafka.bootstrap_servers.trim().is_empty() {
+            return Err(ConfigError::key("kafka.bootstrap_servers", "must not be empty"));
+        }
+        for (name, _) in self.kafka.flat_properties() {
+            if name == "bootstrap.servers" || name == "group.id" || name == "transactional.id" {
+                return Err(ConfigError::key(
+                    format!("kafka.properties.{name}"),
+                    "set by kafka-dedup from [kafka]/[input]/[output]; remove it here",
+                ));
+            }
+        }
+        if self.input.topic.trim().is_empty() {
+            return Err(ConfigError::key(
+                "input.topic",
+                "missing or empty: name the topic to read",
+            ));
+        }
+        if self.input.group_id.trim().is_empty() {
+            return Err(ConfigError::key("input.group_id", "must not be empty"));
+        }
+        if self.output.topic.trim().is_empty() {
+            return Err(ConfigError::key(
+                "output.topic",
+                "missing or empty: name the topic to write",
+            ));
+        }
+        if self.output.topic == self.input.topic {
+            return Err(ConfigError::key("output.topic", "must differ from input.topic"));
+        }
+        for (key, topic) in [
+            ("output.duplicates_topic", &self.output.duplicates_topic),
+            ("fingerprint.dead_letter_topic", &self.fingerprint.dead_letter_topic),
+        ] {
+            if !topic.is_empty() && (topic == &self.input.topic || topic == &self.output.topic) {
+                return Err(ConfigError::key(key, "must differ from input.topic and output.topic"));
+            }
+        }
+        if self.fingerprint.on_missing == OnMissing::DeadLetter && self.fingerprint.dead_letter_topic.is_empty() {
+            return Err(ConfigError::key(
+                "fingerprint.dead_letter_topic",
+                "required when fingerprint.on_missing = \"dead_letter\"",
+            ));
+        }
+        if self.checkpoint.interval.is_zero() {
+            return Err(ConfigError::key(
+                "checkpoint.interval",
+                "must be greater than zero, e.g. \"20s\"",
+            ));
+        }
+        if self.checkpoint.generations < 2 {
+            return Err(ConfigError::key(
+                "checkpoint.generations",
+                format!(
+                    "is {}, must be at least 2 (the current generation and the previous one); \
+                     with fewer, a replay that straddles a checkpoint would pass",
+                    self.checkpoint.generations
+                ),
+            ));
+        }
+        if self.checkpoint.generations > 64 {
+            return Err(ConfigError::key("checkpoint.generations", "must be at most 64"));
+        }
+        if self.output.delivery == Delivery::Transactional
+            && self.output.transactional_id.is_empty()
+            && self.input.group_instance_id.is_empty()
+        {
+            return Err(ConfigError::key(
+                "output.transactional_id",
+                "required with output.delivery = \"transactional\" unless input.group_instance_id is set: \
+                 it must be stable across restarts of one replica and differ between replicas",
+            ));
+        }
+        if self.store.path.as_os_str().is_empty() {
+            return Err(ConfigError::key("store.path", "must not be empty"));
+        }
+        if !self.http.listen.is_empty() && self.http.listen.parse::<SocketAddr>().is_err() {
+            return Err(ConfigError::key(
+                "http.listen",
+                format!(
+                    "\"{}\" is not a host:port address such as 127.0.0.1:9464",
+                    self.http.listen
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The transactional id used in transactional mode (see [`OutputConfig::transactional_id`]).
+    pub fn transactional_id(&self) -> String {
+        if !self.output.transactional_id.is_empty() {
+            self.output.transactional_id.clone()
+        } else {
+            format!("{}-{}", self.input.group_id, self.input.group_instance_id)
+        }
+    }
+
+    /// The effective configuration as TOML, with secret property values replaced by `"<redacted>"`.
+    pub fn to_redacted_toml(&self) -> String {
+        let mut copy = self.clone();
+        let flat = copy.kafka.flat_properties();
+        copy.kafka.properties = flat
+            .into_iter()
+            .map(|(k, v)| {
+                let v = if is_secret(&k) { "<redacted>".to_string() } else { v };
+                (k, PropertyValue::String(v))
+            })
+            .collect();
+        toml::to_string_pretty(&copy).unwrap_or_else(|e| format!("# cannot render configuration: {e}\n"))
+    }
+}
+
+/// True for librdkafka property names whose values must never be printed.
+pub fn is_secret(name: &str) -> bool {
+    SECRET_PROPERTIES.contains(&name) || name.contains("password") || name.contains("secret")
+}
+
+/// serde's messages say "unknown field `x`, expected one of ..." for a path like `input`;
+/// report the full key (`input.x`) instead, and keep the rest as the reason.
+fn split_serde_error(path: &str, message: &str) -> (String, String) {
+    let path = if path == "." { "" } else { path };
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        if let Some(end) = rest.find('`') {
+            let field = &rest[..end];
+            let key = if path.is_empty() || path == field || path.ends_with(&format!(".{field}")) {
+                if path.is_empty() {
+                    field.to_string()
+                } else {
+                    path.to_string()
+                }
+            } else {
+                format!("{path}.{field}")
+            };
+            return (
+                key,
+                "unknown key (check the spelling; see README, Configuration)".to_string(),
+            );
+        }
+    }
+    if let Some(rest) = message.strip_prefix("missing field `") {
+        if let Some(end) = rest.find('`') {
+            let field = &rest[..end];
+            let key = if path.is_empty() {
+                field.to_string()
+            } else {
+                format!("{path}.{field}")
+            };
+            return (key, "missing: this key is required".to_string());
+        }
+    }
+    if let Some(rest) = message.strip_prefix("missing configuration field \"") {
+        if let Some(end) = rest.find('"') {
+            return (rest[..end].to_string(), "missing: this key is required".to_string());
+        }
+    }
+    let key = if path.is_empty() {
+        "(root)".to_string()
+    } else {
+        path.to_string()
+    };
+    // config appends " for key `x`" to some messages; the key is already reported.
+    let reason = match message.find(" for key `") {
+        Some(i) => message[..i].to_string(),
+        None => message.to_string(),
+    };
+    (key, reason)
+}
+
+impl fmt::Display for Start {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Start::Earliest => "earliest",
+            Start::Latest => "latest",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    const MINIMAL: &str = r#"
+[input]
+topic = "events"
+[output]
+topic = "events.dedup"
+"#;
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        Config::from_toml_str(text, Some(HashMap::new()))
+    }
+
+    fn key_of(text: &str, env: &[(&str, &str)]) -> String {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let err = Config::from_toml_str(text, Some(env)).unwrap_err();
+        err.key_name().unwrap_or("").to_string()
+    }
+
+    #[test]
+    fn defaults_match_design() {
+        let c = load(MINIMAL).unwrap();
+        assert_eq!(c.kafka.bootstrap_servers, "127.0.0.1:9092");
+        assert_eq!(c.input.group_id, "kafka-dedup");
+        assert_eq!(c.input.start, Start::Earliest);
+        assert_eq!(c.output.partitioning, Partitioning::Preserve);
+        assert_eq!(c.output.delivery, Delivery::Idempotent);
+        assert_eq!(c.fingerprint.source, Source::Value);
+        assert_eq!(c.fingerprint.on_missing, OnMissing::Forward);
+        assert_eq!(c.checkpoint.interval, Duration::from_secs(20));
+        assert_eq!(c.checkpoint.generations, 2);
+        assert_eq!(c.store.path, PathBuf::from("./kafka-dedup-data"));
+        assert_eq!(c.http.listen, "127.0.0.1:9464");
+    }
+
+    #[test]
+    fn environment_overrides_any_key() {
+        let env = [
+            ("KAFKA_DEDUP__CHECKPOINT__INTERVAL", "5m"),
+            ("KAFKA_DEDUP__OUTPUT__TOPIC", "other"),
+            ("KAFKA_DEDUP__CHECKPOINT__GENERATIONS", "3"),
+            ("KAFKA_DEDUP__KAFKA__PROPERTIES__SASL_PASSWORD", "hunter2"),
+            ("UNRELATED", "x"),
+        ];
+        let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let c = Config::from_toml_str(MINIMAL, Some(env)).unwrap();
+        assert_eq!(c.checkpoint.interval, Duration::from_secs(300));
+        assert_eq!(c.output.topic, "other");
+        assert_eq!(c.checkpoint.generations, 3);
+        assert_eq!(
+            c.kafka.flat_properties().get("sasl.password").map(String::as_str),
+            Some("hunter2")
+        );
+        let shown = c.to_redacted_toml();
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+    }
+
+    #[test]
+    fn dotted_and_quoted_property_keys_are_the_same() {
+        let text = format!(
+            "{MINIMAL}\n[kafka.properties]\nsasl.mechanism = \"PLAIN\"\n\"security.protocol\" = \"SASL_SSL\"\n\"session.timeout.ms\" = 6000\n"
+        );
+        let c = load(&text).unwrap();
+        let p = c.kafka.flat_properties();
+        assert_eq!(p["sasl.mechanism"], "PLAIN");
+        assert_eq!(p["security.protocol"], "SASL_SSL");
+        assert_eq!(p["session.timeout.ms"], "6000");
+    }
+
+    #[test]
+    fn bad_configs_name_the_key() {
+        assert_eq!(
+            key_of(&format!("{MINIMAL}\n[checkpoint]\nintervall = \"1s\"\n"), &[]),
+            "checkpoint.intervall"
+        );
+        assert_eq!(key_of("[input]\ntopic = \"a\"\n[output]\n", &[]), "output.topic");
+        assert_eq!(key_of("[input]\ntopic = \"a\"\n", &[]), "output");
+        assert_eq!(
+            key_of(&format!("{MINIMAL}\n[fingerprint]\nsource = \"json:no-slash\"\n"), &[]),
+            "fingerprint.source"
+        );
+        assert_eq!(
+            key_of(&format!("{MINIMAL}\n[checkpoint]\ninterval = \"0s\"\n"), &[]),
+            "checkpoint.interval"
+        );
+        assert_eq!(
+            key_of(&format!("{MINIMAL}\n[checkpoint]\ninterval = \"soon\"\n"), &[]),
+            "checkpoint.interval"
+        );
+        assert_eq!(
+            key_of(&format!("{MINIMAL}\n[checkpoint]\ngenerations = 0\n"), &[]),
+            "checkpoint.generations"
+        );
+        assert_eq!(
+            key_of(MINIMAL, &[("KAFKA_DEDUP__OUTPUT__TOPICC", "x")]),
+            "output.topicc"
+        );
+        assert_eq!(
+            key_of(MINIMAL, &[("KAFKA_DEDUP__CHECKPOINT__GENERATIONS", "many")]),
+            "checkpoint.generations"
+        );
+        assert_eq!(key_of(&format!("bogus = 1\n{MINIMAL}"), &[]), "bogus");
+        assert_eq!(key_of(&format!("{MINIMAL}\nbogus = 1\n"), &[]), "output.bogus");
+        assert_eq!(
+            key_of(
+                &format!("{MINIMAL}\n[fingerprint]\non_missing = \"dead_letter\"\n"),
+                &[]
+            ),
+            "fingerprint.dead_letter_topic"
+        );
+        assert_eq!(key_of(&format!("{MINIMAL}\n[output]\n"), &[]), "(file)");
+        assert_eq!(
+            key_of(&format!("{MINIMAL}\n[http]\nlisten = \"nowhere\"\n"), &[]),
+            "http.listen"
+        );
+    }
+}

@@ -1,0 +1,163 @@
+//! librdkafka client settings for the three clients kafka-dedup uses, and the topic checks made
+//! before consuming.
+//!
+//! `[kafka.properties]` applies to every client; the settings the guarantees depend on are set
+//! after it and cannot be overridden (listed in [`ENFORCED`]).
+
+use std::time::Duration;
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use crate::config::{Config, Delivery, Partitioning, Start};
+
+/// Properties kafka-dedup sets itself, whatever `[kafka.properties]` says, and why.
+pub const ENFORCED: &[(&str, &str)] = &[
+    (
+        "enable.auto.commit",
+        "offsets are committed only at checkpoints, after delivery",
+    ),
+    ("enable.auto.offset.store", "same"),
+    (
+        "enable.idempotence",
+        "no duplicates or reordering from producer retries",
+    ),
+];
+
+fn base(cfg: &Config) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &cfg.kafka.bootstrap_servers);
+    c.set("client.id", format!("kafka-dedup-{}", cfg.input.group_id));
+    for (k, v) in cfg.kafka.flat_properties() {
+        c.set(k, v);
+    }
+    c
+}
+
+fn set_default(c: &mut ClientConfig, key: &str, value: &str) {
+    if c.get(key).is_none() {
+        c.set(key, value);
+    }
+}
+
+/// The group consumer of the input topic.
+///
+/// Defaults (overridable): `partition.assignment.strategy=cooperative-sticky` (a rebalance moves
+/// only the partitions that change owner), `isolation.level=read_committed` (librdkafka default,
+/// stated), `statistics.interval.ms=5000` (consumer lag metric).
+pub fn consumer_config(cfg: &Config) -> ClientConfig {
+    let mut c = base(cfg);
+    c.set("group.id", &cfg.input.group_id);
+    if !cfg.input.group_instance_id.is_empty() {
+        c.set("group.instance.id", &cfg.input.group_instance_id);
+    }
+    set_default(&mut c, "partition.assignment.strategy", "cooperative-sticky");
+    set_default(&mut c, "isolation.level", "read_committed");
+    set_default(&mut c, "statistics.interval.ms", "5000");
+    c.set(
+        "auto.offset.reset",
+        match cfg.input.start {
+            Start::Earliest => "earliest",
+            Start::Latest => "latest",
+        },
+    );
+    c.set("enable.auto.commit", "false");
+    c.set("enable.auto.offset.store", "false");
+    c.set("enable.partition.eof", "false");
+    c
+}
+
+/// The producer of the output (and side) topics: idempotent, and transactional in that mode.
+///
+/// Defaults (overridable): `partitioner=murmur2_random` (the Java client's key hashing, used when
+/// `output.partitioning = "key"`), `linger.ms=5` (librdkafka's default, stated).
+pub fn producer_config(cfg: &Config) -> ClientConfig {
+    let mut c = base(cfg);
+    set_default(&mut c, "partitioner", "murmur2_random");
+    set_default(&mut c, "linger.ms", "5");
+    c.set("enable.idempotence", "true");
+    if cfg.output.delivery == Delivery::Transactional {
+        c.set("transactional.id", cfg.transactional_id());
+    }
+    c
+}
+
+/// A consumer outside the group, for recovery: reads committed offsets (same `group.id`, never
+/// subscribes, never commits) and re-reads output partitions up to their end.
+pub fn reader_config(cfg: &Config) -> ClientConfig {
+    let mut c = base(cfg);
+    c.set("group.id", &cfg.input.group_id);
+    set_default(&mut c, "isolation.level", "read_committed");
+    c.set("enable.auto.commit", "false");
+    c.set("enable.auto.offset.store", "false");
+    c.set("enable.partition.eof", "true");
+    c.set("auto.offset.reset", "earliest");
+    // Rebalance and statistics settings make no sense here.
+    c.remove("statistics.interval.ms");
+    c.remove("group.instance.id");
+    c
+}
+
+/// Why the topics do not fit the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicError {
+    /// A configured topic does not exist.
+    #[error("topic \"{topic}\" ({key}) does not exist; kafka-dedup does not create topics")]
+    Missing { topic: String, key: &'static str },
+    /// `partitioning = "preserve"` needs an output partition for each input partition.
+    #[error(
+        "output.partitioning = \"preserve\" needs at least as many output partitions as input partitions: \
+         \"{input}\" has {input_partitions}, \"{output}\" has {output_partitions}; add partitions to the output \
+         topic or set output.partitioning = \"key\""
+    )]
+    TooFewPartitions {
+        input: String,
+        input_partitions: usize,
+        output: String,
+        output_partitions: usize,
+    },
+    /// Metadata could not be fetched.
+    #[error("cannot fetch topic metadata: {0}")]
+    Kafka(#[from] rdkafka::error::KafkaError),
+}
+
+/// Number of partitions of `topic`, `None` if it does not exist.
+pub fn partition_count<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<usize>, rdkafka::error::KafkaError> {
+    let md = consumer.fetch_metadata(Some(topic), timeout)?;
+    Ok(md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.partitions().len()))
+}
+
+/// Checks that the input and output topics exist and fit `output.partitioning`.
+/// Returns the input and output partition counts.
+pub fn check_topics<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    cfg: &Config,
+    timeout: Duration,
+) -> Result<(usize, usize), TopicError> {
+    let input = partition_count(consumer, &cfg.input.topic, timeout)?.ok_or_else(|| TopicError::Missing {
+        topic: cfg.input.topic.clone(),
+        key: "input.topic",
+    })?;
+    let output = partition_count(consumer, &cfg.output.topic, timeout)?.ok_or_else(|| TopicError::Missing {
+        topic: cfg.output.topic.clone(),
+        key: "output.topic",
+    })?;
+    if cfg.output.partitioning == Partitioning::Preserve && output < input {
+        return Err(TopicError::TooFewPartitions {
+            input: cfg.input.topic.clone(),
+            input_partitions: input,
+            output: cfg.output.topic.clone(),
+            output_partitions: output,
+        });
+    }
+    Ok((input, output))
+}

@@ -1,0 +1,197 @@
+//! The `kafka-dedup` binary: parses the command line and calls the library. Exit codes:
+//! 0 success, 2 configuration or usage error, 1 runtime failure (shared/DESIGN.md).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use kafka_dedup::config::Config;
+use kafka_dedup::demo::{run_demo, DemoOptions};
+use kafka_dedup::inspect::{self, InspectCommand};
+use kafka_dedup::pipeline::RunError;
+use kafka_dedup::service::{self, ServiceError};
+use kafka_dedup::store::StoreError;
+
+#[derive(Parser)]
+#[command(
+    name = "kafka-dedup",
+    version,
+    about = "Makes an at-least-once Kafka topic effectively-once: drops replayed records"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the filter (SIGTERM/SIGINT: finish the checkpoint, exit 0).
+    Run {
+        /// TOML configuration file; keys overridable by KAFKA_DEDUP__SECTION__KEY.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+    /// Play the replay scenario through the real pipeline on an in-process mock cluster.
+    Demo {
+        /// Distinct integers to write.
+        #[arg(long, default_value_t = 10_000)]
+        records: u64,
+        /// Partitions of the input and output topics.
+        #[arg(long, default_value_t = 3)]
+        partitions: i32,
+        /// Mean records between two upstream crashes.
+        #[arg(long, default_value_t = 300)]
+        crash_every: u64,
+        /// Seed of the scenario.
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Inspect a fingerprint store (offline; while running, use the HTTP /store/ routes).
+    Inspect {
+        /// Store directory (store.path).
+        #[arg(long)]
+        store: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long, global = true)]
+        json: bool,
+        #[command(subcommand)]
+        command: InspectCommand,
+    },
+    /// Upgrade a store written by an older version (see migrations/).
+    Migrate {
+        /// Store directory (store.path).
+        #[arg(long)]
+        store: PathBuf,
+    },
+    /// Validate a configuration and print the effective settings (secrets redacted).
+    CheckConfig {
+        /// TOML configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+fn init_logs(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|e| {
+        eprintln!("kafka-dedup: configuration error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn store_exit(e: &StoreError) -> ExitCode {
+    match e {
+        StoreError::NotAStore { .. }
+        | StoreError::NewerFormat { .. }
+        | StoreError::OlderFormat { .. }
+        | StoreError::InUse { .. } => ExitCode::from(2),
+        _ => ExitCode::from(1),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { config } => {
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            print!("{}", cfg.to_redacted_toml());
+            ExitCode::SUCCESS
+        }
+        Command::Run { config } => {
+            init_logs("info");
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match service::run(cfg) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("kafka-dedup: {e}");
+                    match &e {
+                        ServiceError::Run(RunError::Topics(_)) => ExitCode::from(2),
+                        ServiceError::Run(RunError::Store(s)) => store_exit(s),
+                        ServiceError::Listen { .. } => ExitCode::from(2),
+                        _ => ExitCode::from(1),
+                    }
+                }
+            }
+        }
+        Command::Demo {
+            records,
+            partitions,
+            crash_every,
+            seed,
+        } => {
+            init_logs("warn");
+            if partitions < 1 || records == 0 {
+                eprintln!("kafka-dedup: demo needs --records > 0 and --partitions > 0");
+                return ExitCode::from(2);
+            }
+            let opts = DemoOptions {
+                records,
+                partitions,
+                crash_every,
+                seed,
+                duration: Duration::from_millis((records / 2).clamp(1000, 20_000)),
+                ..DemoOptions::default()
+            };
+            println!(
+                "kafka-dedup demo: {records} integers over {partitions} partitions on an in-process mock cluster; \
+                 the upstream job crashes about every {crash_every} records and replays since its last checkpoint"
+            );
+            match run_demo(&opts) {
+                Ok(report) => {
+                    println!("{report}");
+                    if report.verdict.ok() && report.forwarded == report.verdict.distinct {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::from(1)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("kafka-dedup demo: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Command::Inspect { store, json, command } => {
+            init_logs("warn");
+            match inspect::run(&store, json, command) {
+                Ok(code) => code,
+                Err(e) => {
+                    eprintln!("kafka-dedup inspect: {e}");
+                    match &e {
+                        inspect::InspectError::Store(s) => store_exit(s),
+                        inspect::InspectError::Usage(_) => ExitCode::from(2),
+                        _ => ExitCode::from(1),
+                    }
+                }
+            }
+        }
+        Command::Migrate { store } => {
+            init_logs("info");
+            match kafka_dedup::migrate::migrate(&store) {
+                Ok(msg) => {
+                    println!("{msg}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("kafka-dedup migrate: {e}");
+                    store_exit(&e)
+                }
+            }
+        }
+    }
+}

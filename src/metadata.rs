@@ -1,0 +1,116 @@
+//! The metadata string committed with each input offset: enough to rebuild a partition's
+//! generations from Kafka alone (shared/DESIGN.md, principle 1 and "Recovery").
+//!
+//! It is compact JSON, for example
+//! `{"kd":1,"epoch":7,"ckpt":"5f0c…","gens":[{"0":1200},{"0":1350}],"clean":false}`:
+//! - `epoch`: the current generation's epoch;
+//! - `ckpt`: id of the store snapshot written for this commit; a local store is used only when it
+//!   holds a snapshot with the same id (otherwise it is behind, ahead, or from elsewhere);
+//! - `gens`: for each live generation, oldest first, the output offsets (per output partition)
+//!   at or after which its records lie; recovery re-reads the output from the first entry;
+//! - `clean`: true when the owner handed the partition over cleanly (every delivery acknowledged,
+//!   nothing in flight): the next owner need not wait out in-flight records;
+//! - `out_end` (transactional mode): output offsets after the last record of the committed
+//!   transaction; recovery reads no further, so records of a later, aborted transaction are
+//!   never learned even from a broker that does not filter them for read_committed readers.
+//!
+//! Kafka limits offset metadata to `offset.metadata.max.bytes` (broker default 4096 bytes);
+//! [`CheckpointMeta::encode`] keeps within [`MAX_METADATA_BYTES`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::generations::Positions;
+
+/// Format version of the metadata (the `kd` field).
+pub const METADATA_VERSION: u32 = 1;
+
+/// Upper bound kept for the encoded metadata; Kafka's default limit is 4096 bytes.
+pub const MAX_METADATA_BYTES: usize = 4000;
+
+/// The checkpoint metadata committed with a partition's input offset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointMeta {
+    /// Format version, [`METADATA_VERSION`].
+    pub kd: u32,
+    /// Epoch of the current generation.
+    pub epoch: u64,
+    /// Store snapshot id (16 hex digits).
+    pub ckpt: String,
+    /// Output start positions of the live generations, oldest first.
+    pub gens: Vec<Positions>,
+    /// True when committed by a clean hand-over (shutdown or revocation after all deliveries).
+    pub clean: bool,
+    /// Transactional mode: output positions just past the committed transaction.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_end: Option<Positions>,
+}
+
+impl CheckpointMeta {
+    /// Encodes as compact JSON. If the generations' positions do not fit in
+    /// [`MAX_METADATA_BYTES`] (many output partitions in `key` mode), only the oldest start is
+    /// kept: recovery then re-learns everything into one generation, which widens the horizon
+    /// but loses nothing.
+    pub fn encode(&self) -> String {
+        let s = serde_json::to_string(self).expect("metadata serializes");
+        if s.len() <= MAX_METADATA_BYTES || self.gens.len() <= 1 {
+            return s;
+        }
+        let mut short = self.clone();
+        short.gens.truncate(1);
+        serde_json::to_string(&short).expect("metadata serializes")
+    }
+
+    /// Parses metadata written by kafka-dedup; `None` for empty or foreign metadata (for
+    /// example an offset reset by `kafka-consumer-groups --reset-offsets`, which clears it).
+    pub fn decode(s: &str) -> Option<CheckpointMeta> {
+        if s.is_empty() {
+            return None;
+        }
+        let m: CheckpointMeta = serde_json::from_str(s).ok()?;
+        (m.kd == METADATA_VERSION && !m.gens.is_empty()).then_some(m)
+    }
+}
+
+/// A fresh random checkpoint id as 16 hex digits.
+pub fn new_checkpoint_id() -> String {
+    format!("{:016x}", rand::random::<u64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_foreign() {
+        let m = CheckpointMeta {
+            kd: 1,
+            epoch: 7,
+            ckpt: new_checkpoint_id(),
+            gens: vec![[(0, 1200)].into_iter().collect(), [(0, 1350)].into_iter().collect()],
+            clean: false,
+            out_end: None,
+        };
+        let s = m.encode();
+        assert!(s.len() < 200, "{s}");
+        assert_eq!(CheckpointMeta::decode(&s), Some(m));
+        assert_eq!(CheckpointMeta::decode(""), None);
+        assert_eq!(CheckpointMeta::decode("some other tool"), None);
+    }
+
+    #[test]
+    fn oversized_metadata_keeps_the_oldest_start() {
+        let wide: Positions = (0..150).map(|p| (p, 1_000_000_000i64)).collect();
+        let m = CheckpointMeta {
+            kd: 1,
+            epoch: 3,
+            ckpt: "0".repeat(16),
+            gens: vec![wide.clone(), wide.clone(), wide],
+            clean: true,
+            out_end: None,
+        };
+        let s = m.encode();
+        assert!(s.len() <= MAX_METADATA_BYTES, "{}", s.len());
+        let back = CheckpointMeta::decode(&s).unwrap();
+        assert_eq!(back.gens.len(), 1);
+    }
+}

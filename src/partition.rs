@@ -1,0 +1,244 @@
+//! One owner of each input partition's life cycle (shared/STYLE.md: "one owner per partition's
+//! state, with its life cycle written down as one type").
+//!
+//! ```text
+//!   assigned ──► Recovering ──(generations rebuilt, offset sought)──► Running ──► revoked (removed)
+//!                    │                                                 │  ▲
+//!                    └──────────── revoked: worker cancelled ──────────┘  └─ checkpointing: a
+//!                                                                            rotation target is
+//!                                                                            pending (see pipeline)
+//! ```
+//!
+//! While `Recovering`, the partition is paused in the consumer and any record the client still
+//! hands over is ignored (it is fetched again after the seek). Only `Running` partitions forward,
+//! and only their offsets are committed.
+
+use std::collections::VecDeque;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::generations::{Generations, Positions};
+use crate::telemetry::PartitionMetrics;
+
+/// Where a taken record went; decides what its acknowledgement means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Nothing produced (dropped duplicate, dropped unfingerprintable): done at once.
+    None,
+    /// Produced to the output topic; its acknowledgement advances the output position.
+    Output,
+    /// Produced to the duplicates or dead-letter topic.
+    Side,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    offset: i64,
+    done: bool,
+    target: Target,
+}
+
+/// Records of one partition taken from the consumer and not yet acknowledged, in input order.
+/// Gives the commit position: every offset below [`InFlight::watermark`] is done (acknowledged by
+/// the topic it was produced to, or needed no produce).
+///
+/// Each produced record gets a sequence number (44 bits, starting at a random value per
+/// ownership) carried in the producer's delivery opaque, so a late acknowledgement from an
+/// earlier ownership of the same partition is recognised and ignored.
+#[derive(Debug)]
+pub struct InFlight {
+    /// Taken records from the oldest not-done one on.
+    entries: VecDeque<Entry>,
+    /// Sequence number of `entries[0]`.
+    base_seq: u64,
+    /// Input offset after the last taken record.
+    next_offset: i64,
+}
+
+/// Mask of the sequence number bits in a delivery opaque.
+pub const SEQ_BITS: u32 = 44;
+const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
+
+impl InFlight {
+    /// Tracking that starts at input offset `start` (the next record expected).
+    pub fn new(start: i64) -> Self {
+        InFlight {
+            entries: VecDeque::new(),
+            base_seq: rand::random::<u64>() & SEQ_MASK,
+            next_offset: start,
+        }
+    }
+
+    /// Takes the record at `offset`. Returns the sequence number to put in the delivery opaque
+    /// when it is produced (`target` not `None`); `None` when it is done already.
+    #[inline]
+    pub fn take(&mut self, offset: i64, target: Target) -> Option<u64> {
+        self.next_offset = offset + 1;
+        if target == Target::None && self.entries.is_empty() {
+            return None;
+        }
+        let seq = (self.base_seq + self.entries.len() as u64) & SEQ_MASK;
+        self.entries.push_back(Entry {
+            offset,
+            done: target == Target::None,
+            target,
+        });
+        (target != Target::None).then_some(seq)
+    }
+
+    /// Forgets the last taken record (its produce was refused synchronously and will be retried
+    /// or the filter stops).
+    pub fn untake(&mut self, offset: i64) {
+        if self.entries.back().is_some_and(|e| e.offset == offset && !e.done) {
+            self.entries.pop_back();
+        }
+        self.next_offset = offset;
+    }
+
+    /// Marks the record with sequence number `seq` done. Returns its input offset and target,
+    /// or `None` for an unknown (stale or repeated) sequence number.
+    #[inline]
+    pub fn ack(&mut self, seq: u64) -> Option<(i64, Target)> {
+        let i = (seq.wrapping_sub(self.base_seq) & SEQ_MASK) as usize;
+        let e = self.entries.get_mut(i)?;
+        if e.done || e.target == Target::None {
+            return None;
+        }
+        e.done = true;
+        let out = (e.offset, e.target);
+        while self.entries.front().is_some_and(|e| e.done) {
+            self.entries.pop_front();
+            self.base_seq = (self.base_seq + 1) & SEQ_MASK;
+        }
+        Some(out)
+    }
+
+    /// The input offset below which everything is done: the commit position.
+    pub fn watermark(&self) -> i64 {
+        self.entries.front().map_or(self.next_offset, |e| e.offset)
+    }
+
+    /// Input offset after the last taken record.
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+
+    /// Moves the next offset forward (records skipped by the consumer: transaction markers,
+    /// aborted records). Never moves it back.
+    pub fn skip_to(&mut self, offset: i64) {
+        if offset > self.next_offset {
+            self.next_offset = offset;
+        }
+    }
+
+    /// Records produced and not yet acknowledged.
+    pub fn unacknowledged(&self) -> usize {
+        self.entries.iter().filter(|e| !e.done).count()
+    }
+
+    /// True when nothing awaits an acknowledgement.
+    pub fn is_idle(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// A partition being recovered: its generations are rebuilt by a worker thread.
+pub struct Recovering {
+    /// Distinguishes this ownership from earlier ones; the worker's result carries it.
+    pub incarnation: u64,
+    /// When the partition was assigned (start of `output.fence_wait`, recovery duration).
+    pub since: Instant,
+    /// Set on revocation; the worker stops at its next check.
+    pub cancel: Arc<AtomicBool>,
+    /// Set after a failed attempt: retry at this time.
+    pub retry_at: Option<Instant>,
+}
+
+/// A partition that consumes and forwards.
+pub struct Running {
+    /// The ownership this state belongs to.
+    pub incarnation: u64,
+    /// Live fingerprint generations.
+    pub gens: Generations,
+    /// Taken records awaiting acknowledgement; the commit position.
+    pub inflight: InFlight,
+    /// Lower bounds of the output end per output partition: the recovery scan's end, then the
+    /// last acknowledged offset + 1. The next generation starts here.
+    pub out_positions: Positions,
+    /// Id of the snapshot/commit this state descends from (kept while the store still matches).
+    pub ckpt: String,
+    /// Metric handles.
+    pub metrics: PartitionMetrics,
+}
+
+/// The life-cycle state of one owned input partition.
+pub enum Partition {
+    /// See [`Recovering`].
+    Recovering(Recovering),
+    /// See [`Running`].
+    Running(Box<Running>),
+}
+
+impl Partition {
+    /// State name for `/readyz` and metrics.
+    pub fn state_name(&self) -> &'static str {
+        match self {
+            Partition::Recovering(_) => "recovering",
+            Partition::Running(_) => "running",
+        }
+    }
+
+    /// The ownership incarnation.
+    pub fn incarnation(&self) -> u64 {
+        match self {
+            Partition::Recovering(r) => r.incarnation,
+            Partition::Running(r) => r.incarnation,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watermark_waits_for_the_oldest_unacknowledged() {
+        let mut f = InFlight::new(10);
+        assert_eq!(f.watermark(), 10);
+        assert_eq!(f.take(10, Target::None), None, "done at once, nothing pending");
+        assert_eq!(f.watermark(), 11);
+        let a = f.take(11, Target::Output).unwrap();
+        assert_eq!(f.take(12, Target::None), None);
+        let b = f.take(13, Target::Side).unwrap();
+        assert_eq!(f.watermark(), 11);
+        assert_eq!(f.ack(b), Some((13, Target::Side)));
+        assert_eq!(f.watermark(), 11, "13 done, 11 still pending");
+        assert_eq!(f.ack(a), Some((11, Target::Output)));
+        assert_eq!(f.watermark(), 14);
+        assert!(f.is_idle());
+        assert_eq!(f.ack(a), None, "a repeated acknowledgement is ignored");
+    }
+
+    #[test]
+    fn stale_sequence_numbers_are_ignored() {
+        let mut old = InFlight::new(0);
+        let s = old.take(0, Target::Output).unwrap();
+        let mut new = InFlight::new(0);
+        // With random 44-bit bases the chance that `s` falls in `new`'s window is negligible.
+        new.take(0, Target::Output);
+        if (s.wrapping_sub(new.base_seq) & SEQ_MASK) != 0 {
+            assert_eq!(new.ack(s), None);
+        }
+    }
+
+    #[test]
+    fn skipped_offsets_move_the_watermark_when_idle() {
+        let mut f = InFlight::new(0);
+        let a = f.take(0, Target::Output).unwrap();
+        f.skip_to(5);
+        assert_eq!(f.watermark(), 0);
+        f.ack(a);
+        assert_eq!(f.watermark(), 5);
+    }
+}

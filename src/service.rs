@@ -1,0 +1,136 @@
+//! `kafka-dedup run`: the HTTP server and signal handling around the pipeline thread.
+//!
+//! Shutdown is a value ([`Shutdown`]): SIGTERM or SIGINT triggers it, the pipeline thread sees it
+//! between two polls, hands over every partition (deliveries awaited, store written, offsets
+//! committed) and returns; then the HTTP server stops and `run` returns.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing::{info, warn};
+
+use crate::config::Config;
+use crate::http::{self, HttpState};
+use crate::pipeline::{run_filter, RunError, Shutdown};
+use crate::status::Status;
+use crate::telemetry;
+
+static RECORDER: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the Prometheus recorder once per process and returns its handle (`None` if another
+/// recorder was installed first).
+pub fn prometheus() -> Option<PrometheusHandle> {
+    RECORDER
+        .get_or_init(|| {
+            let seconds = [
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
+            ];
+            let distance = [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6, 1e7];
+            let handle = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &seconds)
+                .and_then(|b| b.set_buckets_for_metric(Matcher::Full(telemetry::DUPLICATE_DISTANCE.into()), &distance))
+                .ok()?
+                .install_recorder()
+                .ok()?;
+            telemetry::describe();
+            Some(handle)
+        })
+        .clone()
+}
+
+/// Why `run` failed to start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The pipeline failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The HTTP address cannot be bound.
+    #[error("http.listen {addr}: {source}")]
+    Listen { addr: String, source: std::io::Error },
+    /// The runtime or a thread could not start.
+    #[error("{0}")]
+    Runtime(String),
+}
+
+/// Runs the service until SIGTERM/SIGINT (returns `Ok` after a clean hand-over) or a fatal error.
+pub fn run(cfg: Config) -> Result<(), ServiceError> {
+    let cfg = Arc::new(cfg);
+    info!(config = %cfg.to_redacted_toml().replace('\n', " "), version = env!("CARGO_PKG_VERSION"), "starting kafka-dedup");
+    let prometheus = prometheus();
+    let status = Status::new();
+    let shutdown = Shutdown::new();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| ServiceError::Runtime(e.to_string()))?;
+    runtime.block_on(async move {
+        let (http_stop_tx, http_stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let http_task = if cfg.http.listen.is_empty() {
+            None
+        } else {
+            let listener = tokio::net::TcpListener::bind(&cfg.http.listen)
+                .await
+                .map_err(|source| ServiceError::Listen {
+                    addr: cfg.http.listen.clone(),
+                    source,
+                })?;
+            info!(listen = %cfg.http.listen, "http endpoint: /metrics /healthz /readyz /store/stats /store/lookup");
+            let state = HttpState {
+                status: status.clone(),
+                prometheus: prometheus.clone(),
+            };
+            if let Some(h) = prometheus.clone() {
+                tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                        h.run_upkeep();
+                    }
+                });
+            }
+            Some(tokio::spawn(http::serve(listener, state, async move {
+                let _ = http_stop_rx.await;
+            })))
+        };
+        let signal_shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            info!("signal received: finishing the checkpoint and stopping");
+            signal_shutdown.trigger();
+        });
+        let pipeline = {
+            let (cfg, shutdown, status) = (cfg.clone(), shutdown.clone(), status.clone());
+            tokio::task::spawn_blocking(move || run_filter(cfg, shutdown, status))
+        };
+        let result = pipeline
+            .await
+            .map_err(|e| ServiceError::Runtime(format!("pipeline thread: {e}")))?;
+        let _ = http_stop_tx.send(());
+        if let Some(t) = http_task {
+            if let Ok(Err(e)) = t.await {
+                warn!(error = %e, "http server error");
+            }
+        }
+        result.map_err(ServiceError::from)
+    })
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = tokio::signal::ctrl_c() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

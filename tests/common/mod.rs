@@ -1,0 +1,365 @@
+//! Shared helpers for tests against the real broker (tansu, started by `scripts/test.sh`) and
+//! for driving the `kafka-dedup` binary as its own process.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+/// Bootstrap address of the test broker. Set by `scripts/test.sh`; a test that needs it fails
+/// with a clear message when it is missing (it is never skipped silently).
+pub fn broker() -> String {
+    std::env::var("KAFKA_DEDUP_TEST_BROKER").expect(
+        "KAFKA_DEDUP_TEST_BROKER is not set: run the tests through scripts/test.sh, which starts the tansu broker",
+    )
+}
+
+/// A client configuration for the test broker.
+pub fn client() -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", broker());
+    c
+}
+
+/// A unique name for a topic or group: `prefix-<random>`.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{:08x}", rand::random::<u32>())
+}
+
+/// Creates a topic with `partitions` partitions and waits until its metadata shows them.
+pub fn create_topic(name: &str, partitions: i32) {
+    create_topic_with(name, partitions, &[]);
+}
+
+/// Creates a topic with topic configs (for example `max.message.bytes`).
+pub fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let admin: AdminClient<DefaultClientContext> = client().create().expect("admin client");
+    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        topic = topic.set(k, v);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let res = rt
+        .block_on(admin.create_topics(
+            &[topic],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+        ))
+        .expect("create_topics request");
+    for r in res {
+        r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+    }
+    let consumer: BaseConsumer = client().create().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(md) = consumer.fetch_metadata(Some(name), Duration::from_secs(5)) {
+            if md
+                .topics()
+                .iter()
+                .any(|t| t.name() == name && t.partitions().len() == partitions as usize)
+            {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "topic {name} did not appear");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Deletes a topic.
+pub fn delete_topic(name: &str) {
+    let admin: AdminClient<DefaultClientContext> = client().create().expect("admin client");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let res = rt
+        .block_on(admin.delete_topics(&[name], &AdminOptions::new()))
+        .expect("delete_topics request");
+    for r in res {
+        r.unwrap_or_else(|(t, e)| panic!("delete topic {t}: {e}"));
+    }
+}
+
+/// Committed offsets (and metadata) of `group` for `topic`'s partitions.
+pub fn committed(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, (Option<i64>, String)> {
+    let mut c = client();
+    c.set("group.id", group);
+    let consumer: BaseConsumer = c.create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let got = consumer
+        .committed_offsets(tpl, Duration::from_secs(10))
+        .expect("committed offsets");
+    got.elements()
+        .iter()
+        .map(|e| {
+            let o = match e.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            };
+            (e.partition(), (o, e.metadata().to_string()))
+        })
+        .collect()
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A kafka-dedup process started from the built binary with a configuration file.
+pub struct FilterProcess {
+    child: Option<Child>,
+    /// HTTP address (`127.0.0.1:port`).
+    pub http: String,
+    /// File receiving the process's stderr (logs).
+    pub log: PathBuf,
+}
+
+/// Settings of a filter process under test.
+#[derive(Clone)]
+pub struct FilterSpec {
+    pub input: String,
+    pub output: String,
+    pub group: String,
+    pub store: PathBuf,
+    /// Extra TOML appended to the generated configuration (whole sections).
+    pub extra: String,
+    pub interval: &'static str,
+    pub fingerprint: String,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+}
+
+impl FilterSpec {
+    /// Defaults for a test: session timeout 6 s, checkpoint every 1 s, fence wait 1 s.
+    pub fn new(input: &str, output: &str, dir: &Path) -> Self {
+        FilterSpec {
+            input: input.into(),
+            output: output.into(),
+            group: unique("group"),
+            store: dir.join("store"),
+            extra: String::new(),
+            interval: "1s",
+            fingerprint: "[fingerprint]\nsource = \"value\"\n".into(),
+            env: Vec::new(),
+        }
+    }
+
+    /// The configuration text for HTTP port `port`.
+    pub fn toml(&self, port: u16) -> String {
+        format!(
+            r#"[kafka]
+bootstrap_servers = "{broker}"
+[kafka.properties]
+"session.timeout.ms" = 6000
+"heartbeat.interval.ms" = 500
+
+[input]
+topic = "{input}"
+group_id = "{group}"
+
+[output]
+topic = "{output}"
+fence_wait = "1s"
+
+{fingerprint}
+[checkpoint]
+interval = "{interval}"
+
+[store]
+path = "{store}"
+
+[http]
+listen = "127.0.0.1:{port}"
+{extra}
+"#,
+            broker = broker(),
+            input = self.input,
+            group = self.group,
+            output = self.output,
+            fingerprint = self.fingerprint,
+            interval = self.interval,
+            store = self.store.display(),
+            extra = self.extra,
+        )
+    }
+
+    /// Starts the binary with this configuration.
+    pub fn start(&self, dir: &Path) -> FilterProcess {
+        let port = free_port();
+        let config = dir.join(format!("config-{port}.toml"));
+        std::fs::write(&config, self.toml(port)).unwrap();
+        let log = dir.join(format!("filter-{port}.log"));
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"));
+        cmd.arg("run")
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("start kafka-dedup");
+        FilterProcess {
+            child: Some(child),
+            http: format!("127.0.0.1:{port}"),
+            log,
+        }
+    }
+}
+
+/// GET `path` from `addr`; returns (status code, body). Plain HTTP/1.0 over a socket.
+pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
+}
+
+impl FilterProcess {
+    /// Waits until `/readyz` says ready (partitions assigned and recovered).
+    pub fn wait_ready(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some((200, _)) = http_get(&self.http, "/readyz") {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("kafka-dedup exited ({status}) before ready:\n{}", self.logs());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not ready after {timeout:?}:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The process's logs so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let child = self.child.as_mut().unwrap();
+        unsafe_kill(child.id(), "TERM");
+        let status = wait_timeout(child, Duration::from_secs(90))
+            .unwrap_or_else(|| panic!("no exit after SIGTERM:\n{}", self.logs()));
+        self.child = None;
+        status
+    }
+
+    /// Sends SIGKILL and reaps the process.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Waits for the process to exit by itself.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let child = self.child.as_mut().unwrap();
+        let status =
+            wait_timeout(child, timeout).unwrap_or_else(|| panic!("still running after {timeout:?}:\n{}", self.logs()));
+        self.child = None;
+        status
+    }
+
+    /// True while the process runs.
+    pub fn running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    /// Process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+}
+
+impl Drop for FilterProcess {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn unsafe_kill(pid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(s) = child.try_wait().ok().flatten() {
+            return Some(s);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until the group's committed offsets reach `ends` (per partition), i.e. the filter has
+/// checkpointed everything.
+pub fn wait_committed(group: &str, topic: &str, ends: &BTreeMap<i32, i64>, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let c = committed(group, topic, ends.len() as i32);
+        if ends
+            .iter()
+            .all(|(p, end)| c.get(p).and_then(|x| x.0).is_some_and(|o| o >= *end))
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "committed {c:?}, expected {ends:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// End offsets (high watermarks) of a topic's partitions. Only for positions, never to count
+/// records.
+pub fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = client().create().unwrap();
+    (0..partitions)
+        .map(|p| {
+            (
+                p,
+                consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap().1,
+            )
+        })
+        .collect()
+}
