@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rdkafka::config::ClientConfig;
 use rdkafka::mocking::MockCluster;
 
-use crate::config::{Config, PropertyValue};
+use crate::config::Config;
 use crate::pipeline::{run_filter, Shutdown};
 use crate::scenario::{self, Verdict};
 use crate::status::Status;
@@ -97,12 +97,6 @@ pub fn run_demo(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
     )
     .expect("the demo configuration is valid");
     cfg.kafka.bootstrap_servers = bootstrap.clone();
-    cfg.kafka
-        .properties
-        .insert("session.timeout.ms".into(), PropertyValue::String("6000".into()));
-    cfg.kafka
-        .properties
-        .insert("heartbeat.interval.ms".into(), PropertyValue::String("500".into()));
     cfg.checkpoint.interval = opts.checkpoint_interval;
     cfg.store.path = store.path().join("store");
     cfg.http.listen = String::new();

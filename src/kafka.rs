@@ -98,6 +98,26 @@ pub fn reader_config(cfg: &Config) -> ClientConfig {
     c
 }
 
+/// Context of the consumers that read to the end of partitions (recovery, tests): the
+/// end-of-partition events they ask for are not errors and are not logged as such.
+pub struct ReaderContext;
+
+impl rdkafka::client::ClientContext for ReaderContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        if matches!(error, rdkafka::error::KafkaError::PartitionEOF(_))
+            || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF)
+        {
+            return;
+        }
+        tracing::warn!(error = %error, reason, "kafka reader error");
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for ReaderContext {}
+
+/// A consumer for reading partitions to their end.
+pub type Reader = BaseConsumer<ReaderContext>;
+
 /// Why the topics do not fit the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum TopicError {

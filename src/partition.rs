@@ -168,8 +168,93 @@ pub struct Running {
     pub out_positions: Positions,
     /// Id of the snapshot/commit this state descends from (kept while the store still matches).
     pub ckpt: String,
+    /// When generations rotate; see [`Rotation`].
+    pub rotation: Rotation,
     /// Metric handles.
     pub metrics: PartitionMetrics,
+}
+
+/// Decides when a partition's generations rotate, so that the horizon is measured in the input's
+/// record time rather than in the filter's wall-clock time.
+///
+/// A checkpoint rotates a partition when it took records since the last rotation and the newest
+/// record timestamp taken is at least 0.9 x `checkpoint.interval` past the newest one at the last
+/// rotation. Caught up, that is every checkpoint; when the filter stalls or lags, idle wall-clock
+/// time does not age the generations, so a replay is recognised whenever its first copy is at
+/// most 0.9 x interval earlier in record time (x `generations - 1`). Records without a timestamp
+/// fall back to wall-clock rotation; timestamps that stop advancing rotate anyway after 10
+/// intervals, bounding memory.
+#[derive(Debug, Clone)]
+pub struct Rotation {
+    /// Records taken since the last rotation.
+    pub taken: u64,
+    /// Newest record timestamp (ms) at the last rotation; set by the first record otherwise.
+    pub base_ts: Option<i64>,
+    /// Newest record timestamp (ms) taken.
+    pub max_ts: Option<i64>,
+    /// True if a record without timestamp was taken since the last rotation.
+    pub untimed: bool,
+    /// Wall-clock time of the last rotation.
+    pub at: Instant,
+}
+
+impl Rotation {
+    /// No rotation yet.
+    pub fn new() -> Self {
+        Rotation {
+            taken: 0,
+            base_ts: None,
+            max_ts: None,
+            untimed: false,
+            at: Instant::now(),
+        }
+    }
+
+    /// Notes a taken record with timestamp `ts` (ms since the Unix epoch, if any).
+    #[inline]
+    pub fn took(&mut self, ts: Option<i64>) {
+        self.taken += 1;
+        match ts {
+            Some(t) => {
+                if self.base_ts.is_none() {
+                    self.base_ts = Some(t);
+                }
+                if self.max_ts.is_none_or(|m| t > m) {
+                    self.max_ts = Some(t);
+                }
+            }
+            None => self.untimed = true,
+        }
+    }
+
+    /// True when the checkpoint should rotate (see the type's documentation).
+    pub fn due(&self, interval: std::time::Duration) -> bool {
+        if self.taken == 0 {
+            return false;
+        }
+        if self.untimed {
+            return true;
+        }
+        let threshold = (interval.as_millis() as i64 * 9 / 10).max(1);
+        match (self.base_ts, self.max_ts) {
+            (Some(base), Some(max)) => max - base >= threshold || self.at.elapsed() >= interval * 10,
+            _ => true,
+        }
+    }
+
+    /// Records that the generations rotated now.
+    pub fn rotated(&mut self) {
+        self.taken = 0;
+        self.untimed = false;
+        self.base_ts = self.max_ts;
+        self.at = Instant::now();
+    }
+}
+
+impl Default for Rotation {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// The life-cycle state of one owned input partition.
@@ -230,6 +315,27 @@ mod tests {
         if (s.wrapping_sub(new.base_seq) & SEQ_MASK) != 0 {
             assert_eq!(new.ack(s), None);
         }
+    }
+
+    #[test]
+    fn rotation_follows_record_time_not_idle_time() {
+        let second = std::time::Duration::from_secs(1);
+        let mut r = Rotation::new();
+        assert!(!r.due(second), "nothing taken");
+        r.took(Some(10_000));
+        r.took(Some(10_500));
+        assert!(!r.due(second), "0.5 s of record time");
+        r.took(Some(10_950));
+        assert!(r.due(second), "0.95 s of record time");
+        r.rotated();
+        assert!(!r.due(second), "idle after the rotation");
+        r.took(Some(11_000));
+        assert!(!r.due(second), "the base is the newest timestamp at the rotation");
+        r.took(Some(11_900));
+        assert!(r.due(second));
+        r.rotated();
+        r.took(None);
+        assert!(r.due(second), "records without timestamps rotate on the wall clock");
     }
 
     #[test]

@@ -8,8 +8,11 @@
 //! partition state.
 //!
 //! A checkpoint (every `checkpoint.interval`, idempotent mode):
-//! 1. rotate every running partition's generations and note its target offset (the consumer's
-//!    position: everything taken so far, plus transaction markers librdkafka skipped);
+//! 1. rotate the generations of every running partition whose input advanced by an interval of
+//!    record time ([`Rotation`]: a stalled or lagging filter does not shorten the horizon) and
+//!    note each partition's target offset
+//!    (the consumer's position: everything taken so far, plus transaction markers librdkafka
+//!    skipped);
 //! 2. wait, without stopping consumption, until every record before each target is acknowledged;
 //! 3. write the frozen generations and positions to the store in one atomic sled batch and flush,
 //!    on a background thread;
@@ -40,7 +43,7 @@ use crate::fingerprint::{Fingerprinter, Unfingerprintable};
 use crate::generations::Generation;
 use crate::kafka::{self, TopicError};
 use crate::metadata::{new_checkpoint_id, CheckpointMeta};
-use crate::partition::{InFlight, Partition, Recovering, Running, Target, SEQ_BITS};
+use crate::partition::{InFlight, Partition, Recovering, Rotation, Running, Target, SEQ_BITS};
 use crate::recovery::{recover, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest};
 use crate::status::Status;
 use crate::store::{Identity, Opened, PartitionWrite, Store, StoreError};
@@ -329,6 +332,7 @@ impl Filter {
         if offset < run.inflight.next_offset() {
             return Ok(()); // handed over again after a seek
         }
+        run.rotation.took(msg.timestamp().to_millis());
         run.metrics.consumed.increment(1);
         Totals::bump(&self.totals.consumed);
 
@@ -660,15 +664,8 @@ impl Filter {
                 clean: false,
                 out_end: None,
             };
-            let mut tpl = TopicPartitionList::new();
-            let committed = tpl
-                .add_partition_offset(&topic, p, Offset::Offset(rec.resume))
-                .map(|_| {
-                    if let Some(mut e) = tpl.find_partition(&topic, p) {
-                        e.set_metadata(meta.encode());
-                    }
-                })
-                .and_then(|_| consumer.commit(&tpl, CommitMode::Sync));
+            let committed = commit_list(&self.cfg, &[(p, rec.resume, &meta)])
+                .and_then(|tpl| consumer.commit(&tpl, CommitMode::Sync));
             if let Err(e) = committed {
                 return self.schedule_retry(p, &format!("commit before resuming: {e}"));
             }
@@ -701,6 +698,7 @@ impl Filter {
             inflight: InFlight::new(rec.resume),
             out_positions: rec.out_positions,
             ckpt: rec.ckpt,
+            rotation: Rotation::new(),
             metrics,
         };
         self.partitions.insert(p, Partition::Running(Box::new(run)));
@@ -782,14 +780,8 @@ impl Filter {
             }
         }
         self.store_partitions(parts, &metas);
-        let mut tpl = TopicPartitionList::new();
-        for (p, offset, meta) in &metas {
-            tpl.add_partition_offset(&topic, *p, Offset::Offset(*offset))
-                .map_err(|e| e.to_string())?;
-            if let Some(mut e) = tpl.find_partition(&topic, *p) {
-                e.set_metadata(meta.encode());
-            }
-        }
+        let entries: Vec<_> = metas.iter().map(|(p, o, m)| (*p, *o, m)).collect();
+        let tpl = commit_list(&self.cfg, &entries).map_err(|e| e.to_string())?;
         consumer.commit(&tpl, CommitMode::Sync).map_err(|e| e.to_string())?;
         info!(partitions = ?parts, "offsets committed for a clean hand-over");
         Ok(())
@@ -818,6 +810,7 @@ impl Filter {
                     committed_offset: *offset,
                     out_covered: run.out_positions.clone(),
                     generations: run.gens.iter().collect(),
+                    clean: meta.clean,
                 });
             }
         }
@@ -932,7 +925,17 @@ impl Filter {
                 run.inflight.skip_to(o);
             }
             let target = run.inflight.next_offset();
-            run.gens.rotate(target, run.out_positions.clone());
+            if run.rotation.due(self.cfg.checkpoint.interval) {
+                run.rotation.rotated();
+                let frozen = run.gens.rotate(target, run.out_positions.clone());
+                debug!(
+                    partition = p,
+                    epoch = frozen.epoch + 1,
+                    target,
+                    frozen = frozen.len(),
+                    "generation rotated"
+                );
+            }
             run.ckpt = new_checkpoint_id();
             let cur = run.gens.current();
             let meta = CheckpointMeta {
@@ -993,6 +996,7 @@ impl Filter {
                         .map(|g| g.as_ref())
                         .chain(std::iter::once(current))
                         .collect(),
+                    clean: false,
                 })
                 .collect();
             let _ = tx.send(store.save(&writes));
@@ -1003,19 +1007,20 @@ impl Filter {
     /// Step 4: commit the targets with their metadata (asynchronously).
     fn commit_checkpoint(&mut self, consumer: &FilterConsumer) {
         let Some(ckpt) = self.checkpoint.take() else { return };
-        let topic = &self.cfg.input.topic;
-        let mut tpl = TopicPartitionList::new();
-        for (p, part) in &ckpt.parts {
-            // Only partitions still owned by the same incarnation.
-            if !matches!(self.partitions.get(p), Some(Partition::Running(r)) if r.incarnation == part.incarnation) {
-                continue;
+        // Only partitions still owned by the same incarnation.
+        let entries: Vec<_> = ckpt
+            .parts
+            .iter()
+            .filter(|(p, part)| matches!(self.partitions.get(p), Some(Partition::Running(r)) if r.incarnation == part.incarnation))
+            .map(|(p, part)| (*p, part.target, &part.meta))
+            .collect();
+        let tpl = match commit_list(&self.cfg, &entries) {
+            Ok(t) => t,
+            Err(e) => {
+                warn!(error = %e, "cannot build the offset commit");
+                return;
             }
-            if tpl.add_partition_offset(topic, *p, Offset::Offset(part.target)).is_ok() {
-                if let Some(mut e) = tpl.find_partition(topic, *p) {
-                    e.set_metadata(part.meta.encode());
-                }
-            }
-        }
+        };
         if tpl.count() > 0 {
             if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
                 warn!(error = %e, "offset commit could not be sent; the next checkpoint commits again");
@@ -1065,7 +1070,10 @@ impl Filter {
                         run.inflight.skip_to(o);
                     }
                     let target = run.inflight.next_offset();
-                    run.gens.rotate(target, run.out_positions.clone());
+                    if run.rotation.due(self.cfg.checkpoint.interval) {
+                        run.rotation.rotated();
+                        run.gens.rotate(target, run.out_positions.clone());
+                    }
                 }
             }
         }
@@ -1098,14 +1106,8 @@ impl Filter {
             }
         }
         if !metas.is_empty() {
-            let mut tpl = TopicPartitionList::new();
-            for (p, offset, meta) in &metas {
-                tpl.add_partition_offset(&topic, *p, Offset::Offset(*offset))
-                    .map_err(|e| e.to_string())?;
-                if let Some(mut e) = tpl.find_partition(&topic, *p) {
-                    e.set_metadata(meta.encode());
-                }
-            }
+            let entries: Vec<_> = metas.iter().map(|(p, o, m)| (*p, *o, m)).collect();
+            let tpl = commit_list(&self.cfg, &entries).map_err(|e| e.to_string())?;
             let group = consumer.group_metadata().ok_or("no consumer group metadata")?;
             self.producer
                 .send_offsets_to_transaction(&tpl, &group, KAFKA_TIMEOUT)
@@ -1138,6 +1140,26 @@ impl Filter {
         }
         telemetry::store_size(self.store.size_on_disk());
     }
+}
+
+/// The offset commit of a checkpoint: each input partition's offset with its [`CheckpointMeta`],
+/// and, with `partitioning = "preserve"`, the horizon marker: the group's offset on output
+/// partition `p` set to where `p`'s oldest live generation begins. Both go in one OffsetCommit
+/// request. The marker lets recovery find the horizon on brokers that drop offset metadata.
+fn commit_list(cfg: &Config, entries: &[(i32, i64, &CheckpointMeta)]) -> KafkaResult<TopicPartitionList> {
+    let mut tpl = TopicPartitionList::new();
+    for (p, offset, meta) in entries {
+        tpl.add_partition_offset(&cfg.input.topic, *p, Offset::Offset(*offset))?;
+        if let Some(mut e) = tpl.find_partition(&cfg.input.topic, *p) {
+            e.set_metadata(meta.encode());
+        }
+        if cfg.output.partitioning == Partitioning::Preserve {
+            if let Some(start) = meta.gens.first().and_then(|g| g.get(p)) {
+                tpl.add_partition_offset(&cfg.output.topic, *p, Offset::Offset(*start))?;
+            }
+        }
+    }
+    Ok(tpl)
 }
 
 /// Provenance headers added to records copied to the duplicates or dead-letter topic.

@@ -19,15 +19,21 @@
 //!    source and insert it into the generation whose output range holds it.
 //! 5. Hand back the generations, the offset to resume at (`C`), and the output end.
 //!
-//! Without any metadata (first start of the group), the partition starts at `input.start` with
+//! Without any commit (first start of the group), the partition starts at `input.start` with
 //! one empty generation beginning at the output's current end.
+//!
+//! Brokers that do not return offset commit metadata (tansu 0.6 stores it but answers an empty
+//! string) get the same guarantees from two further sources: a store snapshot taken at exactly
+//! the committed offset is trusted (it records whether the hand-over was clean), and otherwise
+//! the group's committed offset on the *output* partition, the horizon marker committed in the
+//! same request as every input offset, says where the oldest live generation begins.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tracing::{info, warn};
@@ -117,122 +123,182 @@ fn check(cancel: &AtomicBool) -> Result<(), RecoveryError> {
 pub fn recover(env: &RecoveryEnv, req: &RecoveryRequest) -> Result<Recovered, RecoveryError> {
     let cfg = &env.cfg;
     let p = req.partition;
-    let reader: BaseConsumer = kafka::reader_config(cfg).create()?;
+    let reader: kafka::Reader = kafka::reader_config(cfg).create_with_context(kafka::ReaderContext)?;
 
-    // 1. Committed offset and metadata.
+    // 1. Committed offset and metadata, and (preserve mode) the horizon marker: the offset the
+    //    group holds on the output partition, where the oldest live generation begins.
+    let preserve = cfg.output.partitioning == Partitioning::Preserve;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition(&cfg.input.topic, p);
+    if preserve {
+        tpl.add_partition(&cfg.output.topic, p);
+    }
     let committed = reader.committed_offsets(tpl, REQUEST_TIMEOUT)?;
-    let elem = committed
-        .find_partition(&cfg.input.topic, p)
-        .ok_or_else(|| KafkaError::OffsetFetch(rdkafka::types::RDKafkaErrorCode::UnknownPartition))?;
-    elem.error()?;
-    let committed_offset = match elem.offset() {
-        Offset::Offset(o) => Some(o),
-        _ => None,
+    let offset_of = |topic: &str| -> Result<Option<(i64, String)>, KafkaError> {
+        let elem = committed.find_partition(topic, p).ok_or(KafkaError::OffsetFetch(
+            rdkafka::types::RDKafkaErrorCode::UnknownPartition,
+        ))?;
+        elem.error()?;
+        Ok(match elem.offset() {
+            Offset::Offset(o) => Some((o, elem.metadata().to_string())),
+            _ => None,
+        })
     };
-    let meta = CheckpointMeta::decode(elem.metadata());
+    let input_commit = offset_of(&cfg.input.topic)?;
+    let horizon_marker = if preserve {
+        offset_of(&cfg.output.topic)?.map(|(o, _)| o)
+    } else {
+        None
+    };
+    let committed_offset = input_commit.as_ref().map(|(o, _)| *o);
+    let meta = input_commit.as_ref().and_then(|(_, m)| CheckpointMeta::decode(m));
     check(&req.cancel)?;
 
     let keep = cfg.checkpoint.generations as usize;
-    let out_parts: Vec<i32> = match cfg.output.partitioning {
-        Partitioning::Preserve => vec![p],
-        Partitioning::Key => (0..env.output_partitions as i32).collect(),
+    let out_parts: Vec<i32> = if preserve {
+        vec![p]
+    } else {
+        (0..env.output_partitions as i32).collect()
     };
+    let snapshot = env.store.snapshot(p);
 
-    let Some(meta) = meta else {
-        // First start (or an offset without our metadata): nothing to re-learn.
-        let resume = match committed_offset {
-            Some(o) => {
-                warn!(
-                    partition = p,
-                    offset = o,
-                    "committed offset has no kafka-dedup metadata (reset by an operator?); starting with empty generations"
-                );
-                telemetry::store_rebuild("no_metadata");
-                o
-            }
-            None => {
-                let (low, high) = reader.fetch_watermarks(&cfg.input.topic, p, REQUEST_TIMEOUT)?;
-                match cfg.input.start {
-                    Start::Earliest => low,
-                    Start::Latest => high,
+    // 2. Decide where the generations come from.
+    let plan = match (committed_offset, &meta) {
+        (None, _) => Plan::Fresh(None),
+        (Some(resume), Some(meta)) => {
+            // Metadata names the checkpoint: the store is used only if it holds exactly it.
+            let from_store = match &snapshot {
+                Ok(Some(s)) if s.ckpt == meta.ckpt && s.committed_offset == resume => load(env, p, s),
+                Ok(Some(s)) => Err((
+                    "behind_or_ahead",
+                    format!(
+                        "store snapshot {} (offset {}) does not match the committed checkpoint {} (offset {resume})",
+                        s.ckpt, s.committed_offset, meta.ckpt
+                    ),
+                )),
+                Ok(None) => Err(("missing", "the store has no snapshot of this partition".to_string())),
+                Err(e) => Err(("corrupt", e.to_string())),
+            };
+            match from_store {
+                Ok((gens, covered, _)) => Plan::Store {
+                    resume,
+                    gens,
+                    scan_from: covered,
+                    ckpt: meta.ckpt.clone(),
+                    clean: meta.clean,
+                },
+                Err((reason, detail)) => {
+                    rebuild_notice(env, p, reason, &detail);
+                    let first_epoch = meta.epoch + 1 - meta.gens.len() as u64;
+                    let gens = meta
+                        .gens
+                        .iter()
+                        .enumerate()
+                        .map(|(i, starts)| Generation::new(first_epoch + i as u64, resume, starts.clone(), 0))
+                        .collect();
+                    Plan::Rebuild {
+                        resume,
+                        gens,
+                        scan_from: meta.gens[0].clone(),
+                        clean: meta.clean,
+                    }
                 }
             }
-        };
-        let mut out_positions = Positions::new();
-        for q in &out_parts {
-            let (_, high) = reader.fetch_watermarks(&cfg.output.topic, *q, REQUEST_TIMEOUT)?;
-            out_positions.insert(*q, high);
         }
-        let gens = Generations::from_parts(vec![Generation::new(1, resume, out_positions.clone(), 0)], keep);
-        return Ok(Recovered {
-            partition: p,
-            incarnation: req.incarnation,
-            gens,
-            resume,
-            out_positions,
-            ckpt: new_checkpoint_id(),
-            fresh: true,
-            scanned: 0,
-            since: req.since,
-        });
-    };
-    // With metadata the committed offset exists.
-    let resume = committed_offset.unwrap_or(0);
-
-    // 2. The store, if it holds this checkpoint; else empty generations at the metadata's starts.
-    let snapshot = env.store.snapshot(p);
-    let from_store = match &snapshot {
-        Ok(Some(s)) if s.ckpt == meta.ckpt && s.committed_offset == resume => match env.store.load_generations(p, s) {
-            Ok(gens) => Some((gens, s.out_covered.clone())),
-            Err(e) => {
-                rebuild_notice(env, p, "corrupt", &e.to_string());
-                None
-            }
-        },
-        Ok(Some(s)) => {
-            rebuild_notice(
-                env,
-                p,
-                "behind_or_ahead",
-                &format!(
-                    "store snapshot {} (offset {}) does not match the committed checkpoint {} (offset {resume})",
-                    s.ckpt, s.committed_offset, meta.ckpt
+        (Some(resume), None) => {
+            // No metadata: the broker dropped it (tansu 0.6 does) or an operator reset the
+            // offset. A store snapshot taken at exactly this offset is used; otherwise the
+            // horizon marker on the output partition says where to re-read from.
+            match &snapshot {
+                Ok(Some(s)) if s.committed_offset == resume => match load(env, p, s) {
+                    Ok((gens, covered, clean)) => Plan::Store {
+                        resume,
+                        gens,
+                        scan_from: covered,
+                        ckpt: s.ckpt.clone(),
+                        clean,
+                    },
+                    Err((reason, detail)) => marker_plan(env, p, resume, horizon_marker, reason, &detail),
+                },
+                Ok(Some(s)) => marker_plan(
+                    env,
+                    p,
+                    resume,
+                    horizon_marker,
+                    "behind_or_ahead",
+                    &format!(
+                        "store snapshot at offset {} does not match the committed offset {resume}",
+                        s.committed_offset
+                    ),
                 ),
-            );
-            None
-        }
-        Ok(None) => {
-            rebuild_notice(env, p, "missing", "the store has no snapshot of this partition");
-            None
-        }
-        Err(e) => {
-            rebuild_notice(env, p, "corrupt", &e.to_string());
-            None
+                Ok(None) => marker_plan(
+                    env,
+                    p,
+                    resume,
+                    horizon_marker,
+                    "missing",
+                    "the store has no snapshot of this partition",
+                ),
+                Err(e) => marker_plan(env, p, resume, horizon_marker, "corrupt", &e.to_string()),
+            }
         }
     };
-    let (gen_list, scan_from, ckpt) = match from_store {
-        Some((gens, covered)) => (gens, covered, meta.ckpt.clone()),
-        None => {
-            let n = meta.gens.len();
-            let first_epoch = meta.epoch + 1 - n as u64;
-            let gens: Vec<Generation> = meta
-                .gens
-                .iter()
-                .enumerate()
-                .map(|(i, starts)| Generation::new(first_epoch + i as u64, resume, starts.clone(), 0))
-                .collect();
-            // A fresh id: the store does not hold this state.
-            (gens, meta.gens[0].clone(), new_checkpoint_id())
+
+    let (resume, gen_list, scan_from, ckpt, clean) = match plan {
+        Plan::Fresh(committed) => {
+            let resume = match committed {
+                Some(o) => o,
+                None => {
+                    let (low, high) = reader.fetch_watermarks(&cfg.input.topic, p, REQUEST_TIMEOUT)?;
+                    match cfg.input.start {
+                        Start::Earliest => low,
+                        Start::Latest => high,
+                    }
+                }
+            };
+            let mut out_positions = Positions::new();
+            for q in &out_parts {
+                let (_, high) = reader.fetch_watermarks(&cfg.output.topic, *q, REQUEST_TIMEOUT)?;
+                out_positions.insert(*q, high);
+            }
+            let gens = Generations::from_parts(vec![Generation::new(1, resume, out_positions.clone(), 0)], keep);
+            return Ok(Recovered {
+                partition: p,
+                incarnation: req.incarnation,
+                gens,
+                resume,
+                out_positions,
+                ckpt: new_checkpoint_id(),
+                fresh: true,
+                scanned: 0,
+                since: req.since,
+            });
         }
+        Plan::Store {
+            resume,
+            gens,
+            scan_from,
+            ckpt,
+            clean,
+        } => (resume, gens, scan_from, ckpt, clean),
+        Plan::Rebuild {
+            resume,
+            gens,
+            scan_from,
+            clean,
+        } => (resume, gens, scan_from, new_checkpoint_id(), clean),
     };
     let mut gens = Generations::from_parts(gen_list, keep);
-    // The current generation must accept offsets from `resume` on.
     check(&req.cancel)?;
 
+    // An owner is about to produce for this partition: the stored snapshot no longer describes a
+    // clean hand-over (for brokers without offset metadata, see `PartitionSnapshot::clean`).
+    if let Err(e) = env.store.mark_dirty(p) {
+        warn!(partition = p, error = %e, "cannot mark the store snapshot as in use");
+    }
+
     // 3. Let in-flight records of a previous owner land (idempotent mode, unclean hand-over).
-    if cfg.output.delivery == Delivery::Idempotent && !meta.clean {
+    if cfg.output.delivery == Delivery::Idempotent && !clean {
         let until = req.since + cfg.output.fence_wait;
         while Instant::now() < until {
             check(&req.cancel)?;
@@ -242,7 +308,7 @@ pub fn recover(env: &RecoveryEnv, req: &RecoveryRequest) -> Result<Recovered, Re
 
     // 4. Re-read the output.
     let limit = match cfg.output.delivery {
-        Delivery::Transactional => meta.out_end.clone(),
+        Delivery::Transactional => meta.as_ref().and_then(|m| m.out_end.clone()),
         Delivery::Idempotent => None,
     };
     let (out_positions, scanned) = scan(env, &reader, req, &out_parts, &scan_from, limit.as_ref(), &mut gens)?;
@@ -259,6 +325,72 @@ pub fn recover(env: &RecoveryEnv, req: &RecoveryRequest) -> Result<Recovered, Re
     })
 }
 
+/// Where a partition's generations come from.
+enum Plan {
+    /// Nothing to re-learn: one empty generation starting at the output's end; consumption
+    /// starts at the given offset, or at `input.start` when nothing is committed.
+    Fresh(Option<i64>),
+    /// The local store holds the committed state.
+    Store {
+        resume: i64,
+        gens: Vec<Generation>,
+        scan_from: Positions,
+        ckpt: String,
+        clean: bool,
+    },
+    /// Empty generations at known output starts, re-learned from the output topic.
+    Rebuild {
+        resume: i64,
+        gens: Vec<Generation>,
+        scan_from: Positions,
+        clean: bool,
+    },
+}
+
+type Loaded = (Vec<Generation>, Positions, bool);
+
+fn load(env: &RecoveryEnv, p: i32, s: &crate::store::PartitionSnapshot) -> Result<Loaded, (&'static str, String)> {
+    env.store
+        .load_generations(p, s)
+        .map(|g| (g, s.out_covered.clone(), s.clean))
+        .map_err(|e| ("corrupt", e.to_string()))
+}
+
+/// Without metadata and without a usable store: re-learn everything from the horizon marker
+/// (the group's offset on the output partition) into one generation; without a marker, start
+/// empty (an operator reset the offsets, or the group predates kafka-dedup).
+fn marker_plan(
+    env: &RecoveryEnv,
+    p: i32,
+    resume: i64,
+    marker: Option<i64>,
+    reason: &'static str,
+    detail: &str,
+) -> Plan {
+    match marker {
+        Some(start) => {
+            rebuild_notice(env, p, reason, detail);
+            let starts: Positions = [(p, start)].into_iter().collect();
+            Plan::Rebuild {
+                resume,
+                gens: vec![Generation::new(1, resume, starts.clone(), 0)],
+                scan_from: starts,
+                clean: false,
+            }
+        }
+        None => {
+            warn!(
+                partition = p,
+                offset = resume,
+                "committed offset without kafka-dedup checkpoint metadata or horizon marker (reset by an operator?); \
+                 starting with empty generations: replays of records before this offset are not caught"
+            );
+            telemetry::store_rebuild("no_metadata");
+            Plan::Fresh(Some(resume))
+        }
+    }
+}
+
 fn rebuild_notice(env: &RecoveryEnv, p: i32, reason: &'static str, detail: &str) {
     warn!(
         partition = p,
@@ -273,7 +405,7 @@ fn rebuild_notice(env: &RecoveryEnv, p: i32, reason: &'static str, detail: &str)
 /// Returns the end position per output partition and the number of records read.
 fn scan(
     env: &RecoveryEnv,
-    reader: &BaseConsumer,
+    reader: &kafka::Reader,
     req: &RecoveryRequest,
     out_parts: &[i32],
     from: &Positions,

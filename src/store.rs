@@ -69,6 +69,11 @@ pub struct PartitionSnapshot {
     pub generations: Vec<GenerationMeta>,
     /// When it was written, ms since the Unix epoch.
     pub written_at_ms: i64,
+    /// True when written by a clean hand-over (nothing in flight) and no owner has produced for
+    /// the partition since: [`Store::mark_dirty`] clears it when an owner starts. Used when the
+    /// broker does not return offset commit metadata.
+    #[serde(default)]
+    pub clean: bool,
 }
 
 /// Description of one stored generation.
@@ -144,6 +149,8 @@ pub struct PartitionWrite<'a> {
     pub out_covered: Positions,
     /// Live generations, oldest first. Those already stored with the same count are not rewritten.
     pub generations: Vec<&'a Generation>,
+    /// See [`PartitionSnapshot::clean`].
+    pub clean: bool,
 }
 
 fn snapshot_key(p: i32) -> Vec<u8> {
@@ -607,6 +614,7 @@ impl Store {
                 out_covered: w.out_covered.clone(),
                 generations: metas,
                 written_at_ms: now_ms(),
+                clean: w.clean,
             };
             batch.insert(
                 snapshot_key(w.partition),
@@ -617,6 +625,21 @@ impl Store {
         self.db.flush().map_err(|e| self.sled_err(e))?;
         for g in written {
             g.mark_stored();
+        }
+        Ok(())
+    }
+
+    /// Records that an owner started producing for partition `p`: its snapshot is no longer the
+    /// result of a clean hand-over. Flushed before returning.
+    pub fn mark_dirty(&self, p: i32) -> Result<(), StoreError> {
+        if let Some(mut snap) = self.snapshot(p)? {
+            if snap.clean {
+                snap.clean = false;
+                self.db
+                    .insert(snapshot_key(p), serde_json::to_vec(&snap).expect("snapshot serializes"))
+                    .map_err(|e| self.sled_err(e))?;
+                self.db.flush().map_err(|e| self.sled_err(e))?;
+            }
         }
         Ok(())
     }
@@ -673,6 +696,7 @@ mod tests {
                 committed_offset: 100,
                 out_covered: pos(0, 90),
                 generations: vec![&g1, &g2],
+                clean: false,
             }])
             .unwrap();
         assert!(g1.is_stored());
@@ -696,6 +720,7 @@ mod tests {
                 committed_offset: 200,
                 out_covered: pos(0, 180),
                 generations: vec![&g2, &g3],
+                clean: false,
             }])
             .unwrap();
         let keys = store.db.scan_prefix(chunk_prefix(0)).count();
@@ -717,6 +742,7 @@ mod tests {
                 committed_offset: 1,
                 out_covered: pos(3, 1),
                 generations: vec![&g],
+                clean: false,
             }])
             .unwrap();
         let k = chunk_key(3, 1, 0);
@@ -743,6 +769,7 @@ mod tests {
                     committed_offset: 0,
                     out_covered: pos(0, 0),
                     generations: vec![&g],
+                    clean: false,
                 }])
                 .unwrap();
         }

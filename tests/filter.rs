@@ -27,9 +27,411 @@ fn seed_scenario_on_three_partitions() {
 
     let out = read_values(&client(), &output, 3, Duration::from_secs(60)).unwrap();
     let v = scenario::verify(&s.records, &out);
+    if !v.ok() {
+        let mut seen = std::collections::HashMap::new();
+        for (p, vals) in &out {
+            for (i, x) in vals.iter().enumerate() {
+                if let Some(prev) = seen.insert(*x, (*p, i)) {
+                    eprintln!("DUP value {x}: first at {prev:?}, again at ({p}, {i})");
+                }
+            }
+        }
+        let keep = dir.keep();
+        eprintln!("kept {}", keep.display());
+    }
     assert!(v.ok(), "{v:?}");
     assert_eq!(v.output_records, 10_000);
     let all: std::collections::BTreeSet<u64> = out.values().flatten().copied().collect();
     assert_eq!(all, (0..10_000).collect());
     let _: BTreeMap<i32, Vec<u64>> = out;
+}
+
+const CONSUMED: &str = "kafka_dedup_records_consumed_total";
+const FORWARDED: &str = "kafka_dedup_records_forwarded_total";
+const DROPPED: &str = "kafka_dedup_duplicates_dropped_total";
+const UNFINGERPRINTABLE: &str = "kafka_dedup_unfingerprintable_records_total";
+
+fn text_values(out: &BTreeMap<i32, Vec<Raw>>, p: i32) -> Vec<String> {
+    out[&p]
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone().unwrap_or_default()).unwrap())
+        .collect()
+}
+
+/// Case 2: a retried batch. 1..500, then 401..500 again (same key, value, headers) at new
+/// offsets, then 501..1000 → 1..1000 once; exactly 100 dropped.
+#[test]
+fn retried_batch_drops_exactly_the_repeats() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("retry-in"), unique("retry-out"));
+    create_topic(&input, 1);
+    create_topic(&output, 1);
+    let rec = |i: u32| {
+        raw(
+            Some(&format!("k{i}")),
+            Some(&i.to_string()),
+            &[("trace", &format!("t{i}"))],
+        )
+    };
+    let mut records: Vec<Raw> = (1..=500).map(rec).collect();
+    records.extend((401..=500).map(rec));
+    records.extend((501..=1000).map(rec));
+    produce_raw(&client(), &input, 0, &records);
+
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(CONSUMED, &[], 1100.0, Duration::from_secs(60));
+    filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
+    let scrape = filter.scrape();
+    assert_eq!(metric(&scrape, CONSUMED, &[]), 1100.0);
+    assert_eq!(metric(&scrape, FORWARDED, &[]), 1000.0);
+    assert_eq!(metric(&scrape, DROPPED, &[]), 100.0, "{scrape}");
+    assert!(filter.terminate().success());
+
+    let out = read_records(&client(), &output, 1);
+    let expected: Vec<String> = (1..=1000).map(|i| i.to_string()).collect();
+    assert_eq!(text_values(&out, 0), expected);
+    // Key and headers are kept.
+    assert_eq!(out[&0][0], rec(1));
+}
+
+/// Case 3: identity from a header. Same value with event-id A and B: both forwarded; A again
+/// with an extra header: dropped; no header: follows on_missing (forward, then dead_letter).
+#[test]
+fn header_selected_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output, dlq) = (unique("hdr-in"), unique("hdr-out"), unique("hdr-dlq"));
+    create_topic(&input, 1);
+    create_topic(&output, 1);
+    create_topic(&dlq, 1);
+    let records = vec![
+        raw(None, Some("same"), &[("event-id", "A")]),
+        raw(None, Some("same"), &[("event-id", "B")]),
+        raw(None, Some("different"), &[("retry", "1"), ("event-id", "A")]),
+        raw(None, Some("no header"), &[("other", "x")]),
+    ];
+    produce_raw(&client(), &input, 0, &records);
+
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.fingerprint = "[fingerprint]\nsource = \"header:event-id\"\n".into();
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(CONSUMED, &[], 4.0, Duration::from_secs(60));
+    filter.wait_metric(FORWARDED, &[], 3.0, Duration::from_secs(60));
+    let scrape = filter.scrape();
+    assert_eq!(metric(&scrape, DROPPED, &[]), 1.0);
+    assert_eq!(
+        metric(&scrape, UNFINGERPRINTABLE, &["action=\"forward\"", "reason=\"absent\""]),
+        1.0,
+        "{scrape}"
+    );
+    assert!(filter.terminate().success());
+    let out = read_records(&client(), &output, 1);
+    assert_eq!(
+        out[&0],
+        vec![records[0].clone(), records[1].clone(), records[3].clone()]
+    );
+
+    // The same input with on_missing = dead_letter: the header-less record goes to the DLQ.
+    let dir2 = tempfile::tempdir().unwrap();
+    let output2 = unique("hdr-out2");
+    create_topic(&output2, 1);
+    let mut spec2 = FilterSpec::new(&input, &output2, dir2.path());
+    spec2.fingerprint = format!(
+        "[fingerprint]\nsource = \"header:event-id\"\non_missing = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n"
+    );
+    let mut filter2 = spec2.start(dir2.path());
+    filter2.wait_metric(CONSUMED, &[], 4.0, Duration::from_secs(60));
+    filter2.wait_metric(FORWARDED, &[], 2.0, Duration::from_secs(60));
+    filter2.wait_metric(
+        UNFINGERPRINTABLE,
+        &["action=\"dead_letter\""],
+        1.0,
+        Duration::from_secs(10),
+    );
+    assert!(filter2.terminate().success());
+    let out2 = read_records(&client(), &output2, 1);
+    assert_eq!(out2[&0], vec![records[0].clone(), records[1].clone()]);
+    let dead = read_records(&client(), &dlq, 1);
+    assert_eq!(dead[&0].len(), 1);
+    assert_eq!(dead[&0][0].value.as_deref(), Some(&b"no header"[..]));
+    let reason = dead[&0][0]
+        .headers
+        .iter()
+        .find(|(k, _)| k == "kafka-dedup.reason")
+        .and_then(|(_, v)| v.clone());
+    assert_eq!(reason.as_deref(), Some(&b"absent"[..]));
+    let source = dead[&0][0]
+        .headers
+        .iter()
+        .find(|(k, _)| k == "kafka-dedup.source")
+        .and_then(|(_, v)| v.clone());
+    assert_eq!(source, Some(format!("{input}/0/3").into_bytes()));
+}
+
+/// Case 4: tombstones with key_value. (k1,"v1"), (k1,null), (k2,null), (k1,null) again, and
+/// (k1,"") → the repeat is dropped; a null value and an empty value are different events.
+#[test]
+fn tombstones_and_empty_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("tomb-in"), unique("tomb-out"));
+    create_topic(&input, 1);
+    create_topic(&output, 1);
+    let records = vec![
+        raw(Some("k1"), Some("v1"), &[]),
+        raw(Some("k1"), None, &[]),
+        raw(Some("k2"), None, &[]),
+        raw(Some("k1"), None, &[]),
+        raw(Some("k1"), Some(""), &[]),
+    ];
+    produce_raw(&client(), &input, 0, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.fingerprint = "[fingerprint]\nsource = \"key_value\"\n".into();
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(CONSUMED, &[], 5.0, Duration::from_secs(60));
+    filter.wait_metric(FORWARDED, &[], 4.0, Duration::from_secs(60));
+    assert_eq!(metric(&filter.scrape(), DROPPED, &[]), 1.0);
+    assert!(filter.terminate().success());
+    let out = read_records(&client(), &output, 1);
+    assert_eq!(
+        out[&0],
+        vec![
+            records[0].clone(),
+            records[1].clone(),
+            records[2].clone(),
+            records[4].clone()
+        ]
+    );
+}
+
+/// Case 5: offset gaps. Input written by a transactional producer (commit markers take offsets)
+/// on the broker that accepts transactions → everything forwarded once, the committed position
+/// equals each partition's end (lag 0), and a restart forwards nothing again.
+#[test]
+fn transaction_markers_do_not_stall_the_committed_position() {
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    let bootstrap = tx_broker();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("gap-in"), unique("gap-out"));
+    create_topic_on(&bootstrap, &input, 2, &[]);
+    create_topic_on(&bootstrap, &output, 2, &[]);
+    let mut c = client_for(&bootstrap);
+    c.set("transactional.id", unique("upstream"));
+    let producer: ThreadedProducer<_> = c.create().unwrap();
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    let mut written = Vec::new();
+    for txn in 0..3 {
+        producer.begin_transaction().unwrap();
+        for i in 0..10u64 {
+            let v = txn * 10 + i;
+            let p = (v % 2) as i32;
+            let text = v.to_string();
+            producer
+                .send(BaseRecord::to(&input).partition(p).key(&text).payload(&text))
+                .map_err(|(e, _)| e)
+                .unwrap();
+            written.push((p, v));
+        }
+        producer.commit_transaction(Duration::from_secs(30)).unwrap();
+    }
+    let ends = end_offsets_on(&bootstrap, &input, 2);
+    assert!(ends.values().all(|e| *e > 15), "markers take offsets: {ends:?}");
+
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.broker = bootstrap.clone();
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(FORWARDED, &[], 30.0, Duration::from_secs(90));
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let committed = committed_on(&bootstrap, &spec.group, &input, 2);
+    for (p, end) in &ends {
+        assert_eq!(
+            committed[p].0,
+            Some(*end),
+            "partition {p}: committed {:?}, end {end}",
+            committed[p]
+        );
+    }
+    let out = scenario::read_values(&client_for(&bootstrap), &output, 2, Duration::from_secs(30)).unwrap();
+    assert!(scenario::verify(&written, &out).ok());
+    assert_eq!(out.values().map(Vec::len).sum::<usize>(), 30);
+
+    // Restart: after a checkpoint, nothing was consumed or forwarded again.
+    let mut again = spec.start(dir.path());
+    again.wait_ready(Duration::from_secs(90));
+    again.wait_metric(
+        "kafka_dedup_checkpoints_total",
+        &["result=\"ok\""],
+        1.0,
+        Duration::from_secs(30),
+    );
+    let scrape = again.scrape();
+    assert_eq!(metric(&scrape, CONSUMED, &[]), 0.0, "{scrape}");
+    assert_eq!(metric(&scrape, FORWARDED, &[]), 0.0);
+    assert!(again.terminate().success());
+}
+
+/// Case 6: a graceful restart mid-stream (SIGTERM, start again) loses and repeats nothing.
+#[test]
+fn graceful_restart_mid_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("restart-in"), unique("restart-out"));
+    create_topic(&input, 3);
+    create_topic(&output, 3);
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    let s = scenario::replay_scenario(6000, 3, 150, 2);
+    let writer = {
+        let (records, input) = (s.records.clone(), input.clone());
+        std::thread::spawn(move || scenario::produce(&client(), &input, &records, Duration::from_secs(6)).unwrap())
+    };
+    // Stop while records are flowing, then start again on the same store.
+    filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let stopped_at = committed(&spec.group, &input, 3);
+    let mut filter = spec.start(dir.path());
+    writer.join().unwrap();
+    wait_committed(&spec.group, &input, &end_offsets(&input, 3), Duration::from_secs(120));
+    assert!(filter.terminate().success(), "{}", filter.logs());
+
+    let out = read_values(&client(), &output, 3, Duration::from_secs(60)).unwrap();
+    let v = scenario::verify(&s.records, &out);
+    if !v.ok() {
+        let mut seen = std::collections::HashMap::new();
+        for (p, vals) in &out {
+            for (i, x) in vals.iter().enumerate() {
+                if let Some(prev) = seen.insert(*x, (*p, i)) {
+                    eprintln!("DUP value {x}: first at {prev:?}, again at ({p}, {i})");
+                }
+            }
+        }
+        eprintln!("stopped_at {stopped_at:?}");
+        let keep = dir.keep();
+        eprintln!("kept {}", keep.display());
+    }
+    assert!(v.ok(), "{v:?}");
+    assert_eq!(v.output_records, 6000);
+    assert!(
+        stopped_at.values().any(|(o, _)| o.is_some_and(|o| o > 0)),
+        "the first run committed progress before stopping: {stopped_at:?}"
+    );
+}
+
+/// Case 7: input compressed with zstd, lz4 and gzip is filtered like any other (tansu 0.6 rejects
+/// snappy batches; snappy is covered on the mock cluster).
+#[test]
+fn compressed_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("codec-in"), unique("codec-out"));
+    create_topic(&input, 2);
+    create_topic(&output, 2);
+    let s = scenario::replay_scenario(4000, 2, 100, 3);
+    let quarter = s.records.len() / 4 + 1; // four batches of codecs
+    for (chunk, codec) in s.records.chunks(quarter).zip(["zstd", "lz4", "gzip", "zstd"]) {
+        let mut c = client();
+        c.set("compression.type", codec).set("linger.ms", "20");
+        scenario::produce(&c, &input, chunk, Duration::ZERO).unwrap();
+    }
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(CONSUMED, &[], s.records.len() as f64, Duration::from_secs(90));
+    filter.wait_metric(FORWARDED, &[], 4000.0, Duration::from_secs(60));
+    assert_eq!(metric(&filter.scrape(), DROPPED, &[]), s.replays as f64);
+    assert!(filter.terminate().success());
+    let out = read_values(&client(), &output, 2, Duration::from_secs(60)).unwrap();
+    let v = scenario::verify(&s.records, &out);
+    assert!(v.ok() && v.output_records == 4000, "{v:?}");
+}
+
+/// Case 8: bad configurations exit 2 naming the key, before consuming anything.
+#[test]
+fn bad_configs_exit_2_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("badcfg-in"), unique("badcfg-out"));
+    create_topic(&input, 1);
+    create_topic(&output, 1);
+    produce_raw(&client(), &input, 0, &[raw(None, Some("x"), &[])]);
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let good = spec.toml(free_port());
+    let cases: Vec<(String, &str)> = vec![
+        (good.replace("[input]", "[input]\ntopicc = \"typo\""), "input.topicc"),
+        (good.replace(&format!("topic = \"{output}\""), ""), "output.topic"),
+        (
+            good.replace("source = \"value\"", "source = \"json:no-slash\""),
+            "fingerprint.source",
+        ),
+        (
+            good.replace("interval = \"1s\"", "interval = \"0s\""),
+            "checkpoint.interval",
+        ),
+        (
+            good.replace("[checkpoint]", "[checkpoint]\ngenerations = 0"),
+            "checkpoint.generations",
+        ),
+    ];
+    for (i, (text, key)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("bad-{i}.toml"));
+        std::fs::write(&path, text).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+            .args(["run", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "case {key}: {stderr}");
+        assert!(stderr.contains(&format!("`{key}`")), "case {key}: {stderr}");
+        // check-config agrees.
+        let check = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+            .args(["check-config", "--config"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(check.status.code(), Some(2));
+    }
+    // An output topic that does not exist: refused before consuming, exit 2.
+    let missing = good.replace(&format!("topic = \"{output}\""), "topic = \"no-such-topic-kd\"");
+    let path = dir.path().join("missing-topic.toml");
+    std::fs::write(&path, missing).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no-such-topic-kd") && stderr.contains("does not exist"),
+        "{stderr}"
+    );
+    // Nothing was consumed: the group never committed.
+    let c = committed(&spec.group, &input, 1);
+    assert_eq!(c[&0].0, None, "{c:?}");
+    // A good configuration passes check-config and prints the effective settings.
+    let path = dir.path().join("good.toml");
+    std::fs::write(&path, &good).unwrap();
+    let check = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        .args(["check-config", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(check.status.success());
+    let printed = String::from_utf8_lossy(&check.stdout);
+    assert!(
+        printed.contains("generations = 2") && printed.contains(&input),
+        "{printed}"
+    );
+}
+
+/// Case 6b: preserve partitioning refuses an output topic with fewer partitions.
+#[test]
+fn preserve_needs_enough_output_partitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("fewer-in"), unique("fewer-out"));
+    create_topic(&input, 3);
+    create_topic(&output, 2);
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    let status = filter.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(2));
+    let logs = filter.logs();
+    assert!(logs.contains("has 3") && logs.contains("has 2"), "{logs}");
 }

@@ -25,9 +25,21 @@ pub fn broker() -> String {
 
 /// A client configuration for the test broker.
 pub fn client() -> ClientConfig {
+    client_for(&broker())
+}
+
+/// A client configuration for a given bootstrap address.
+pub fn client_for(bootstrap: &str) -> ClientConfig {
     let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", broker());
+    c.set("bootstrap.servers", bootstrap);
     c
+}
+
+/// Bootstrap address of the second test broker, the prebuilt tansu that accepts transactions
+/// (in-memory; see scripts/test.sh).
+pub fn tx_broker() -> String {
+    std::env::var("KAFKA_DEDUP_TEST_TX_BROKER")
+        .expect("KAFKA_DEDUP_TEST_TX_BROKER is not set: run the tests through scripts/test.sh")
 }
 
 /// A unique name for a topic or group: `prefix-<random>`.
@@ -42,7 +54,12 @@ pub fn create_topic(name: &str, partitions: i32) {
 
 /// Creates a topic with topic configs (for example `max.message.bytes`).
 pub fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) {
-    let admin: AdminClient<DefaultClientContext> = client().create().expect("admin client");
+    create_topic_on(&broker(), name, partitions, configs)
+}
+
+/// Creates a topic on the broker at `bootstrap`.
+pub fn create_topic_on(bootstrap: &str, name: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let admin: AdminClient<DefaultClientContext> = client_for(bootstrap).create().expect("admin client");
     let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
     for (k, v) in configs {
         topic = topic.set(k, v);
@@ -60,7 +77,7 @@ pub fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) 
     for r in res {
         r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
     }
-    let consumer: BaseConsumer = client().create().unwrap();
+    let consumer: BaseConsumer = client_for(bootstrap).create().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if let Ok(md) = consumer.fetch_metadata(Some(name), Duration::from_secs(5)) {
@@ -94,7 +111,17 @@ pub fn delete_topic(name: &str) {
 
 /// Committed offsets (and metadata) of `group` for `topic`'s partitions.
 pub fn committed(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, (Option<i64>, String)> {
-    let mut c = client();
+    committed_on(&broker(), group, topic, partitions)
+}
+
+/// As [`committed`], on the broker at `bootstrap`.
+pub fn committed_on(
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, (Option<i64>, String)> {
+    let mut c = client_for(bootstrap);
     c.set("group.id", group);
     let consumer: BaseConsumer = c.create().unwrap();
     let mut tpl = TopicPartitionList::new();
@@ -133,6 +160,8 @@ pub struct FilterProcess {
 /// Settings of a filter process under test.
 #[derive(Clone)]
 pub struct FilterSpec {
+    /// Bootstrap address (default: the sqlite tansu of `scripts/test.sh`).
+    pub broker: String,
     pub input: String,
     pub output: String,
     pub group: String,
@@ -149,6 +178,7 @@ impl FilterSpec {
     /// Defaults for a test: session timeout 6 s, checkpoint every 1 s, fence wait 1 s.
     pub fn new(input: &str, output: &str, dir: &Path) -> Self {
         FilterSpec {
+            broker: broker(),
             input: input.into(),
             output: output.into(),
             group: unique("group"),
@@ -188,7 +218,7 @@ path = "{store}"
 listen = "127.0.0.1:{port}"
 {extra}
 "#,
-            broker = broker(),
+            broker = self.broker,
             input = self.input,
             group = self.group,
             output = self.output,
@@ -209,7 +239,7 @@ listen = "127.0.0.1:{port}"
         cmd.arg("run")
             .arg("--config")
             .arg(&config)
-            .env("RUST_LOG", "info,librdkafka=warn,rdkafka=warn")
+            .env("RUST_LOG", "info,kafka_dedup=debug,librdkafka=warn,rdkafka=warn")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         for (k, v) in &self.env {
@@ -353,7 +383,12 @@ pub fn wait_committed(group: &str, topic: &str, ends: &BTreeMap<i32, i64>, timeo
 /// End offsets (high watermarks) of a topic's partitions. Only for positions, never to count
 /// records.
 pub fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    let consumer: BaseConsumer = client().create().unwrap();
+    end_offsets_on(&broker(), topic, partitions)
+}
+
+/// As [`end_offsets`], on the broker at `bootstrap`.
+pub fn end_offsets_on(bootstrap: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = client_for(bootstrap).create().unwrap();
     (0..partitions)
         .map(|p| {
             (
@@ -362,4 +397,129 @@ pub fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
             )
         })
         .collect()
+}
+
+/// A record as read back: key, value, headers.
+pub type Raw = kafka_dedup::fingerprint::OwnedRecord;
+
+/// Reads every record of `topic` from the beginning to the end, per partition in offset order.
+pub fn read_records(config: &ClientConfig, topic: &str, partitions: i32) -> BTreeMap<i32, Vec<Raw>> {
+    use rdkafka::message::{Headers, Message};
+    let mut c = config.clone();
+    c.set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true");
+    let consumer: kafka_dedup::kafka::Reader = c.create_with_context(kafka_dedup::kafka::ReaderContext).unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut out: BTreeMap<i32, Vec<Raw>> = (0..partitions).map(|p| (p, Vec::new())).collect();
+    let mut eof = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while eof.len() < partitions as usize {
+        assert!(Instant::now() < deadline, "reading {topic} timed out");
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                let headers = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| (h.key.to_string(), h.value.map(|v| v.to_vec())))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                out.entry(m.partition()).or_default().push(Raw {
+                    key: m.key().map(|k| k.to_vec()),
+                    value: m.payload().map(|v| v.to_vec()),
+                    headers,
+                });
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                eof.insert(p);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Produces records (key, value, headers) to one partition, in order, and waits for them.
+pub fn produce_raw(config: &ClientConfig, topic: &str, partition: i32, records: &[Raw]) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<_> = config.create().unwrap();
+    for r in records {
+        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(partition);
+        if let Some(k) = &r.key {
+            rec = rec.key(k.as_slice());
+        }
+        if let Some(v) = &r.value {
+            rec = rec.payload(v.as_slice());
+        }
+        if !r.headers.is_empty() {
+            let mut h = OwnedHeaders::new();
+            for (k, v) in &r.headers {
+                h = h.insert(Header {
+                    key: k,
+                    value: v.as_deref(),
+                });
+            }
+            rec = rec.headers(h);
+        }
+        producer.send(rec).map_err(|(e, _)| e).unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// A record with text key/value (None for null) and text headers.
+pub fn raw(key: Option<&str>, value: Option<&str>, headers: &[(&str, &str)]) -> Raw {
+    Raw {
+        key: key.map(|k| k.as_bytes().to_vec()),
+        value: value.map(|v| v.as_bytes().to_vec()),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), Some(v.as_bytes().to_vec())))
+            .collect(),
+    }
+}
+
+/// Sum of a metric's samples in a Prometheus text scrape, over all label sets matching
+/// `labels` (each `name="value"` must appear in the sample's labels).
+pub fn metric(scrape: &str, name: &str, labels: &[&str]) -> f64 {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' ')))
+        .filter(|l| labels.iter().all(|lab| l.contains(lab)))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
+impl FilterProcess {
+    /// The current `/metrics` scrape.
+    pub fn scrape(&self) -> String {
+        http_get(&self.http, "/metrics").map(|(_, b)| b).unwrap_or_default()
+    }
+
+    /// Waits until `metric(name, labels)` reaches at least `value`.
+    pub fn wait_metric(&mut self, name: &str, labels: &[&str], value: f64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let s = self.scrape();
+            if metric(&s, name, labels) >= value {
+                return;
+            }
+            if !self.running() {
+                panic!("kafka-dedup exited while waiting for {name}:\n{}", self.logs());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}{labels:?} < {value} after {timeout:?}:\n{s}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
