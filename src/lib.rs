@@ -20,6 +20,7 @@
 //! [`migrate`] (store tools), [`demo`] and [`scenario`] (the seed scenario).
 
 pub mod config;
+pub mod crash;
 pub mod demo;
 pub mod fingerprint;
 pub mod generations;

@@ -54,6 +54,8 @@ pub struct InFlight {
     base_seq: u64,
     /// Input offset after the last taken record.
     next_offset: i64,
+    /// Input offset after the last record the consumer returned, taken or not.
+    returned: i64,
 }
 
 /// Mask of the sequence number bits in a delivery opaque.
@@ -67,6 +69,7 @@ impl InFlight {
             entries: VecDeque::new(),
             base_seq: rand::random::<u64>() & SEQ_MASK,
             next_offset: start,
+            returned: start,
         }
     }
 
@@ -124,11 +127,22 @@ impl InFlight {
         self.next_offset
     }
 
-    /// Moves the next offset forward (records skipped by the consumer: transaction markers,
-    /// aborted records). Never moves it back.
-    pub fn skip_to(&mut self, offset: i64) {
-        if offset > self.next_offset {
-            self.next_offset = offset;
+    /// Notes that the consumer returned the record at `offset` (before it is taken).
+    #[inline]
+    pub fn returned(&mut self, offset: i64) {
+        if offset >= self.returned {
+            self.returned = offset + 1;
+        }
+    }
+
+    /// Moves the next offset forward to the consumer's `position` when the consumer skipped
+    /// records it never returned (transaction markers, aborted records), so the committed
+    /// position reaches the partition's end. Only when every record it returned was taken:
+    /// a record returned but not taken (refused by the producer) is never skipped. Never moves
+    /// back.
+    pub fn skip_to(&mut self, position: i64) {
+        if self.returned <= self.next_offset && position > self.next_offset {
+            self.next_offset = position;
         }
     }
 
@@ -339,8 +353,21 @@ mod tests {
     }
 
     #[test]
+    fn a_returned_but_untaken_record_is_never_skipped() {
+        let mut f = InFlight::new(0);
+        f.returned(0);
+        f.take(0, Target::None);
+        f.returned(1);
+        f.take(1, Target::Output);
+        f.untake(1); // refused by the producer
+        f.skip_to(5);
+        assert_eq!(f.watermark(), 1);
+    }
+
+    #[test]
     fn skipped_offsets_move_the_watermark_when_idle() {
         let mut f = InFlight::new(0);
+        f.returned(0);
         let a = f.take(0, Target::Output).unwrap();
         f.skip_to(5);
         assert_eq!(f.watermark(), 0);

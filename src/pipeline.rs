@@ -329,6 +329,7 @@ impl Filter {
             // Recovering (fetched again after the seek) or no longer ours: never forwarded.
             return Ok(());
         };
+        run.inflight.returned(offset);
         if offset < run.inflight.next_offset() {
             return Ok(()); // handed over again after a seek
         }
@@ -380,6 +381,7 @@ impl Filter {
                 if let Some(fp) = fp {
                     run.gens.insert(fp, Some(offset));
                 }
+                crate::crash::point("after-produce");
                 self.unacknowledged.fetch_add(1, Ordering::Relaxed);
             }
             Decision::Duplicate { age, distance } => {
@@ -505,6 +507,7 @@ impl Filter {
         match ev.result {
             Ok((q, o)) => {
                 if let Some((_, target)) = run.inflight.ack(seq) {
+                    crate::crash::point("after-ack");
                     if target == Target::Output {
                         run.metrics.forwarded.increment(1);
                         Totals::bump(&self.totals.forwarded);
@@ -664,13 +667,22 @@ impl Filter {
                 clean: false,
                 out_end: None,
             };
+            let t = Instant::now();
             let committed = commit_list(&self.cfg, &[(p, rec.resume, &meta)])
                 .and_then(|tpl| consumer.commit(&tpl, CommitMode::Sync));
+            debug!(
+                partition = p,
+                seconds = t.elapsed().as_secs_f64(),
+                "start-of-ownership commit"
+            );
             if let Err(e) = committed {
                 return self.schedule_retry(p, &format!("commit before resuming: {e}"));
             }
         }
-        if let Err(e) = consumer.seek(&topic, p, Offset::Offset(rec.resume), KAFKA_TIMEOUT) {
+        let t = Instant::now();
+        let sought = consumer.seek(&topic, p, Offset::Offset(rec.resume), KAFKA_TIMEOUT);
+        debug!(partition = p, seconds = t.elapsed().as_secs_f64(), "seek");
+        if let Err(e) = sought {
             return self.schedule_retry(p, &format!("seek to {}: {e}", rec.resume));
         }
         let mut tpl = TopicPartitionList::new();
@@ -724,6 +736,10 @@ impl Filter {
         }
         if lost {
             warn!(partitions = ?running, "assignment lost (session timeout or fenced); releasing without commit");
+            self.release(&running);
+            return;
+        }
+        if self.failure.is_some() {
             self.release(&running);
             return;
         }
@@ -782,6 +798,7 @@ impl Filter {
         self.store_partitions(parts, &metas);
         let entries: Vec<_> = metas.iter().map(|(p, o, m)| (*p, *o, m)).collect();
         let tpl = commit_list(&self.cfg, &entries).map_err(|e| e.to_string())?;
+        crate::crash::point("handover-before-commit");
         consumer.commit(&tpl, CommitMode::Sync).map_err(|e| e.to_string())?;
         info!(partitions = ?parts, "offsets committed for a clean hand-over");
         Ok(())
@@ -856,6 +873,9 @@ impl Filter {
                 r.cancel.store(true, Ordering::Relaxed);
             }
         }
+        // Released without commit: closing the consumer must not hand anything over.
+        let all: Vec<i32> = self.partitions.keys().copied().collect();
+        self.release(&all);
     }
 
     fn drive_checkpoint(&mut self, consumer: &FilterConsumer) -> Result<(), Fatal> {
@@ -982,6 +1002,7 @@ impl Filter {
             })
             .collect();
         let (tx, rx) = mpsc::channel();
+        crate::crash::point("checkpoint-before-store");
         std::thread::spawn(move || {
             let writes: Vec<PartitionWrite<'_>> = jobs
                 .iter()
@@ -999,7 +1020,15 @@ impl Filter {
                     clean: false,
                 })
                 .collect();
-            let _ = tx.send(store.save(&writes));
+            let started = Instant::now();
+            let result = store.save(&writes);
+            debug!(
+                partitions = writes.len(),
+                seconds = started.elapsed().as_secs_f64(),
+                ok = result.is_ok(),
+                "checkpoint stored"
+            );
+            let _ = tx.send(result);
         });
         ckpt.stage = Stage::Persisting(rx);
     }
@@ -1022,6 +1051,7 @@ impl Filter {
             }
         };
         if tpl.count() > 0 {
+            crate::crash::point("checkpoint-before-commit");
             if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
                 warn!(error = %e, "offset commit could not be sent; the next checkpoint commits again");
                 telemetry::checkpoint(false, 0.0);
@@ -1331,6 +1361,7 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
         match polled {
             Some(Ok(msg)) => {
                 if let Err(e) = f.on_record(&msg) {
+                    f.failure = Some(e.clone());
                     break Err(e);
                 }
             }

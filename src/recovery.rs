@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::config::{Config, Delivery, Partitioning, Start};
 use crate::fingerprint::Fingerprinter;
@@ -133,7 +133,13 @@ pub fn recover(env: &RecoveryEnv, req: &RecoveryRequest) -> Result<Recovered, Re
     if preserve {
         tpl.add_partition(&cfg.output.topic, p);
     }
+    let t = Instant::now();
     let committed = reader.committed_offsets(tpl, REQUEST_TIMEOUT)?;
+    debug!(
+        partition = p,
+        seconds = t.elapsed().as_secs_f64(),
+        "committed offsets fetched"
+    );
     let offset_of = |topic: &str| -> Result<Option<(i64, String)>, KafkaError> {
         let elem = committed.find_partition(topic, p).ok_or(KafkaError::OffsetFetch(
             rdkafka::types::RDKafkaErrorCode::UnknownPartition,

@@ -470,8 +470,21 @@ impl Store {
         Ok(out)
     }
 
+    /// Runs `f`, turning a panic inside sled (mangled files it did not detect at open) into
+    /// [`StoreError::Corrupt`], so a bad store leads to a rebuild, never to a crash loop.
+    fn guarded<T>(&self, what: &str, f: impl FnOnce() -> Result<T, StoreError>) -> Result<T, StoreError> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(r) => r,
+            Err(_) => Err(self.corrupt(format!("sled panicked while {what}"))),
+        }
+    }
+
     /// The snapshot of partition `p`, if any.
     pub fn snapshot(&self, p: i32) -> Result<Option<PartitionSnapshot>, StoreError> {
+        self.guarded("reading a snapshot", || self.snapshot_unguarded(p))
+    }
+
+    fn snapshot_unguarded(&self, p: i32) -> Result<Option<PartitionSnapshot>, StoreError> {
         match self.db.get(snapshot_key(p)).map_err(|e| self.sled_err(e))? {
             None => Ok(None),
             Some(v) => serde_json::from_slice(&v)
@@ -512,6 +525,10 @@ impl Store {
     /// Loads the generations of a snapshot, oldest first, verifying every chunk. The returned
     /// generations are marked as stored.
     pub fn load_generations(&self, p: i32, snap: &PartitionSnapshot) -> Result<Vec<Generation>, StoreError> {
+        self.guarded("loading generations", || self.load_generations_unguarded(p, snap))
+    }
+
+    fn load_generations_unguarded(&self, p: i32, snap: &PartitionSnapshot) -> Result<Vec<Generation>, StoreError> {
         let mut out = Vec::with_capacity(snap.generations.len());
         for meta in &snap.generations {
             let mut table = FingerprintTable::with_capacity(meta.count as usize);
@@ -539,10 +556,14 @@ impl Store {
     /// generations no longer live are removed. On success the written generations are marked
     /// stored. Errors: sled I/O.
     pub fn save(&self, writes: &[PartitionWrite<'_>]) -> Result<(), StoreError> {
+        self.guarded("writing a checkpoint", || self.save_unguarded(writes))
+    }
+
+    fn save_unguarded(&self, writes: &[PartitionWrite<'_>]) -> Result<(), StoreError> {
         let mut batch = sled::Batch::default();
         let mut written: Vec<&Generation> = Vec::new();
         for w in writes {
-            let old = self.snapshot(w.partition).ok().flatten();
+            let old = self.snapshot_unguarded(w.partition).ok().flatten();
             let mut metas = Vec::with_capacity(w.generations.len());
             for g in &w.generations {
                 let count = g.len();

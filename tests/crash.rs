@@ -1,0 +1,400 @@
+//! Issue 3: a kill -9 at any moment loses nothing and duplicates nothing. The binary runs as its
+//! own process against the real broker (tansu) and is killed, aborted at crash points, or has its
+//! store removed or mangled between runs.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use kafka_dedup::scenario::{self, read_values};
+use rand::{Rng, SeedableRng};
+
+const CONSUMED: &str = "kafka_dedup_records_consumed_total";
+const FORWARDED: &str = "kafka_dedup_records_forwarded_total";
+const DROPPED: &str = "kafka_dedup_duplicates_dropped_total";
+const REBUILDS: &str = "kafka_dedup_store_rebuilds_total";
+
+/// Records (partition, value) for values in `range`, on `partitions` partitions.
+fn values(range: std::ops::Range<u64>, partitions: i32) -> Vec<(i32, u64)> {
+    range.map(|v| ((v % partitions as u64) as i32, v)).collect()
+}
+
+fn assert_once_in_order(written: &[(i32, u64)], output: &str, partitions: i32, distinct: u64) {
+    let out = read_values(&client(), output, partitions, Duration::from_secs(120)).unwrap();
+    let v = scenario::verify(written, &out);
+    assert!(v.ok(), "{v:?}");
+    assert_eq!(v.output_records, distinct, "{v:?}");
+}
+
+fn wait_done(spec: &FilterSpec, input: &str, partitions: i32, filter: &FilterProcess) {
+    let ends = end_offsets(input, partitions);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let c = committed(&spec.group, input, partitions);
+        if ends
+            .iter()
+            .all(|(p, end)| c.get(p).and_then(|x| x.0).is_some_and(|o| o >= *end))
+        {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "committed {c:?}, expected {ends:?}:\n{}\n{}",
+            filter.logs(),
+            filter
+                .scrape()
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Case 1: chaos. 50,000 integers with upstream replays over 3 partitions, while kafka-dedup is
+/// killed with SIGKILL at random moments at least 15 times and restarted.
+#[test]
+fn chaos_sigkill_at_random_moments() {
+    let seed: u64 = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("chaos seed {seed} (set CHAOS_SEED to replay)");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("chaos-in"), unique("chaos-out"));
+    create_topic(&input, 3);
+    create_topic(&output, 3);
+    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
+
+    let s = scenario::replay_scenario(50_000, 3, 150, seed);
+    let writer = {
+        let (records, input) = (s.records.clone(), input.clone());
+        std::thread::spawn(move || scenario::produce(&client(), &input, &records, Duration::from_secs(100)).unwrap())
+    };
+    let started = Instant::now();
+    let mut kills = 0;
+    while kills < 15 || !writer.is_finished() {
+        let mut filter = spec.start(dir.path());
+        // A random moment: during start-up, recovery, forwarding or a checkpoint.
+        std::thread::sleep(Duration::from_millis(rng.gen_range(500..7000)));
+        assert!(filter.running(), "kafka-dedup died by itself:\n{}", filter.logs());
+        filter.kill9();
+        kills += 1;
+        assert!(started.elapsed() < Duration::from_secs(420), "chaos loop took too long");
+    }
+    writer.join().unwrap();
+    let mut filter = spec.start(dir.path());
+    wait_done(&spec, &input, 3, &filter);
+    assert!(filter.terminate().success(), "{}", filter.logs());
+
+    let out = read_values(&client(), &output, 3, Duration::from_secs(120)).unwrap();
+    let v = scenario::verify(&s.records, &out);
+    eprintln!(
+        "chaos: {kills} SIGKILLs in {:?}; written {} records ({} distinct + {} replays from {} upstream crashes); \
+         output {} records, missing {}, duplicated {}, out of order partitions {}",
+        started.elapsed(),
+        s.records.len(),
+        s.distinct,
+        s.replays,
+        s.crashes,
+        v.output_records,
+        v.missing,
+        v.duplicated,
+        v.out_of_order_partitions
+    );
+    assert!(kills >= 15);
+    assert!(v.ok(), "seed {seed}: {v:?}");
+    assert_eq!(v.output_records, 50_000);
+}
+
+fn start_with_crash(spec: &FilterSpec, dir: &Path, point: &str) -> FilterProcess {
+    let mut s = spec.clone();
+    s.env.push(("KAFKA_DEDUP_CRASH_AT".into(), point.into()));
+    s.start(dir)
+}
+
+/// Case 2a: killed between forwarding records and the checkpoint that would have committed them
+/// → the restart re-reads the input from the last commit and forwards nothing twice.
+#[test]
+fn killed_between_forwarding_and_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("fwd-in"), unique("fwd-out"));
+    create_topic(&input, 1);
+    create_topic(&output, 1);
+    let first = values(0..1000, 1);
+    scenario::produce(&client(), &input, &first, Duration::ZERO).unwrap();
+    let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
+    spec.interval = "1h"; // no checkpoint: only the commit made when the partition starts
+    let mut filter = start_with_crash(&spec, dir.path(), "after-ack:600");
+    let status = filter.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "aborted at the crash point");
+    let before = read_values(&client(), &output, 1, Duration::from_secs(30)).unwrap()[&0].len();
+    assert!(before >= 600, "{before} records reached the output before the crash");
+    assert_eq!(
+        committed(&spec.group, &input, 1)[&0].0,
+        Some(0),
+        "nothing was checkpointed"
+    );
+
+    let second = values(1000..1500, 1);
+    scenario::produce(&client(), &input, &second, Duration::ZERO).unwrap();
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(CONSUMED, &[], 1500.0, Duration::from_secs(60));
+    filter.wait_metric(FORWARDED, &[], (1500 - before) as f64, Duration::from_secs(60));
+    assert_eq!(
+        metric(&filter.scrape(), DROPPED, &[]),
+        before as f64,
+        "exactly the forwarded ones were replays"
+    );
+    assert!(filter.terminate().success());
+    let all: Vec<_> = first.iter().chain(second.iter()).copied().collect();
+    assert_once_in_order(&all, &output, 1, 1500);
+}
+
+/// Case 2b: killed after a checkpoint wrote the store but before the offsets were committed →
+/// the store is ahead of the commit; the restart notices, rebuilds from the output topic, and
+/// forwards nothing twice.
+#[test]
+fn killed_after_store_write_before_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("ckpt-in"), unique("ckpt-out"));
+    create_topic(&input, 2);
+    create_topic(&output, 2);
+    let first = values(0..2000, 2);
+    scenario::produce(&client(), &input, &first, Duration::ZERO).unwrap();
+    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
+    let mut filter = start_with_crash(&spec, dir.path(), "checkpoint-before-commit:2");
+    let status = filter.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "aborted at the crash point:\n{}", filter.logs());
+    let forwarded: usize = read_values(&client(), &output, 2, Duration::from_secs(30))
+        .unwrap()
+        .values()
+        .map(Vec::len)
+        .sum();
+    assert!(forwarded > 0, "records were forwarded before the checkpoint");
+
+    let second = values(2000..3000, 2);
+    scenario::produce(&client(), &input, &second, Duration::ZERO).unwrap();
+    let mut filter = spec.start(dir.path());
+    wait_done(&spec, &input, 2, &filter);
+    let scrape = filter.scrape();
+    assert!(
+        metric(&scrape, REBUILDS, &[]) >= 1.0,
+        "the store ahead of the commit is rebuilt:\n{scrape}"
+    );
+    assert!(filter
+        .logs()
+        .contains("rebuilding its generations from the output topic"));
+    assert!(filter.terminate().success());
+    let all: Vec<_> = first.iter().chain(second.iter()).copied().collect();
+    assert_once_in_order(&all, &output, 2, 3000);
+}
+
+/// Case 2c: killed during a hand-over (SIGTERM), after the store was written, before the commit.
+#[test]
+fn killed_during_handover_before_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("ho-in"), unique("ho-out"));
+    create_topic(&input, 2);
+    create_topic(&output, 2);
+    let first = values(0..1500, 2);
+    scenario::produce(&client(), &input, &first, Duration::ZERO).unwrap();
+    let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
+    spec.interval = "1h";
+    let mut filter = start_with_crash(&spec, dir.path(), "handover-before-commit");
+    filter.wait_metric(FORWARDED, &[], 1500.0, Duration::from_secs(60));
+    let status = filter.terminate();
+    assert!(!status.success(), "aborted inside the hand-over:\n{}", filter.logs());
+
+    let replays = values(1000..1500, 2);
+    let second = values(1500..2000, 2);
+    scenario::produce(&client(), &input, &replays, Duration::ZERO).unwrap();
+    scenario::produce(&client(), &input, &second, Duration::ZERO).unwrap();
+    spec.interval = "1s";
+    let mut filter = spec.start(dir.path());
+    wait_done(&spec, &input, 2, &filter);
+    assert!(filter.terminate().success());
+    let all: Vec<_> = first
+        .iter()
+        .chain(replays.iter())
+        .chain(second.iter())
+        .copied()
+        .collect();
+    assert_once_in_order(&all, &output, 2, 2000);
+}
+
+/// Case 4a: the store directory is deleted between runs → rebuilt from the output topic, logged,
+/// counted; replays are still dropped.
+#[test]
+fn store_deleted_between_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("del-in"), unique("del-out"));
+    create_topic(&input, 3);
+    create_topic(&output, 3);
+    let first = values(0..3000, 3);
+    scenario::produce(&client(), &input, &first, Duration::ZERO).unwrap();
+    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
+    let mut filter = spec.start(dir.path());
+    wait_done(&spec, &input, 3, &filter);
+    assert!(filter.terminate().success());
+
+    std::fs::remove_dir_all(&spec.store).unwrap();
+    let replays = values(2000..3000, 3);
+    let second = values(3000..4000, 3);
+    scenario::produce(&client(), &input, &replays, Duration::ZERO).unwrap();
+    scenario::produce(&client(), &input, &second, Duration::ZERO).unwrap();
+    let mut filter = spec.start(dir.path());
+    wait_done(&spec, &input, 3, &filter);
+    let scrape = filter.scrape();
+    assert_eq!(metric(&scrape, REBUILDS, &["reason=\"missing\""]), 3.0, "{scrape}");
+    assert_eq!(metric(&scrape, DROPPED, &[]), 1000.0);
+    assert!(filter
+        .logs()
+        .contains("rebuilding its generations from the output topic"));
+    assert!(filter.terminate().success());
+    let all: Vec<_> = first
+        .iter()
+        .chain(replays.iter())
+        .chain(second.iter())
+        .copied()
+        .collect();
+    assert_once_in_order(&all, &output, 3, 4000);
+}
+
+/// Overwrites the middle of every regular file under `dir` with garbage and truncates the
+/// largest one to half its size.
+fn mangle(dir: &Path) {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    assert!(!files.is_empty());
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    for f in &files {
+        let mut bytes = std::fs::read(f).unwrap();
+        if bytes.len() > 16 {
+            let start = bytes.len() / 3;
+            let end = (start + 4096).min(bytes.len());
+            for b in &mut bytes[start..end] {
+                *b = rng.gen();
+            }
+            std::fs::write(f, &bytes).unwrap();
+        }
+    }
+    let largest = files
+        .iter()
+        .max_by_key(|f| std::fs::metadata(f).unwrap().len())
+        .unwrap();
+    let len = std::fs::metadata(largest).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(largest)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+}
+
+/// Case 4b: store files garbled and truncated between runs → the next run starts (no crash
+/// loop), rebuilds from the output topic, counts it, and forwards nothing twice.
+#[test]
+fn store_garbled_between_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("garble-in"), unique("garble-out"));
+    create_topic(&input, 2);
+    create_topic(&output, 2);
+    let first = values(0..3000, 2);
+    scenario::produce(&client(), &input, &first, Duration::ZERO).unwrap();
+    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
+    let mut filter = spec.start(dir.path());
+    wait_done(&spec, &input, 2, &filter);
+    assert!(filter.terminate().success());
+
+    mangle(&spec.store);
+    let replays = values(2500..3000, 2);
+    let second = values(3000..3500, 2);
+    scenario::produce(&client(), &input, &replays, Duration::ZERO).unwrap();
+    scenario::produce(&client(), &input, &second, Duration::ZERO).unwrap();
+    let mut filter = spec.start(dir.path());
+    wait_done(&spec, &input, 2, &filter);
+    let scrape = filter.scrape();
+    assert!(metric(&scrape, REBUILDS, &[]) >= 1.0, "{scrape}\n{}", filter.logs());
+    assert_eq!(metric(&scrape, DROPPED, &[]), 500.0);
+    assert!(filter.terminate().success());
+    let all: Vec<_> = first
+        .iter()
+        .chain(replays.iter())
+        .chain(second.iter())
+        .copied()
+        .collect();
+    assert_once_in_order(&all, &output, 2, 3500);
+
+    // And the run after that starts from a healthy store again.
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    assert_eq!(metric(&filter.scrape(), REBUILDS, &[]), 0.0, "{}", filter.logs());
+    assert!(filter.terminate().success());
+}
+
+/// Case 3: a record the producer refuses (larger than `message.max.bytes`) is neither lost nor
+/// fingerprinted: the filter stops with a clear error (exit 1), nothing after it is committed,
+/// and once the limit is raised a restart forwards it and everything after it, once.
+#[test]
+fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("big-in"), unique("big-out"));
+    create_topic(&input, 1);
+    create_topic(&output, 1);
+    let big = "x".repeat(20_000);
+    let mut records: Vec<Raw> = (0..10).map(|i| raw(None, Some(&format!("small-{i}")), &[])).collect();
+    records.push(raw(None, Some(&big), &[]));
+    records.extend((10..20).map(|i| raw(None, Some(&format!("small-{i}")), &[])));
+    produce_raw(&client(), &input, 0, &records);
+
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let limited = spec.toml(free_port()).replace(
+        "\"heartbeat.interval.ms\" = 500",
+        "\"heartbeat.interval.ms\" = 500\n\"message.max.bytes\" = 10000",
+    );
+    let config = dir.path().join("limited.toml");
+    std::fs::write(&config, limited).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("partition 0 offset 10") && stderr.contains("delivery to"),
+        "{stderr}"
+    );
+    let got = read_records(&client(), &output, 1);
+    assert_eq!(
+        got[&0],
+        records[..10].to_vec(),
+        "everything before the refused record, nothing after"
+    );
+    let c = committed(&spec.group, &input, 1);
+    assert!(c[&0].0.unwrap_or(0) <= 10, "nothing committed past it: {c:?}\n{stderr}");
+
+    // The fix: the default limit. The refused record was not fingerprinted, so it is forwarded.
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(FORWARDED, &[], 11.0, Duration::from_secs(60));
+    filter.wait_metric(CONSUMED, &[], 21.0, Duration::from_secs(60));
+    assert_eq!(metric(&filter.scrape(), DROPPED, &[]), 10.0);
+    assert!(filter.terminate().success());
+    let got = read_records(&client(), &output, 1);
+    assert_eq!(got[&0], records);
+}
