@@ -17,7 +17,7 @@
 //! | `s` partition:u32-be                             | JSON [`PartitionSnapshot`]              |
 //! | `g` partition:u32-be epoch:u64-be chunk:u32-be   | chunk: `KDG1` count:u32-le, count x (fingerprint:u128-le, first-seen:u32-le), xxh3-64:u64-le of what precedes |
 //!
-//! Chunks hold up to [`CHUNK_ENTRIES`] fingerprints (1.3 MB), so a generation of millions is
+//! Chunks hold up to [`CHUNK_ENTRIES`] fingerprints (80 KiB), so a generation of millions is
 //! written and read in bounded pieces and `inspect dump` can stream it.
 //!
 //! Versioning: sled writes to its files whenever it opens a database, even to read it, so the
@@ -37,8 +37,10 @@ use crate::table::FingerprintTable;
 /// The store format this build reads and writes. See `migrations/`.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// Fingerprints per chunk value.
-pub const CHUNK_ENTRIES: usize = 65_536;
+/// Fingerprints per chunk value (80 KiB). Small on purpose: sled 0.34 keeps up to 17 values in
+/// one leaf page and reads and caches a page whole, so the chunk size bounds the memory one read
+/// takes (with 65,536-entry chunks a page reached 22 MB, and reading it peaked near 3x that).
+pub const CHUNK_ENTRIES: usize = 4_096;
 
 const KEY_FORMAT: &[u8] = b"m:format";
 const KEY_IDENTITY: &[u8] = b"m:identity";
@@ -145,8 +147,12 @@ pub enum Opened {
 /// The open store. Cheap to clone (sled handles are shared).
 #[derive(Clone)]
 pub struct Store {
+    /// The sled database (one tree).
     db: sled::Db,
+    /// The store directory.
     path: Arc<PathBuf>,
+    /// sled's page cache size, kept for [`Store::reopened`].
+    cache_bytes: u64,
 }
 
 /// One partition's part of a checkpoint: the snapshot fields plus the live generations.
@@ -503,6 +509,7 @@ impl Store {
         let store = Store {
             db,
             path: Arc::new(path.to_path_buf()),
+            cache_bytes: RUN_CACHE_BYTES,
         };
         // The stamp inside the database decides once it is open: a migration writes it in the
         // same step as the data, and the format file after it.
@@ -624,6 +631,7 @@ impl Store {
         let store = Store {
             db,
             path: Arc::new(path.to_path_buf()),
+            cache_bytes: TOOL_CACHE_BYTES,
         };
         let found = match store.format_version()? {
             Some(v) => v,
@@ -631,6 +639,60 @@ impl Store {
             None => return Err(store.corrupt("the database holds data but no format version")),
         };
         Ok((store, found))
+    }
+
+    /// Closes sled and opens the same directory again, with the same cache size: the only way
+    /// to release sled 0.34's page cache, which keeps every page a one-pass scan reads (its LRU
+    /// evicts only after 64 accesses to one of its 256 shards). For the scans of `inspect`
+    /// ([`crate::inspect::Scan`]). Consumes the handle: sled's file lock is released only when
+    /// every clone is dropped, so with other clones alive this fails with
+    /// [`StoreError::InUse`]. Errors: as [`Store::open_existing`] past its refusals.
+    pub fn reopened(self) -> Result<Store, StoreError> {
+        let Store { db, path, cache_bytes } = self;
+        drop(db);
+        match open_sled(&path, cache_bytes) {
+            Ok(db) => Ok(Store { db, path, cache_bytes }),
+            Err(e) if is_lock_error(&e) => Err(StoreError::InUse {
+                hint: in_use_hint(&path),
+                path: path.to_path_buf(),
+            }),
+            Err(e) => Err(StoreError::Corrupt {
+                path: path.to_path_buf(),
+                reason: e,
+            }),
+        }
+    }
+
+    /// Reads chunk `c` of generation `meta` of partition `p` and checks it (magic, length,
+    /// checksum). Returns the entries and the value's size in bytes. Errors: missing, damaged
+    /// ([`StoreError::Corrupt`]), sled I/O.
+    pub fn read_chunk(&self, p: i32, meta: &GenerationMeta, c: u32) -> Result<(Vec<(u128, u32)>, usize), StoreError> {
+        let v = self
+            .db
+            .get(chunk_key(p, meta.epoch, c))
+            .map_err(|e| self.sled_err(e))?
+            .ok_or_else(|| {
+                self.corrupt(format!(
+                    "partition {p} generation {}: chunk {c} of {} missing",
+                    meta.epoch, meta.chunks
+                ))
+            })?;
+        let entries = decode_chunk(&v)
+            .map_err(|e| self.corrupt(format!("partition {p} generation {} chunk {c}: {e}", meta.epoch)))?;
+        Ok((entries, v.len()))
+    }
+
+    /// Every entry with a key at or after `from`, in key order, classified by the layout, one at
+    /// a time. For `inspect verify`, which resumes from the last key after a [`Store::reopened`].
+    pub fn entries_from(
+        &self,
+        from: &[u8],
+    ) -> impl Iterator<Item = Result<(sled::IVec, StoreKey, sled::IVec), StoreError>> + '_ {
+        self.db.range(from.to_vec()..).map(move |kv| {
+            let (k, v) = kv.map_err(|e| self.sled_err(e))?;
+            let key = StoreKey::parse(&k);
+            Ok((k, key, v))
+        })
     }
 
     fn sled_err(&self, source: sled::Error) -> StoreError {
@@ -678,15 +740,6 @@ impl Store {
     #[allow(dead_code)]
     pub(crate) fn db(&self) -> &sled::Db {
         &self.db
-    }
-
-    /// Every entry of the store in key order, classified by the layout, one at a time (values
-    /// of chunks are up to 1.3 MB; nothing else is kept). For `inspect verify`.
-    pub fn entries(&self) -> impl Iterator<Item = Result<(StoreKey, sled::IVec), StoreError>> + '_ {
-        self.db.iter().map(move |kv| {
-            let (k, v) = kv.map_err(|e| self.sled_err(e))?;
-            Ok((StoreKey::parse(&k), v))
-        })
     }
 
     /// The deployment the store belongs to.
@@ -759,20 +812,7 @@ impl Store {
             if failed {
                 return None;
             }
-            let read = self
-                .db
-                .get(chunk_key(p, meta.epoch, c))
-                .map_err(|e| self.sled_err(e))
-                .and_then(|v| {
-                    let v = v.ok_or_else(|| {
-                        self.corrupt(format!(
-                            "partition {p} generation {}: chunk {c} of {} missing",
-                            meta.epoch, meta.chunks
-                        ))
-                    })?;
-                    decode_chunk(&v)
-                        .map_err(|e| self.corrupt(format!("partition {p} generation {} chunk {c}: {e}", meta.epoch)))
-                });
+            let read = self.read_chunk(p, meta, c).map(|(entries, _)| entries);
             failed = read.is_err();
             Some(read)
         })
