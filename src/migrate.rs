@@ -142,16 +142,7 @@ pub fn plan(steps: &[Migration], found: u32, target: u32) -> Option<Vec<Migratio
 /// for tests). Refuses, untouched: a directory that is not a store, a store in use, a version
 /// newer than `target`, and a version no chain of steps leads from.
 pub fn migrate_with(path: &Path, steps: &[Migration], target: u32) -> Result<Report, MigrateError> {
-    let (store, found) = Store::open_for_migration(path, target)?;
-    if found > target {
-        return Err(StoreError::NewerFormat {
-            path: path.to_path_buf(),
-            found,
-            supported: target,
-        }
-        .into());
-    }
-    let plan = plan(steps, found, target).ok_or_else(|| MigrateError::NoPath {
+    let no_path = |found: u32| MigrateError::NoPath {
         path: path.to_path_buf(),
         found,
         target,
@@ -164,7 +155,24 @@ pub fn migrate_with(path: &Path, steps: &[Migration], target: u32) -> Result<Rep
                 .collect::<Vec<_>>()
                 .join(", ")
         },
-    })?;
+    };
+    // Plan from the format file first: a version no chain leads from is refused before sled
+    // opens (and rewrites its files).
+    if let Ok(Some(v)) = format_file_version(path) {
+        if v <= target && plan(steps, v, target).is_none() {
+            return Err(no_path(v));
+        }
+    }
+    let (store, found) = Store::open_for_migration(path, target)?;
+    if found > target {
+        return Err(StoreError::NewerFormat {
+            path: path.to_path_buf(),
+            found,
+            supported: target,
+        }
+        .into());
+    }
+    let plan = plan(steps, found, target).ok_or_else(|| no_path(found))?;
     let mut report = Report {
         path: path.to_path_buf(),
         from: found,
