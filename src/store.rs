@@ -27,6 +27,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
@@ -400,6 +401,25 @@ fn is_lock_error(e: &str) -> bool {
     e.contains("could not acquire lock")
 }
 
+/// How long an open retries while sled's file lock is held: 1 s. A lock outlives its holder for
+/// a moment when the holder was this process: sled's background tasks keep the file open after
+/// the last handle is dropped, and a child process spawned meanwhile holds a copy of the
+/// descriptor until it execs. A lock held by another running process is reported after this.
+const LOCK_GRACE: Duration = Duration::from_secs(1);
+
+/// [`open_sled`], retried while the lock is held, for up to `grace`.
+fn open_sled_waiting(path: &Path, cache_bytes: u64, grace: Duration) -> Result<sled::Db, String> {
+    let deadline = Instant::now() + grace;
+    loop {
+        match open_sled(path, cache_bytes) {
+            Err(e) if is_lock_error(&e) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            result => return result,
+        }
+    }
+}
+
 /// The HTTP address written by [`Store::write_live_file`], made usable from this host: an
 /// unspecified listen address (`0.0.0.0`, `[::]`) becomes the loopback address.
 fn live_address(path: &Path) -> Option<String> {
@@ -479,7 +499,7 @@ impl Store {
                 opened = Opened::Created;
             }
         }
-        let db = match open_sled(path, RUN_CACHE_BYTES) {
+        let db = match open_sled_waiting(path, RUN_CACHE_BYTES, LOCK_GRACE) {
             Ok(db) => db,
             Err(e) if is_lock_error(&e) => {
                 return Err(StoreError::InUse {
@@ -613,7 +633,7 @@ impl Store {
                 supported: oldest,
             });
         }
-        let db = match open_sled(path, TOOL_CACHE_BYTES) {
+        let db = match open_sled_waiting(path, TOOL_CACHE_BYTES, LOCK_GRACE) {
             Ok(db) => db,
             Err(e) if is_lock_error(&e) => {
                 return Err(StoreError::InUse {
@@ -650,7 +670,8 @@ impl Store {
     pub fn reopened(self) -> Result<Store, StoreError> {
         let Store { db, path, cache_bytes } = self;
         drop(db);
-        match open_sled(&path, cache_bytes) {
+        // This process just released the lock; sled's background tasks may hold it a moment.
+        match open_sled_waiting(&path, cache_bytes, 5 * LOCK_GRACE) {
             Ok(db) => Ok(Store { db, path, cache_bytes }),
             Err(e) if is_lock_error(&e) => Err(StoreError::InUse {
                 hint: in_use_hint(&path),

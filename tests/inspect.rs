@@ -283,8 +283,9 @@ fn retried_batch_inspected_offline_then_live() {
 }
 
 /// Writes a store at `path` through the library: partition 0, one generation starting at input
-/// offset 0 holding `xxh3_128(i)` first seen at offset `i`, for `i` in `0..n`.
-fn write_store(path: &Path, n: u64) {
+/// offset 0 holding `xxh3_128(i)` first seen at offset `i`, for `i` in `0..n`; then stamps it
+/// with format version `stamp` if given (through the same handle: no reopen in this process).
+fn write_store(path: &Path, n: u64, stamp: Option<u32>) {
     let (store, _) = Store::open_for_run(path, &identity("value")).unwrap();
     let out: Positions = [(0, 0)].into_iter().collect();
     let mut g = Generation::new(1, 0, out.clone(), n as usize);
@@ -302,6 +303,9 @@ fn write_store(path: &Path, n: u64) {
             clean: true,
         }])
         .unwrap();
+    if let Some(v) = stamp {
+        store.set_format_version(v).unwrap();
+    }
 }
 
 /// A configuration for `run` with the store at `store`. The bootstrap address has no broker:
@@ -359,11 +363,7 @@ fn run_refused(config: &Path) -> String {
 fn refusals_leave_the_directory_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let future = dir.path().join("future");
-    write_store(&future, 100);
-    Store::open_existing(&future)
-        .unwrap()
-        .set_format_version(FORMAT_VERSION + 1)
-        .unwrap();
+    write_store(&future, 100, Some(FORMAT_VERSION + 1));
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
     let unrelated = dir.path().join("unrelated");
@@ -372,8 +372,7 @@ fn refusals_leave_the_directory_untouched() {
     std::fs::write(unrelated.join("data.csv"), "a,b\n1,2\n").unwrap();
     std::fs::write(unrelated.join("sub").join("x"), [0u8; 10]).unwrap();
     let old = dir.path().join("old");
-    write_store(&old, 10);
-    Store::open_existing(&old).unwrap().set_format_version(0).unwrap();
+    write_store(&old, 10, Some(0));
 
     let newer_msg = format!(
         "has format version {}, newer than this build supports ({FORMAT_VERSION}); use a newer kafka-dedup",
@@ -497,9 +496,9 @@ fn dump_of_a_million_fingerprints_runs_in_bounded_memory() {
         dir.path().join("big"),
         dir.path().join("bigger"),
     );
-    write_store(&small, 1_000);
-    write_store(&big, N);
-    write_store(&bigger, FOUR_N);
+    write_store(&small, 1_000, None);
+    write_store(&big, N, None);
+    write_store(&bigger, FOUR_N, None);
     let dump = |store: &Path| -> Vec<String> {
         [
             "inspect",
