@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use kafka_dedup::config::Config;
 use kafka_dedup::demo::{run_demo, DemoOptions};
 use kafka_dedup::inspect::{self, InspectCommand};
+use kafka_dedup::migrate::{self, MigrateError};
 use kafka_dedup::pipeline::RunError;
 use kafka_dedup::service::{self, ServiceError};
 use kafka_dedup::store::StoreError;
@@ -47,7 +48,7 @@ enum Command {
         #[arg(long, default_value_t = 42)]
         seed: u64,
     },
-    /// Inspect a fingerprint store (offline; while running, use the HTTP /store/ routes).
+    /// Inspect a fingerprint store offline (while `run` holds it, ask its HTTP /store/ routes).
     Inspect {
         /// Store directory (store.path).
         #[arg(long)]
@@ -182,14 +183,18 @@ fn main() -> ExitCode {
         }
         Command::Migrate { store } => {
             init_logs("info");
-            match kafka_dedup::migrate::migrate(&store) {
-                Ok(msg) => {
-                    println!("{msg}");
+            match migrate::migrate(&store) {
+                Ok(report) => {
+                    println!("{report}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
                     eprintln!("kafka-dedup migrate: {e}");
-                    store_exit(&e)
+                    match &e {
+                        MigrateError::Store(s) => store_exit(s),
+                        MigrateError::NoPath { .. } => ExitCode::from(2),
+                        MigrateError::Step { .. } => ExitCode::from(1),
+                    }
                 }
             }
         }

@@ -41,6 +41,7 @@ use tracing::{debug, error, info, warn};
 use crate::config::{Config, Delivery, OnMissing, Partitioning};
 use crate::fingerprint::{Fingerprinter, Unfingerprintable};
 use crate::generations::Generation;
+use crate::inspect::{LiveRequest, PartitionView};
 use crate::kafka::{self, TopicError};
 use crate::metadata::{new_checkpoint_id, CheckpointMeta};
 use crate::partition::{InFlight, Partition, Recovering, Rotation, Running, Target, SEQ_BITS};
@@ -306,6 +307,9 @@ pub struct Filter {
     last_gauges: Instant,
     /// Records produced and not yet acknowledged, over all partitions.
     unacknowledged: AtomicU64,
+    /// Questions of the live `/store/*` routes, answered in [`Filter::tick`] from this thread's
+    /// partition state.
+    live: Receiver<LiveRequest>,
 }
 
 /// Outcome of the fingerprint lookup for one record.
@@ -486,7 +490,31 @@ impl Filter {
             self.last_gauges = Instant::now();
             self.refresh_gauges();
         }
+        self.answer_live();
         Ok(())
+    }
+
+    /// Answers the live `/store/*` questions from the owned partitions' in-memory state (see
+    /// [`crate::inspect`]): running partitions with their generations, recovering ones as such.
+    fn answer_live(&self) {
+        while let Ok(request) = self.live.try_recv() {
+            let view: BTreeMap<i32, PartitionView<'_>> = self
+                .partitions
+                .iter()
+                .map(|(p, state)| {
+                    let v = match state {
+                        Partition::Recovering(_) => PartitionView::Recovering,
+                        Partition::Running(r) => PartitionView::Running {
+                            gens: &r.gens,
+                            next_offset: r.inflight.next_offset(),
+                            output_position: &r.out_positions,
+                        },
+                    };
+                    (*p, v)
+                })
+                .collect();
+            request.answer(&view, &self.fingerprinter);
+        }
     }
 
     fn drain_deliveries(&mut self) {
@@ -1286,6 +1314,8 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
         store.write_live_file(&cfg.http.listen);
     }
     status.set_store(store.clone());
+    let (live_tx, live_rx) = mpsc::channel();
+    status.set_live(live_tx);
     let totals = status.totals.clone();
 
     let (dtx, drx) = mpsc::channel();
@@ -1316,6 +1346,7 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
         shutdown: shutdown.clone(),
         last_gauges: Instant::now(),
         unacknowledged: AtomicU64::new(0),
+        live: live_rx,
     };
     let context = FilterContext {
         filter: Mutex::new(filter),

@@ -3,10 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
+use crate::inspect::LiveRequest;
 use crate::store::Store;
 use crate::telemetry::Totals;
 
@@ -25,6 +27,9 @@ pub struct Status {
     fatal: Mutex<Option<String>>,
     /// The open store, for `/store/*`.
     store: Mutex<Option<Store>>,
+    /// Questions for the pipeline thread (live `/store/*` answers); its receiver is drained by
+    /// `Filter::tick`. Sending fails once the pipeline has stopped.
+    live: Mutex<Option<Sender<LiveRequest>>>,
 }
 
 /// The answer of `/readyz`.
@@ -91,6 +96,16 @@ impl Status {
     /// The open store, if the filter has one.
     pub fn store(&self) -> Option<Store> {
         self.store.lock().expect("not poisoned").clone()
+    }
+
+    /// Makes the pipeline's request channel available to the live `/store/*` routes.
+    pub fn set_live(&self, tx: Sender<LiveRequest>) {
+        *self.live.lock().expect("not poisoned") = Some(tx);
+    }
+
+    /// The pipeline's request channel, once the filter has started.
+    pub fn live(&self) -> Option<Sender<LiveRequest>> {
+        self.live.lock().expect("not poisoned").clone()
     }
 
     /// States of the owned partitions.

@@ -5,7 +5,10 @@
 //! its checkpoint id equals the one in the committed offset's metadata; anything else (missing,
 //! behind, ahead, from another deployment, corrupt) is rebuilt from the output topic.
 //!
-//! Layout (format version [`FORMAT_VERSION`]; one sled tree, so a checkpoint is one atomic batch):
+//! Layout (format version [`FORMAT_VERSION`], documented in `migrations/0001-initial.md`). The
+//! directory holds the format file [`FORMAT_FILE`] (the version as decimal text), sled's files
+//! (`conf`, `db`, `blobs/`, `snap.*`) and, while `run` has it open, [`LIVE_FILE`]. The database
+//! is one sled tree, so a checkpoint is one atomic batch:
 //!
 //! | key                                              | value                                   |
 //! |--------------------------------------------------|-----------------------------------------|
@@ -14,11 +17,17 @@
 //! | `s` partition:u32-be                             | JSON [`PartitionSnapshot`]              |
 //! | `g` partition:u32-be epoch:u64-be chunk:u32-be   | chunk: `KDG1` count:u32-le, count x (fingerprint:u128-le, first-seen:u32-le), xxh3-64:u64-le of what precedes |
 //!
-//! Chunks hold up to [`CHUNK_ENTRIES`] fingerprints (1.3 MB), so a generation of millions is
+//! Chunks hold up to [`CHUNK_ENTRIES`] fingerprints (80 KiB), so a generation of millions is
 //! written and read in bounded pieces and `inspect dump` can stream it.
+//!
+//! Versioning: sled writes to its files whenever it opens a database, even to read it, so the
+//! format file is read first and every refusal (not a store, newer format, older format) is
+//! decided before sled is touched. Once the database is open, `m:format` decides: a migration
+//! ([`crate::migrate`]) writes it with its data, and rewrites the format file after it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
@@ -29,15 +38,21 @@ use crate::table::FingerprintTable;
 /// The store format this build reads and writes. See `migrations/`.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// Fingerprints per chunk value.
-pub const CHUNK_ENTRIES: usize = 65_536;
+/// Fingerprints per chunk value (80 KiB). Small on purpose: sled 0.34 keeps up to 17 values in
+/// one leaf page and reads and caches a page whole, so the chunk size bounds the memory one read
+/// takes (with 65,536-entry chunks a page reached 22 MB, and reading it peaked near 3x that).
+pub const CHUNK_ENTRIES: usize = 4_096;
 
 const KEY_FORMAT: &[u8] = b"m:format";
 const KEY_IDENTITY: &[u8] = b"m:identity";
 const CHUNK_MAGIC: &[u8; 4] = b"KDG1";
 const ENTRY_BYTES: usize = 20;
-/// File in the store directory naming the HTTP address of the process that has it open.
+/// File in the store directory naming the HTTP address (`http.listen`) of the `run` process
+/// that has it open; read for the hint of [`StoreError::InUse`]. Removed when `run` stops.
 pub const LIVE_FILE: &str = "kafka-dedup.live";
+/// File in the store directory holding the format version as decimal text (`1` and a newline).
+/// Its presence is what makes a directory a kafka-dedup store.
+pub const FORMAT_FILE: &str = "kafka-dedup.format";
 
 /// What the store belongs to. A store whose identity differs from the configuration's is from
 /// another deployment and is cleared before use.
@@ -106,7 +121,9 @@ pub enum StoreError {
     #[error("store {path} has format version {found}, newer than this build supports ({supported}); use a newer kafka-dedup; nothing was modified")]
     NewerFormat { path: PathBuf, found: u32, supported: u32 },
     /// Written by an older kafka-dedup; `kafka-dedup migrate` upgrades it.
-    #[error("store {path} has format version {found}, this build uses {supported}; run `kafka-dedup migrate --store {path}`")]
+    #[error("store {path} has format version {found}, this build uses {supported}; run `kafka-dedup migrate --store {path}` \
+             (or delete the directory: the store is a cache, and the next start rebuilds it from the output topic); \
+             nothing was modified")]
     OlderFormat { path: PathBuf, found: u32, supported: u32 },
     /// Data that fails a checksum or does not parse.
     #[error("store {path} is corrupt: {reason}")]
@@ -131,8 +148,12 @@ pub enum Opened {
 /// The open store. Cheap to clone (sled handles are shared).
 #[derive(Clone)]
 pub struct Store {
+    /// The sled database (one tree).
     db: sled::Db,
+    /// The store directory.
     path: Arc<PathBuf>,
+    /// sled's page cache size, kept for [`Store::reopened`].
+    cache_bytes: u64,
 }
 
 /// One partition's part of a checkpoint: the snapshot fields plus the live generations.
@@ -165,6 +186,47 @@ fn chunk_key(p: i32, epoch: u64, chunk: u32) -> Vec<u8> {
     k.extend_from_slice(&epoch.to_be_bytes());
     k.extend_from_slice(&chunk.to_be_bytes());
     k
+}
+
+/// A store key, classified by the layout (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreKey {
+    /// `m:format`.
+    Format,
+    /// `m:identity`.
+    Identity,
+    /// `s` + partition: a [`PartitionSnapshot`].
+    Snapshot(i32),
+    /// `g` + partition + epoch + chunk: a chunk of a generation's fingerprints.
+    Chunk {
+        /// Input partition.
+        partition: i32,
+        /// Generation epoch.
+        epoch: u64,
+        /// Chunk index, from 0.
+        chunk: u32,
+    },
+    /// Anything else (not written by this format).
+    Unknown(Vec<u8>),
+}
+
+impl StoreKey {
+    /// Classifies a raw key.
+    pub fn parse(k: &[u8]) -> StoreKey {
+        match k {
+            KEY_FORMAT => StoreKey::Format,
+            KEY_IDENTITY => StoreKey::Identity,
+            [b's', rest @ ..] if rest.len() == 4 => {
+                StoreKey::Snapshot(u32::from_be_bytes(rest.try_into().expect("4 bytes")) as i32)
+            }
+            [b'g', rest @ ..] if rest.len() == 16 => StoreKey::Chunk {
+                partition: u32::from_be_bytes(rest[..4].try_into().expect("4 bytes")) as i32,
+                epoch: u64::from_be_bytes(rest[4..12].try_into().expect("8 bytes")),
+                chunk: u32::from_be_bytes(rest[12..].try_into().expect("4 bytes")),
+            },
+            _ => StoreKey::Unknown(k.to_vec()),
+        }
+    }
 }
 
 fn chunk_prefix(p: i32) -> Vec<u8> {
@@ -211,22 +273,112 @@ pub fn decode_chunk(v: &[u8]) -> Result<Vec<(u128, u32)>, String> {
         .collect())
 }
 
-/// True if `dir` holds files that sled creates (`conf`, `db`, `blobs/`, `snap.*`).
-fn looks_like_sled(dir: &Path) -> bool {
-    dir.join("conf").exists() || dir.join("db").exists()
+/// What a directory holds, judged from its file names and the format file alone: sled writes to
+/// its log and snapshot files whenever it opens a database, even to read it, so every refusal
+/// is decided here, before sled is touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// No such path.
+    Missing,
+    /// An empty directory.
+    Empty,
+    /// A format file with this version and the sled files beside it.
+    Store(u32),
+    /// A format file with this version but no sled database (creation was interrupted).
+    FormatOnly(u32),
 }
 
-fn is_empty_dir(dir: &Path) -> std::io::Result<bool> {
-    Ok(std::fs::read_dir(dir)?.next().is_none())
+/// Why a directory is not a store (a [`StoreError::NotAStore`] reason), or what it holds.
+fn examine(path: &Path) -> Result<Found, StoreError> {
+    let not = |reason: String| StoreError::NotAStore {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),
+        Err(e) => return Err(not(format!("cannot read it: {e}"))),
+    };
+    if !meta.is_dir() {
+        return Err(not("it is a file, not a directory".into()));
+    }
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(|e| not(format!("cannot list it: {e}")))? {
+        let entry = entry.map_err(|e| not(format!("cannot list it: {e}")))?;
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    if names.is_empty() {
+        return Ok(Found::Empty);
+    }
+    let sled_files = names.iter().any(|n| n == "db" || n == "conf");
+    match read_format_file(path) {
+        Ok(Some(v)) if sled_files => Ok(Found::Store(v)),
+        Ok(Some(v)) => Ok(Found::FormatOnly(v)),
+        Ok(None) if sled_files => Err(not(format!(
+            "it holds a sled database but no `{FORMAT_FILE}` (a database of another program, or a store \
+             written before kafka-dedup stamped its format; a store is a cache of the output topic, so such \
+             a directory can be deleted and the next start rebuilds it)"
+        ))),
+        Ok(None) => {
+            names.sort();
+            let shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();
+            Err(not(format!(
+                "it holds other files ({}{}) and no `{FORMAT_FILE}`; point store.path at an empty or new directory",
+                shown.join(", "),
+                if names.len() > shown.len() { ", ..." } else { "" }
+            )))
+        }
+        Err(reason) => Err(not(reason)),
+    }
 }
+
+/// Reads the format file: `Ok(None)` when absent, `Err(reason)` when it holds no version.
+fn read_format_file(dir: &Path) -> Result<Option<u32>, String> {
+    match std::fs::read_to_string(dir.join(FORMAT_FILE)) {
+        Ok(text) => text.trim().parse::<u32>().map(Some).map_err(|_| {
+            format!(
+                "`{FORMAT_FILE}` does not hold a format version (found {:?})",
+                text.trim()
+            )
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("`{FORMAT_FILE}` cannot be read: {e}")),
+    }
+}
+
+/// Writes the format file atomically (a temporary file renamed over it, then the directory synced).
+fn write_format_file(dir: &Path, version: u32) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let tmp = dir.join(format!("{FORMAT_FILE}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    writeln!(f, "{version}")?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, dir.join(FORMAT_FILE))?;
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// The format version stamped in a store's format file (`kafka-dedup.format`), without opening
+/// the store. `Ok(None)` when the file is absent; `Err` with the reason when it is unreadable.
+pub fn format_file_version(dir: &Path) -> Result<Option<u32>, String> {
+    read_format_file(dir)
+}
+
+/// sled's page cache for `run`: bytes.
+const RUN_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// sled's page cache for `inspect` and `migrate`: small, so `dump` of any store size stays in
+/// bounded memory (chunks are read one at a time).
+const TOOL_CACHE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Opens sled, turning sled's panics on mangled files into errors.
-fn open_sled(path: &Path) -> Result<sled::Db, String> {
+fn open_sled(path: &Path, cache_bytes: u64) -> Result<sled::Db, String> {
     let path = path.to_path_buf();
     let result = std::panic::catch_unwind(move || {
         sled::Config::new()
             .path(&path)
-            .cache_capacity(64 * 1024 * 1024)
+            .cache_capacity(cache_bytes)
             .flush_every_ms(None)
             .open()
     });
@@ -244,41 +396,112 @@ fn open_sled(path: &Path) -> Result<sled::Db, String> {
     }
 }
 
+/// True for sled's error when another process holds the database's file lock.
+fn is_lock_error(e: &str) -> bool {
+    e.contains("could not acquire lock")
+}
+
+/// How long an open retries while sled's file lock is held: 1 s. A lock outlives its holder for
+/// a moment when the holder was this process: sled's background tasks keep the file open after
+/// the last handle is dropped, and a child process spawned meanwhile holds a copy of the
+/// descriptor until it execs. A lock held by another running process is reported after this.
+const LOCK_GRACE: Duration = Duration::from_secs(1);
+
+/// [`open_sled`], retried while the lock is held, for up to `grace`.
+fn open_sled_waiting(path: &Path, cache_bytes: u64, grace: Duration) -> Result<sled::Db, String> {
+    let deadline = Instant::now() + grace;
+    loop {
+        match open_sled(path, cache_bytes) {
+            Err(e) if is_lock_error(&e) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            result => return result,
+        }
+    }
+}
+
+/// The HTTP address written by [`Store::write_live_file`], made usable from this host: an
+/// unspecified listen address (`0.0.0.0`, `[::]`) becomes the loopback address.
+fn live_address(path: &Path) -> Option<String> {
+    let addr = std::fs::read_to_string(path.join(LIVE_FILE)).ok()?;
+    let addr = addr.trim();
+    if addr.is_empty() {
+        return None;
+    }
+    Some(if let Some(port) = addr.strip_prefix("0.0.0.0:") {
+        format!("127.0.0.1:{port}")
+    } else if let Some(port) = addr.strip_prefix("[::]:") {
+        format!("[::1]:{port}")
+    } else {
+        addr.to_string()
+    })
+}
+
 fn in_use_hint(path: &Path) -> String {
-    match std::fs::read_to_string(path.join(LIVE_FILE)) {
-        Ok(addr) if !addr.trim().is_empty() => format!(
-            "; ask it over HTTP instead: http://{}/store/stats, http://{}/store/lookup?fingerprint=HEX",
-            addr.trim(),
-            addr.trim()
+    match live_address(path) {
+        Some(addr) => format!(
+            "; ask it over HTTP instead: http://{addr}/store/stats, http://{addr}/store/lookup?value=TEXT \
+             (or ?key=, ?header=NAME=VALUE, ?fingerprint=HEX)"
         ),
-        _ => "; ask it over HTTP instead (GET /store/stats, /store/lookup on its http.listen address)".to_string(),
+        None => "; ask it over HTTP instead: GET /store/stats and /store/lookup on its http.listen address \
+                 (it did not write its address into the store directory, so http.listen may be disabled)"
+            .to_string(),
+    }
+}
+
+fn check_version(path: &Path, found: u32) -> Result<(), StoreError> {
+    if found > FORMAT_VERSION {
+        Err(StoreError::NewerFormat {
+            path: path.to_path_buf(),
+            found,
+            supported: FORMAT_VERSION,
+        })
+    } else if found < FORMAT_VERSION {
+        Err(StoreError::OlderFormat {
+            path: path.to_path_buf(),
+            found,
+            supported: FORMAT_VERSION,
+        })
+    } else {
+        Ok(())
     }
 }
 
 impl Store {
     /// Opens the store of a deployment for `kafka-dedup run`, creating it if needed.
     ///
-    /// - no directory or an empty one: a new store ([`Opened::Created`]);
-    /// - a store of another deployment (different [`Identity`]): cleared ([`Opened::Replaced`]);
+    /// - no directory or an empty one: a new store ([`Opened::Created`]): the format file first,
+    ///   then the sled database;
+    /// - a directory without the format file (other files, another program's sled database), a
+    ///   newer or an older format: refused before sled opens, nothing touched. An older format is
+    ///   not migrated here: the error names `kafka-dedup migrate` (see `migrations/README.md`);
+    /// - held by another process: [`StoreError::InUse`], with the HTTP address of that process;
     /// - sled fails to open it (truncated or garbled files): the directory is moved to
     ///   `<path>.corrupt` (replacing an older one) and a new store is created ([`Opened::Replaced`]);
     ///   if the new one fails too, the error is returned: no crash loop on a bad disk;
-    /// - held by another process: [`StoreError::InUse`];
-    /// - a directory of other files, or a newer/older format: refused, nothing touched.
+    /// - a store of another deployment (different [`Identity`]), or whose stamps inside the
+    ///   database are missing or unreadable: cleared ([`Opened::Replaced`]).
     pub fn open_for_run(path: &Path, identity: &Identity) -> Result<(Store, Opened), StoreError> {
+        let io = |e: std::io::Error| StoreError::Sled {
+            path: path.to_path_buf(),
+            source: sled::Error::Io(e),
+        };
         let mut opened = Opened::Existing;
-        let fresh = !path.exists() || is_empty_dir(path).unwrap_or(false);
-        if fresh {
-            opened = Opened::Created;
-        } else if !looks_like_sled(path) {
-            return Err(StoreError::NotAStore {
-                path: path.to_path_buf(),
-                reason: "the directory holds files that are not a sled database; point store.path at an empty or new directory".into(),
-            });
+        match examine(path)? {
+            Found::Missing | Found::Empty => {
+                std::fs::create_dir_all(path).map_err(io)?;
+                write_format_file(path, FORMAT_VERSION).map_err(io)?;
+                opened = Opened::Created;
+            }
+            Found::Store(v) => check_version(path, v)?,
+            Found::FormatOnly(v) => {
+                check_version(path, v)?;
+                opened = Opened::Created;
+            }
         }
-        let db = match open_sled(path) {
+        let db = match open_sled_waiting(path, RUN_CACHE_BYTES, LOCK_GRACE) {
             Ok(db) => db,
-            Err(e) if e.contains("could not acquire lock") => {
+            Err(e) if is_lock_error(&e) => {
                 return Err(StoreError::InUse {
                     path: path.to_path_buf(),
                     hint: in_use_hint(path),
@@ -295,7 +518,9 @@ impl Store {
                     reason: "corrupt",
                     detail: format!("sled could not open it ({e}); moved to {}", aside.display()),
                 };
-                open_sled(path).map_err(|e2| StoreError::Corrupt {
+                std::fs::create_dir_all(path).map_err(io)?;
+                write_format_file(path, FORMAT_VERSION).map_err(io)?;
+                open_sled(path, RUN_CACHE_BYTES).map_err(|e2| StoreError::Corrupt {
                     path: path.to_path_buf(),
                     reason: format!("a new store cannot be created either: {e2}"),
                 })?
@@ -304,30 +529,20 @@ impl Store {
         let store = Store {
             db,
             path: Arc::new(path.to_path_buf()),
+            cache_bytes: RUN_CACHE_BYTES,
         };
-        match store.format_version()? {
-            None if store.db.is_empty() => {}
-            None => {
-                return Err(StoreError::NotAStore {
-                    path: path.to_path_buf(),
-                    reason: "a sled database without a kafka-dedup format version".into(),
-                })
+        // The stamp inside the database decides once it is open: a migration writes it in the
+        // same step as the data, and the format file after it.
+        match store.format_version() {
+            Ok(Some(v)) => check_version(path, v)?,
+            Ok(None) if store.db.is_empty() => {}
+            Ok(None) | Err(_) => {
+                store.db.clear().map_err(|e| store.sled_err(e))?;
+                opened = Opened::Replaced {
+                    reason: "corrupt",
+                    detail: "the database holds no readable format version; cleared".into(),
+                };
             }
-            Some(v) if v > FORMAT_VERSION => {
-                return Err(StoreError::NewerFormat {
-                    path: path.to_path_buf(),
-                    found: v,
-                    supported: FORMAT_VERSION,
-                })
-            }
-            Some(v) if v < FORMAT_VERSION => {
-                return Err(StoreError::OlderFormat {
-                    path: path.to_path_buf(),
-                    found: v,
-                    supported: FORMAT_VERSION,
-                })
-            }
-            Some(_) => {}
         }
         match store.identity() {
             Ok(Some(id)) if &id == identity => {}
@@ -359,31 +574,68 @@ impl Store {
             .insert(KEY_IDENTITY, serde_json::to_vec(identity).expect("identity serializes"))
             .map_err(|e| store.sled_err(e))?;
         store.db.flush().map_err(|e| store.sled_err(e))?;
+        if read_format_file(path) != Ok(Some(FORMAT_VERSION)) {
+            write_format_file(path, FORMAT_VERSION).map_err(io)?;
+        }
         Ok((store, opened))
     }
 
-    /// Opens an existing store without changing it (for `inspect`). Refuses a missing or empty
-    /// directory, a directory that is not a store, a newer format, and a store in use.
+    /// Opens an existing store of this build's format for reading (`inspect`). Refuses, before
+    /// sled opens and without touching anything: a missing or empty directory, a directory that
+    /// is not a store (no format file), a newer format ([`StoreError::NewerFormat`]) and an older
+    /// one ([`StoreError::OlderFormat`], whose message names `kafka-dedup migrate`). Then refuses a
+    /// store held by a running process ([`StoreError::InUse`], naming its HTTP address). sled
+    /// itself may rewrite its log and snapshot files when it opens a database; the store's
+    /// content is not changed. Uses a small page cache ([`TOOL_CACHE_BYTES`]).
     pub fn open_existing(path: &Path) -> Result<Store, StoreError> {
+        let (store, found) = Self::open_tool(path, FORMAT_VERSION, FORMAT_VERSION)?;
+        check_version(path, found)?;
+        Ok(store)
+    }
+
+    /// Opens a store for `migrate` to format `target` (normally [`FORMAT_VERSION`]), returning the
+    /// version stamped inside the database (the format file's when the database holds none yet).
+    /// Refuses what [`Store::open_existing`] refuses, except that only a format file newer than
+    /// `target` is refused; comparing the returned version is the caller's job.
+    pub fn open_for_migration(path: &Path, target: u32) -> Result<(Store, u32), StoreError> {
+        Self::open_tool(path, 0, target)
+    }
+
+    /// Opens a store whose format file says a version in `oldest..=newest` (anything else is
+    /// refused before sled opens) and returns the version stamped inside the database.
+    fn open_tool(path: &Path, oldest: u32, newest: u32) -> Result<(Store, u32), StoreError> {
         let not = |reason: &str| StoreError::NotAStore {
             path: path.to_path_buf(),
             reason: reason.to_string(),
         };
-        if !path.exists() {
-            return Err(not("no such directory"));
+        let file_version =
+            match examine(path)? {
+                Found::Missing => return Err(not("no such directory")),
+                Found::Empty => return Err(not("the directory is empty")),
+                Found::FormatOnly(_) => return Err(not(
+                    "it holds a format file but no database (its creation was interrupted before anything was stored)",
+                )),
+                Found::Store(v) => v,
+            };
+        // Refuse before sled opens it: a later build may lay the directory out differently, and
+        // sled writes to its files when it opens them.
+        if file_version > newest {
+            return Err(StoreError::NewerFormat {
+                path: path.to_path_buf(),
+                found: file_version,
+                supported: newest,
+            });
         }
-        if !path.is_dir() {
-            return Err(not("not a directory"));
+        if file_version < oldest {
+            return Err(StoreError::OlderFormat {
+                path: path.to_path_buf(),
+                found: file_version,
+                supported: oldest,
+            });
         }
-        if is_empty_dir(path).unwrap_or(false) {
-            return Err(not("the directory is empty"));
-        }
-        if !looks_like_sled(path) {
-            return Err(not("the directory holds no sled database (no `conf` or `db` file)"));
-        }
-        let db = match open_sled(path) {
+        let db = match open_sled_waiting(path, TOOL_CACHE_BYTES, LOCK_GRACE) {
             Ok(db) => db,
-            Err(e) if e.contains("could not acquire lock") => {
+            Err(e) if is_lock_error(&e) => {
                 return Err(StoreError::InUse {
                     path: path.to_path_buf(),
                     hint: in_use_hint(path),
@@ -399,16 +651,69 @@ impl Store {
         let store = Store {
             db,
             path: Arc::new(path.to_path_buf()),
+            cache_bytes: TOOL_CACHE_BYTES,
         };
-        match store.format_version()? {
-            None => Err(not("a sled database without a kafka-dedup format version")),
-            Some(v) if v > FORMAT_VERSION => Err(StoreError::NewerFormat {
+        let found = match store.format_version()? {
+            Some(v) => v,
+            None if store.db.is_empty() => file_version,
+            None => return Err(store.corrupt("the database holds data but no format version")),
+        };
+        Ok((store, found))
+    }
+
+    /// Closes sled and opens the same directory again, with the same cache size: the only way
+    /// to release sled 0.34's page cache, which keeps every page a one-pass scan reads (its LRU
+    /// evicts only after 64 accesses to one of its 256 shards). For the scans of `inspect`
+    /// ([`crate::inspect::Scan`]). Consumes the handle: sled's file lock is released only when
+    /// every clone is dropped, so with other clones alive this fails with
+    /// [`StoreError::InUse`]. Errors: as [`Store::open_existing`] past its refusals.
+    pub fn reopened(self) -> Result<Store, StoreError> {
+        let Store { db, path, cache_bytes } = self;
+        drop(db);
+        // This process just released the lock; sled's background tasks may hold it a moment.
+        match open_sled_waiting(&path, cache_bytes, 5 * LOCK_GRACE) {
+            Ok(db) => Ok(Store { db, path, cache_bytes }),
+            Err(e) if is_lock_error(&e) => Err(StoreError::InUse {
+                hint: in_use_hint(&path),
                 path: path.to_path_buf(),
-                found: v,
-                supported: FORMAT_VERSION,
             }),
-            Some(_) => Ok(store),
+            Err(e) => Err(StoreError::Corrupt {
+                path: path.to_path_buf(),
+                reason: e,
+            }),
         }
+    }
+
+    /// Reads chunk `c` of generation `meta` of partition `p` and checks it (magic, length,
+    /// checksum). Returns the entries and the value's size in bytes. Errors: missing, damaged
+    /// ([`StoreError::Corrupt`]), sled I/O.
+    pub fn read_chunk(&self, p: i32, meta: &GenerationMeta, c: u32) -> Result<(Vec<(u128, u32)>, usize), StoreError> {
+        let v = self
+            .db
+            .get(chunk_key(p, meta.epoch, c))
+            .map_err(|e| self.sled_err(e))?
+            .ok_or_else(|| {
+                self.corrupt(format!(
+                    "partition {p} generation {}: chunk {c} of {} missing",
+                    meta.epoch, meta.chunks
+                ))
+            })?;
+        let entries = decode_chunk(&v)
+            .map_err(|e| self.corrupt(format!("partition {p} generation {} chunk {c}: {e}", meta.epoch)))?;
+        Ok((entries, v.len()))
+    }
+
+    /// Every entry with a key at or after `from`, in key order, classified by the layout, one at
+    /// a time. For `inspect verify`, which resumes from the last key after a [`Store::reopened`].
+    pub fn entries_from(
+        &self,
+        from: &[u8],
+    ) -> impl Iterator<Item = Result<(sled::IVec, StoreKey, sled::IVec), StoreError>> + '_ {
+        self.db.range(from.to_vec()..).map(move |kv| {
+            let (k, v) = kv.map_err(|e| self.sled_err(e))?;
+            let key = StoreKey::parse(&k);
+            Ok((k, key, v))
+        })
     }
 
     fn sled_err(&self, source: sled::Error) -> StoreError {
@@ -439,13 +744,23 @@ impl Store {
         }
     }
 
-    /// Stamps a format version (used by `migrate`).
+    /// Stamps format version `v`: inside the database (flushed), then in the format file. Used by
+    /// `migrate` after each step, and by tests to make a store look like another version's.
+    /// Errors: sled or file-system I/O.
     pub fn set_format_version(&self, v: u32) -> Result<(), StoreError> {
         self.db
             .insert(KEY_FORMAT, &v.to_be_bytes())
             .map_err(|e| self.sled_err(e))?;
         self.db.flush().map_err(|e| self.sled_err(e))?;
-        Ok(())
+        write_format_file(&self.path, v).map_err(|e| self.sled_err(sled::Error::Io(e)))
+    }
+
+    /// The sled database, for migration steps ([`crate::migrate`]; none exists yet, hence the
+    /// `allow`) and tests that damage a store on purpose. Everything else goes through the typed
+    /// methods.
+    #[allow(dead_code)]
+    pub(crate) fn db(&self) -> &sled::Db {
+        &self.db
     }
 
     /// The deployment the store belongs to.
@@ -494,7 +809,8 @@ impl Store {
     }
 
     /// Calls `f` with every chunk's entries of generation `meta` of partition `p`, in order,
-    /// one chunk in memory at a time. Fails on a missing chunk or a checksum mismatch.
+    /// one chunk in memory at a time. Fails on a missing chunk, a checksum mismatch, or a total
+    /// that differs from `meta.count`.
     pub fn for_each_chunk(
         &self,
         p: i32,
@@ -502,14 +818,8 @@ impl Store {
         mut f: impl FnMut(&[(u128, u32)]),
     ) -> Result<(), StoreError> {
         let mut seen = 0u64;
-        for c in 0..meta.chunks {
-            let v = self
-                .db
-                .get(chunk_key(p, meta.epoch, c))
-                .map_err(|e| self.sled_err(e))?
-                .ok_or_else(|| self.corrupt(format!("partition {p} generation {} chunk {c} missing", meta.epoch)))?;
-            let entries = decode_chunk(&v)
-                .map_err(|e| self.corrupt(format!("partition {p} generation {} chunk {c}: {e}", meta.epoch)))?;
+        for entries in self.chunks(p, meta) {
+            let entries = entries?;
             seen += entries.len() as u64;
             f(&entries);
         }
@@ -520,6 +830,26 @@ impl Store {
             )));
         }
         Ok(())
+    }
+
+    /// The chunks of generation `meta` of partition `p`, in order, each read and checked (magic,
+    /// length, checksum) when the iterator reaches it, so one chunk is in memory at a time and a
+    /// caller can stop early. Ends after the first error. Does not compare the total with
+    /// `meta.count` ([`Store::for_each_chunk`] does).
+    pub fn chunks<'a>(
+        &'a self,
+        p: i32,
+        meta: &'a GenerationMeta,
+    ) -> impl Iterator<Item = Result<Vec<(u128, u32)>, StoreError>> + 'a {
+        let mut failed = false;
+        (0..meta.chunks).map_while(move |c| {
+            if failed {
+                return None;
+            }
+            let read = self.read_chunk(p, meta, c).map(|(entries, _)| entries);
+            failed = read.is_err();
+            Some(read)
+        })
     }
 
     /// Loads the generations of a snapshot, oldest first, verifying every chunk. The returned
@@ -705,8 +1035,10 @@ mod tests {
         let (store, opened) = Store::open_for_run(&path, &identity()).unwrap();
         assert_eq!(opened, Opened::Created);
         let mut g1 = Generation::new(1, 0, pos(0, 0), 0);
+        // Keys spread over the high 64 bits, which pick the table's home slot.
+        let key = |i: u128| xxhash_rust::xxh3::xxh3_128(&i.to_le_bytes());
         for i in 1..=(CHUNK_ENTRIES as u128 + 10) {
-            g1.table.insert(i * 7919, i as u32);
+            g1.table.insert(key(i), i as u32);
         }
         let g2 = Generation::new(2, 100, pos(0, 90), 0);
         store
@@ -725,7 +1057,7 @@ mod tests {
         assert_eq!(snap.generations[0].chunks, 2);
         let loaded = store.load_generations(0, &snap).unwrap();
         assert_eq!(loaded[0].len(), g1.len());
-        assert_eq!(loaded[0].table.get(7919), Some(1));
+        assert_eq!(loaded[0].table.get(key(1)), Some(1));
         drop(store);
 
         // Reopen: same identity, existing.
@@ -817,6 +1149,148 @@ mod tests {
         assert_eq!(std::fs::read_dir(&foreign).unwrap().count(), 1);
     }
 
+    /// Every file and directory under `dir`: (path, size, modification time, xxh3 of the content).
+    fn listing(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime, u64)> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let e = e.unwrap();
+                let m = e.metadata().unwrap();
+                let hash = if m.is_dir() {
+                    stack.push(e.path());
+                    0
+                } else {
+                    xxh3_64(&std::fs::read(e.path()).unwrap())
+                };
+                out.push((e.path(), m.len(), m.modified().unwrap(), hash));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn saved_store(path: &Path) {
+        let (store, _) = Store::open_for_run(path, &identity()).unwrap();
+        let mut g = Generation::new(1, 0, pos(0, 0), 0);
+        for i in 0..1000u64 {
+            g.table.insert(xxhash_rust::xxh3::xxh3_128(&i.to_le_bytes()), i as u32);
+        }
+        store
+            .save(&[PartitionWrite {
+                partition: 0,
+                epoch: 1,
+                ckpt: "a".into(),
+                committed_offset: 1000,
+                out_covered: pos(0, 1000),
+                generations: vec![&g],
+                clean: true,
+            }])
+            .unwrap();
+    }
+
+    /// Opens `path` every way and expects each to fail with `check`, leaving every file as it was.
+    fn refused_untouched(path: &Path, run_too: bool, check: impl Fn(&StoreError) -> bool) {
+        let before = listing(path);
+        let mut errors = vec![
+            Store::open_existing(path).err().expect("open_existing refuses"),
+            Store::open_for_migration(path, FORMAT_VERSION)
+                .err()
+                .expect("open_for_migration refuses"),
+        ];
+        if run_too {
+            errors.push(
+                Store::open_for_run(path, &identity())
+                    .err()
+                    .expect("open_for_run refuses"),
+            );
+        }
+        for e in &errors {
+            assert!(check(e), "unexpected: {e}");
+            assert!(e.to_string().contains("nothing was modified"), "{e}");
+        }
+        assert_eq!(listing(path), before, "files changed");
+    }
+
+    #[test]
+    fn refusals_touch_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+
+        let newer = dir.path().join("newer");
+        saved_store(&newer);
+        Store::open_existing(&newer)
+            .unwrap()
+            .set_format_version(FORMAT_VERSION + 1)
+            .unwrap();
+        refused_untouched(&newer, true, |e| matches!(e, StoreError::NewerFormat { .. }));
+
+        let older = dir.path().join("older");
+        saved_store(&older);
+        Store::open_existing(&older).unwrap().set_format_version(0).unwrap();
+        let before = listing(&older);
+        for e in [
+            Store::open_for_run(&older, &identity()).err().unwrap(),
+            Store::open_existing(&older).err().unwrap(),
+        ] {
+            assert!(matches!(e, StoreError::OlderFormat { found: 0, .. }), "{e}");
+            assert!(e.to_string().contains("kafka-dedup migrate --store"), "{e}");
+        }
+        assert_eq!(listing(&older), before);
+
+        let foreign = dir.path().join("foreign");
+        std::fs::create_dir(&foreign).unwrap();
+        std::fs::write(foreign.join("notes.txt"), "hello").unwrap();
+        std::fs::create_dir(foreign.join("sub")).unwrap();
+        refused_untouched(&foreign, true, |e| {
+            matches!(e, StoreError::NotAStore { .. }) && e.to_string().contains("notes.txt")
+        });
+
+        let other_sled = dir.path().join("sled-only");
+        drop(sled::open(&other_sled).unwrap());
+        refused_untouched(&other_sled, true, |e| {
+            matches!(e, StoreError::NotAStore { .. }) && e.to_string().contains("sled database but no")
+        });
+
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        refused_untouched(&empty, false, |e| e.to_string().contains("the directory is empty"));
+
+        let missing = dir.path().join("missing");
+        assert!(Store::open_existing(&missing).is_err());
+        assert!(!missing.exists());
+    }
+
+    #[test]
+    fn a_new_store_carries_both_stamps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("new");
+        let (store, opened) = Store::open_for_run(&path, &identity()).unwrap();
+        assert_eq!(opened, Opened::Created);
+        assert_eq!(store.format_version().unwrap(), Some(FORMAT_VERSION));
+        assert_eq!(format_file_version(&path), Ok(Some(FORMAT_VERSION)));
+        assert_eq!(
+            std::fs::read_to_string(path.join(FORMAT_FILE)).unwrap(),
+            format!("{FORMAT_VERSION}\n")
+        );
+    }
+
+    #[test]
+    fn keys_are_classified_by_the_layout() {
+        assert_eq!(StoreKey::parse(KEY_FORMAT), StoreKey::Format);
+        assert_eq!(StoreKey::parse(KEY_IDENTITY), StoreKey::Identity);
+        assert_eq!(StoreKey::parse(&snapshot_key(7)), StoreKey::Snapshot(7));
+        assert_eq!(
+            StoreKey::parse(&chunk_key(3, 9, 2)),
+            StoreKey::Chunk {
+                partition: 3,
+                epoch: 9,
+                chunk: 2
+            }
+        );
+        assert_eq!(StoreKey::parse(b"s12"), StoreKey::Unknown(b"s12".to_vec()));
+        assert_eq!(StoreKey::parse(b"x"), StoreKey::Unknown(b"x".to_vec()));
+    }
+
     #[test]
     fn second_opener_is_told_the_store_is_in_use() {
         let dir = tempfile::tempdir().unwrap();
@@ -825,8 +1299,11 @@ mod tests {
         let err = Store::open_existing(dir.path()).err().expect("locked");
         let msg = err.to_string();
         assert!(
-            msg.contains("in use") && msg.contains("http://127.0.0.1:9999/store/"),
+            msg.contains("in use by a running kafka-dedup") && msg.contains("http://127.0.0.1:9999/store/"),
             "{msg}"
         );
+        store.write_live_file("0.0.0.0:9998");
+        let msg = Store::open_existing(dir.path()).err().expect("locked").to_string();
+        assert!(msg.contains("http://127.0.0.1:9998/store/lookup"), "{msg}");
     }
 }
