@@ -145,14 +145,16 @@ pub fn verify(written: &[(i32, u64)], output: &BTreeMap<i32, Vec<u64>>) -> Verdi
 }
 
 /// Writes `records` as (key, value) = (decimal, decimal) to `topic`, each to its partition,
-/// spreading them over `duration` (zero: as fast as possible). Waits for every acknowledgement.
+/// spreading them over `duration` (zero: as fast as possible). Waits for every acknowledgement;
+/// fails if any record was not delivered.
 pub fn produce(
     config: &ClientConfig,
     topic: &str,
     records: &[(i32, u64)],
     duration: Duration,
 ) -> Result<(), KafkaError> {
-    let producer: ThreadedProducer<_> = config.create()?;
+    let failed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let producer: ThreadedProducer<CountFailures> = config.create_with_context(CountFailures(failed.clone()))?;
     let started = Instant::now();
     let n = records.len().max(1);
     for (i, (p, v)) in records.iter().enumerate() {
@@ -176,7 +178,24 @@ pub fn produce(
         }
     }
     producer.flush(Duration::from_secs(60))?;
+    if failed.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+        return Err(KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::Fail));
+    }
     Ok(())
+}
+
+/// Producer context counting failed deliveries.
+struct CountFailures(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+impl rdkafka::ClientContext for CountFailures {}
+
+impl rdkafka::producer::ProducerContext for CountFailures {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &rdkafka::producer::DeliveryResult<'_>, _: ()) {
+        if result.is_err() {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
 }
 
 /// Reads every record of `topic` (all `partitions`) from the beginning to the end, as the

@@ -171,6 +171,9 @@ pub struct FilterSpec {
     /// Extra TOML appended to the generated configuration (whole sections).
     pub extra: String,
     pub interval: &'static str,
+    /// `session.timeout.ms` (default 6000, as DESIGN.md measured for tansu); `None`: librdkafka's
+    /// default (45 s).
+    pub session_timeout_ms: Option<u32>,
     pub fingerprint: String,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
@@ -188,6 +191,7 @@ impl FilterSpec {
             store: dir.join("store"),
             extra: String::new(),
             interval: "1s",
+            session_timeout_ms: Some(6000),
             fingerprint: "[fingerprint]\nsource = \"value\"\n".into(),
             env: Vec::new(),
         }
@@ -215,8 +219,7 @@ impl FilterSpec {
             r#"[kafka]
 bootstrap_servers = "{broker}"
 [kafka.properties]
-"session.timeout.ms" = 6000
-"heartbeat.interval.ms" = 500
+{session}"heartbeat.interval.ms" = 500
 
 [input]
 topic = "{input}"
@@ -239,6 +242,10 @@ listen = "127.0.0.1:{port}"
 {extra}
 "#,
             broker = self.broker,
+            session = self
+                .session_timeout_ms
+                .map(|ms| format!("\"session.timeout.ms\" = {ms}\n"))
+                .unwrap_or_default(),
             input = self.input,
             group = self.group,
             instance = self.instance,
@@ -348,6 +355,11 @@ impl FilterProcess {
         self.child
             .as_mut()
             .is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, `TERM`, ...) without waiting.
+    pub fn signal(&self, sig: &str) {
+        unsafe_kill(self.pid(), sig);
     }
 
     /// Process id.
