@@ -1,0 +1,121 @@
+//! Issue 4, case 4: a scrape loop during a full-speed run does not stall it. A measurement with a
+//! generous bound (the team's rule: speed targets live in benchmarks, not in timed tests), in its
+//! own test binary so that no other test shares the machine while it measures (cargo runs the
+//! tests of one binary in parallel, and binaries one after the other).
+//!
+//! Figures: `scripts/test.sh --test bench_scrape -- --nocapture`; `KAFKA_DEDUP_BENCH_RECORDS`
+//! sets the size (20,000), `KAFKA_DEDUP_BENCH_SCRAPE_MS` the scrape pacing (50 ms; 0 = a tight
+//! loop).
+
+mod common;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+/// Values `i` as records with key `k<i>`: a distinct event each.
+fn numbered(range: std::ops::Range<u32>) -> Vec<Raw> {
+    range
+        .map(|i| raw(Some(&format!("k{i}")), Some(&i.to_string()), &[]))
+        .collect()
+}
+
+/// One run of a filter through `n` prefilled input records into a fresh output topic, optionally
+/// scraped in a loop (`/metrics`, then `/readyz`, then a pause of `every`) from another thread.
+/// Returns the throughput in records per second, from the first to the last record in the output
+/// (its end offset, polled every 10 ms), the number of scrapes and the slowest one.
+fn timed_run(input: &str, n: u32, dir: &Path, scraped: Option<Duration>) -> (f64, u64, Duration) {
+    let output = unique("ops-bench-out");
+    create_topic(&output, 1);
+    let mut spec = FilterSpec::new(input, &output, dir);
+    spec.interval = "5s";
+    let mut filter = spec.start(dir);
+    let stop = Arc::new(AtomicBool::new(false));
+    let scraper = scraped.map(|every| {
+        let (addr, stop) = (filter.http.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (mut count, mut slowest) = (0u64, Duration::ZERO);
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                if http_get(&addr, "/metrics").is_some() {
+                    count += 1;
+                    slowest = slowest.max(t.elapsed());
+                }
+                let _ = http_get(&addr, "/readyz");
+                std::thread::sleep(every); // pacing of the load, not a wait for an event
+            }
+            (count, slowest)
+        })
+    });
+    let watermarks: BaseConsumer = client().create().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut first = None;
+    let done = loop {
+        assert!(Instant::now() < deadline, "the run did not finish:\n{}", filter.logs());
+        assert!(filter.running(), "{}", filter.logs());
+        let (_, end) = watermarks
+            .fetch_watermarks(&output, 0, Duration::from_secs(10))
+            .unwrap();
+        let now = Instant::now();
+        if end > 0 && first.is_none() {
+            first = Some(now);
+        }
+        if end >= n as i64 {
+            break now;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    stop.store(true, Ordering::Relaxed);
+    let (scrapes, slowest) = scraper.map(|t| t.join().unwrap()).unwrap_or_default();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let secs = (done - first.unwrap()).as_secs_f64().max(1e-3);
+    (n as f64 / secs, scrapes, slowest)
+}
+
+/// The same prefilled input is filtered four times, without and with a scrape loop on
+/// `/metrics` and `/readyz`, in the order without, with, with, without, so a broker that slows
+/// down as its database grows favours neither. Prints the figures; fails only if the scraped
+/// runs are less than half as fast.
+///
+/// The loop scrapes every 50 ms, a hundred times Prometheus' usual rate: often enough that a
+/// lock shared with the pipeline thread would show, rarely enough that the figure is not about
+/// the scraper's own CPU (this machine has two cores for the broker, the filter and the test).
+/// `KAFKA_DEDUP_BENCH_SCRAPE_MS=0` scrapes in a tight loop instead.
+#[test]
+fn scrape_loop_does_not_stall_a_full_speed_run() {
+    let n: u32 = std::env::var("KAFKA_DEDUP_BENCH_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let input = unique("ops-bench-in");
+    create_topic(&input, 1);
+    produce_raw(&client(), &input, 0, &numbered(0..n));
+    let every = Duration::from_millis(
+        std::env::var("KAFKA_DEDUP_BENCH_SCRAPE_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(50),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (mut plain, mut scraped) = (Vec::new(), Vec::new());
+    for (i, with_scrapes) in [false, true, true, false].into_iter().enumerate() {
+        let run_dir = dir.path().join(format!("run{i}"));
+        std::fs::create_dir_all(&run_dir).unwrap();
+        let (rate, scrapes, slowest) = timed_run(&input, n, &run_dir, with_scrapes.then_some(every));
+        if with_scrapes {
+            eprintln!("run {i}: {n} records, {rate:.0} records/s with {scrapes} scrapes (slowest {slowest:?})");
+            assert!(scrapes > 5, "the scrape loop ran ({scrapes} scrapes)");
+            scraped.push(rate);
+        } else {
+            eprintln!("run {i}: {n} records, {rate:.0} records/s without scraping");
+            plain.push(rate);
+        }
+    }
+    let ratio = scraped.iter().sum::<f64>() / plain.iter().sum::<f64>();
+    eprintln!("throughput ratio with / without a scrape loop every {every:?}: {ratio:.2}");
+    assert!(ratio > 0.5, "scraping halved the throughput: ratio {ratio:.2}");
+}
