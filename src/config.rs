@@ -73,8 +73,9 @@ pub struct Config {
     pub http: HttpConfig,
 }
 
-/// `[kafka]`: connection settings shared by the consumer and the producer.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// `[kafka]`: connection settings shared by the consumer and the producer. Its `Debug` output
+/// redacts secret property values ([`is_secret`]).
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     /// Comma-separated `host:port` list; librdkafka's `bootstrap.servers`.
@@ -83,9 +84,27 @@ pub struct KafkaConfig {
     /// librdkafka properties passed to both clients (`security.protocol`, `sasl.*`, `ssl.*`, ...).
     /// Nested TOML tables are flattened with dots, so `sasl.mechanism = "PLAIN"` (a dotted key)
     /// and `"sasl.mechanism" = "PLAIN"` (a quoted key) are the same. From the environment,
-    /// underscores stand for dots: `KAFKA_DEDUP__KAFKA__PROPERTIES__SASL_PASSWORD`.
+    /// underscores stand for dots: `KAFKA_DEDUP__KAFKA__PROPERTIES__SASL_PASSWORD`. A value
+    /// `"file:PATH"` is replaced at load by the content of PATH (see [`crate::security`]).
     #[serde(default)]
     pub properties: BTreeMap<String, PropertyValue>,
+}
+
+impl fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown: BTreeMap<String, String> = self
+            .flat_properties()
+            .into_iter()
+            .map(|(k, v)| {
+                let v = if is_secret(&k) { "<redacted>".to_string() } else { v };
+                (k, v)
+            })
+            .collect();
+        f.debug_struct("KafkaConfig")
+            .field("bootstrap_servers", &self.bootstrap_servers)
+            .field("properties", &shown)
+            .finish()
+    }
 }
 
 fn default_bootstrap_servers() -> String {
@@ -374,10 +393,16 @@ impl Default for HttpConfig {
     }
 }
 
-/// librdkafka properties whose values are secrets: never printed or logged.
+/// librdkafka properties whose values are secrets: never printed or logged. librdkafka's own
+/// sensitive properties (`_RK_SENSITIVE` in rdkafka_conf.c), except those that hold a file path.
 const SECRET_PROPERTIES: &[&str] = &[
+    "sasl.username",
     "sasl.password",
+    "sasl.oauthbearer.config",
     "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.assertion.private.key.passphrase",
+    "sasl.oauthbearer.assertion.private.key.pem",
+    "ssl.ca.pem",
     "ssl.key.password",
     "ssl.key.pem",
     "ssl.keystore.password",
@@ -425,12 +450,13 @@ impl Config {
             .add_source(environment)
             .build()
             .map_err(|e| ConfigError::key("(environment)", e.to_string()))?;
-        let cfg: Config = serde_path_to_error::deserialize(built).map_err(|e| {
+        let mut cfg: Config = serde_path_to_error::deserialize(built).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner().to_string();
             let (key, reason) = split_serde_error(&path, &inner);
             ConfigError::key(key, reason)
         })?;
+        crate::security::resolve_files(&mut cfg.kafka)?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -448,6 +474,7 @@ impl Config {
                 ));
             }
         }
+        crate::security::validate(&self.kafka)?;
         if self.input.topic.trim().is_empty() {
             return Err(ConfigError::key(
                 "input.topic",
@@ -677,7 +704,8 @@ topic = "events.dedup"
     #[test]
     fn dotted_and_quoted_property_keys_are_the_same() {
         let text = format!(
-            "{MINIMAL}\n[kafka.properties]\nsasl.mechanism = \"PLAIN\"\n\"security.protocol\" = \"SASL_SSL\"\n\"session.timeout.ms\" = 6000\n"
+            "{MINIMAL}\n[kafka.properties]\nsasl.mechanism = \"PLAIN\"\n\"security.protocol\" = \"SASL_SSL\"\n\"session.timeout.ms\" = 6000\n\
+             sasl.username = \"u\"\n\"sasl.password\" = \"p\"\n"
         );
         let c = load(&text).unwrap();
         let p = c.kafka.flat_properties();

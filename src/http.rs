@@ -45,7 +45,10 @@ pub async fn serve(
         .await
 }
 
+/// Renders the recorder's metrics. Rendering reads the registry without blocking the pipeline
+/// thread: the hot path only touches atomic counters through handles registered beforehand.
 async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
+    crate::telemetry::ready(s.status.readiness().ready);
     let body = s.prometheus.as_ref().map(|h| h.render()).unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }

@@ -76,6 +76,8 @@ pub fn producer_config(cfg: &Config) -> ClientConfig {
     set_default(&mut c, "partitioner", "murmur2_random");
     set_default(&mut c, "linger.ms", "5");
     c.set("enable.idempotence", "true");
+    // Producer statistics are not used; without a handler rdkafka would log each at info.
+    c.remove("statistics.interval.ms");
     if cfg.output.delivery == Delivery::Transactional {
         c.set("transactional.id", cfg.transactional_id());
     }

@@ -15,8 +15,9 @@
 //! 5. On assignment, [`recovery`] rebuilds a partition's generations from the store and the
 //!    output topic (the truth) before consuming it; [`partition::Partition`] is its life cycle.
 //!
-//! Around it: [`config`] (TOML + environment), [`kafka`] (client settings), [`service`] (signals,
-//! HTTP), [`http`] and [`status`] (`/metrics`, `/healthz`, `/readyz`), [`inspect`] and
+//! Around it: [`config`] (TOML + environment), [`security`] (TLS/SASL checks, secrets from
+//! files), [`kafka`] (client settings), [`service`] (signals, HTTP), [`http`] and [`status`]
+//! (`/metrics`, `/healthz`, `/readyz`), [`telemetry`] (every metric name), [`inspect`] and
 //! [`migrate`] (store tools), [`demo`] and [`scenario`] (the seed scenario).
 
 pub mod config;
@@ -33,6 +34,7 @@ pub mod partition;
 pub mod pipeline;
 pub mod recovery;
 pub mod scenario;
+pub mod security;
 pub mod service;
 pub mod status;
 pub mod store;

@@ -13,6 +13,7 @@ use kafka_dedup::migrate::{self, MigrateError};
 use kafka_dedup::pipeline::RunError;
 use kafka_dedup::service::{self, ServiceError};
 use kafka_dedup::store::StoreError;
+use rdkafka::error::KafkaError;
 
 #[derive(Parser)]
 #[command(
@@ -107,6 +108,9 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
+            for w in kafka_dedup::security::warnings(&cfg.kafka) {
+                eprintln!("kafka-dedup: warning: {w}");
+            }
             print!("{}", cfg.to_redacted_toml());
             ExitCode::SUCCESS
         }
@@ -122,6 +126,10 @@ fn main() -> ExitCode {
                     eprintln!("kafka-dedup: {e}");
                     match &e {
                         ServiceError::Run(RunError::Topics(_)) => ExitCode::from(2),
+                        // librdkafka refused the client settings (an invalid certificate, ...).
+                        ServiceError::Run(RunError::Kafka(
+                            KafkaError::ClientCreation(_) | KafkaError::ClientConfig(..),
+                        )) => ExitCode::from(2),
                         ServiceError::Run(RunError::Store(s)) => store_exit(s),
                         ServiceError::Listen { .. } => ExitCode::from(2),
                         _ => ExitCode::from(1),

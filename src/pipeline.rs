@@ -133,9 +133,17 @@ struct DeliveryEvent {
 /// Producer context: forwards every acknowledgement to the pipeline thread.
 pub struct DeliveryContext {
     tx: Mutex<Sender<DeliveryEvent>>,
+    /// Receives client errors: the producer's background thread reports an authentication or
+    /// TLS failure at once, with librdkafka's explanation (`/readyz`).
+    status: Arc<Status>,
 }
 
-impl ClientContext for DeliveryContext {}
+impl ClientContext for DeliveryContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.status.note_client_error(&error, reason);
+        warn!(error = %error, reason, "kafka producer error");
+    }
+}
 
 impl ProducerContext for DeliveryContext {
     type DeliveryOpaque = usize;
@@ -174,8 +182,9 @@ impl ClientContext for FilterContext {
         let up = stats.brokers.values().any(|b| b.state == "UP");
         self.status.set_broker(up, None);
         if let Some(t) = stats.topics.get(&self.input_topic) {
+            let owned = self.status.partitions(); // ops: no stale lag for released partitions
             for (p, ps) in &t.partitions {
-                if *p >= 0 && ps.consumer_lag >= 0 {
+                if *p >= 0 && ps.consumer_lag >= 0 && owned.contains_key(p) {
                     telemetry::consumer_lag(*p, ps.consumer_lag);
                 }
             }
@@ -183,6 +192,7 @@ impl ClientContext for FilterContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        self.status.note_client_error(&error, reason); // ops: authentication/TLS -> /readyz
         let serious = matches!(
             error.rdkafka_error_code(),
             Some(RDKafkaErrorCode::AllBrokersDown)
@@ -1320,7 +1330,10 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
 
     let (dtx, drx) = mpsc::channel();
     let producer: ThreadedProducer<DeliveryContext> =
-        kafka::producer_config(&cfg).create_with_context(DeliveryContext { tx: Mutex::new(dtx) })?;
+        kafka::producer_config(&cfg).create_with_context(DeliveryContext {
+            tx: Mutex::new(dtx),
+            status: status.clone(),
+        })?;
     if cfg.output.delivery == Delivery::Transactional {
         // Fences a previous producer with the same transactional.id and aborts its open transaction.
         producer.init_transactions(KAFKA_TIMEOUT)?;

@@ -1,5 +1,8 @@
 //! What the running filter tells the outside: per-partition life-cycle state, broker
 //! reachability, a fatal error, totals. Read by `/healthz`, `/readyz`, `/store/*` and `demo`.
+//!
+//! The partition state gauge (`kafka_dedup_partition_state`) is set here, on every state change,
+//! so that the metric and `/readyz` always tell the same story.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +13,27 @@ use serde::Serialize;
 
 use crate::inspect::LiveRequest;
 use crate::store::Store;
-use crate::telemetry::Totals;
+use crate::telemetry::{self, Totals};
+
+/// A broker problem that retrying the connection does not fix: configuration or credentials
+/// must change. `/readyz` names it until a broker connection is up again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerFailure {
+    /// SASL authentication failed (wrong credentials, a mechanism the listener does not accept,
+    /// a listener without SASL).
+    Authentication,
+    /// The TLS handshake failed (untrusted certificate, a listener without TLS, ...).
+    Tls,
+}
+
+impl BrokerFailure {
+    fn describe(self) -> &'static str {
+        match self {
+            BrokerFailure::Authentication => "authentication with the brokers failed",
+            BrokerFailure::Tls => "TLS handshake with the brokers failed",
+        }
+    }
+}
 
 /// Shared status of one filter process.
 #[derive(Default)]
@@ -23,6 +46,9 @@ pub struct Status {
     joined: AtomicBool,
     /// Last broker problem, cleared when statistics show a broker up.
     broker_error: Mutex<Option<String>>,
+    /// Last authentication or TLS failure; kept over the generic errors that follow it (a
+    /// metadata timeout), cleared when statistics show a broker up.
+    broker_failure: Mutex<Option<(BrokerFailure, String)>>,
     /// Set when the pipeline stopped on an error.
     fatal: Mutex<Option<String>>,
     /// The open store, for `/store/*`.
@@ -50,22 +76,27 @@ impl Status {
         Arc::new(Status::default())
     }
 
-    /// Records a partition's state.
+    /// Records a partition's state (`recovering` or `running`).
     pub fn set_partition(&self, p: i32, state: &str) {
         self.partitions
             .lock()
             .expect("not poisoned")
             .insert(p, state.to_string());
+        telemetry::partition_state(p, Some(if state == "running" { "running" } else { "recovering" }));
     }
 
-    /// Records a partition's state with a reason.
+    /// Records a recovering partition's state with a reason (`recovering (retrying: ...)`).
     pub fn set_partition_reason(&self, p: i32, reason: String) {
         self.partitions.lock().expect("not poisoned").insert(p, reason);
+        telemetry::partition_state(p, Some("recovering"));
     }
 
-    /// Forgets a released partition.
+    /// Forgets a released partition; its state and lag gauges go to 0, so that sums over the
+    /// replicas of a consumer group count each partition once after a rebalance.
     pub fn remove_partition(&self, p: i32) {
         self.partitions.lock().expect("not poisoned").remove(&p);
+        telemetry::partition_state(p, None);
+        telemetry::consumer_lag(p, 0);
     }
 
     /// Marks the consumer group joined (first assignment received).
@@ -73,14 +104,41 @@ impl Status {
         self.joined.store(true, Ordering::SeqCst);
     }
 
-    /// Records broker reachability: `up` clears the error, otherwise `error` is kept.
+    /// Records broker reachability: `up` clears the error (and any [`BrokerFailure`]), otherwise
+    /// `error` is kept.
     pub fn set_broker(&self, up: bool, error: Option<String>) {
         let mut b = self.broker_error.lock().expect("not poisoned");
         if up {
             *b = None;
+            *self.broker_failure.lock().expect("not poisoned") = None;
         } else if error.is_some() {
             *b = error;
         }
+    }
+
+    /// Records an authentication or TLS failure reported by a Kafka client; `/readyz` names it
+    /// (before any generic broker error) until a broker connection is up.
+    pub fn set_broker_failure(&self, kind: BrokerFailure, detail: String) {
+        *self.broker_failure.lock().expect("not poisoned") = Some((kind, detail));
+    }
+
+    /// Looks at an error a Kafka client reported (`reason`: librdkafka's explanation, may be
+    /// empty) and records it as a [`BrokerFailure`] when it is one: librdkafka's
+    /// `_AUTHENTICATION` and `SASL_AUTHENTICATION_FAILED` codes, and `_SSL`. Other errors are
+    /// left to the callers (retries, `set_broker`).
+    pub fn note_client_error(&self, error: &rdkafka::error::KafkaError, reason: &str) {
+        use rdkafka::types::RDKafkaErrorCode as Code;
+        let kind = match error.rdkafka_error_code() {
+            Some(Code::Authentication) | Some(Code::SaslAuthenticationFailed) => BrokerFailure::Authentication,
+            Some(Code::SSL) => BrokerFailure::Tls,
+            _ => return,
+        };
+        let detail = if reason.is_empty() {
+            error.to_string()
+        } else {
+            reason.to_string()
+        };
+        self.set_broker_failure(kind, detail);
     }
 
     /// Records a fatal error.
@@ -123,6 +181,8 @@ impl Status {
         let partitions = self.partitions();
         let reason = if let Some(f) = self.fatal.lock().expect("not poisoned").clone() {
             Some(format!("stopped: {f}"))
+        } else if let Some((kind, detail)) = self.broker_failure.lock().expect("not poisoned").clone() {
+            Some(format!("{}: {detail}", kind.describe()))
         } else if let Some(b) = self.broker_error.lock().expect("not poisoned").clone() {
             Some(format!("broker not reachable: {b}"))
         } else if !self.joined.load(Ordering::SeqCst) {
@@ -140,5 +200,37 @@ impl Status {
             reason,
             partitions,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_reasons_in_order_of_what_to_fix_first() {
+        let s = Status::new();
+        let r = s.readiness();
+        assert!(!r.ready);
+        assert!(r.reason.unwrap().contains("waiting for a partition assignment"));
+
+        s.set_broker_failure(BrokerFailure::Authentication, "SASL handshake failed".into());
+        s.set_broker(false, Some("metadata: timed out".into()));
+        let r = s.readiness();
+        assert_eq!(
+            r.reason.as_deref(),
+            Some("authentication with the brokers failed: SASL handshake failed"),
+            "the specific failure outlives the generic error that follows it"
+        );
+        s.set_broker(true, None);
+        s.set_joined();
+        s.set_partition(0, "recovering");
+        s.set_partition(1, "running");
+        let r = s.readiness();
+        assert_eq!(r.reason.as_deref(), Some("recovering partitions (0: recovering)"));
+        s.set_partition(0, "running");
+        assert!(s.readiness().ready);
+        s.set_fatal("delivery failed".into());
+        assert_eq!(s.readiness().reason.as_deref(), Some("stopped: delivery failed"));
     }
 }

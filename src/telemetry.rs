@@ -48,8 +48,14 @@ pub const RECOVERY_DURATION: &str = "kafka_dedup_recovery_duration_seconds";
 /// `kafka_dedup_consumer_lag_records{partition}`: high watermark minus committed position, from
 /// librdkafka statistics.
 pub const CONSUMER_LAG: &str = "kafka_dedup_consumer_lag_records";
-/// `kafka_dedup_partition_state{partition,state}`: 1 for the partition's current life-cycle state.
+/// `kafka_dedup_partition_state{partition,state}`: 1 for the partition's current life-cycle state
+/// (one of [`PARTITION_STATES`]), 0 for the others; all 0 once the partition is released.
 pub const PARTITION_STATE: &str = "kafka_dedup_partition_state";
+/// The values of the `state` label of [`PARTITION_STATE`] ([`crate::partition::Partition`]).
+pub const PARTITION_STATES: [&str; 2] = ["recovering", "running"];
+/// `kafka_dedup_ready`: 1 when `/readyz` answers ready, else 0; set at each scrape, so an alert
+/// can say what an orchestrator's readiness probe sees.
+pub const READY: &str = "kafka_dedup_ready";
 /// `kafka_dedup_build_info{version}`: always 1.
 pub const BUILD_INFO: &str = "kafka_dedup_build_info";
 
@@ -105,6 +111,7 @@ pub fn describe() {
         Unit::Count,
         "1 for each partition's current life-cycle state."
     );
+    describe_gauge!(READY, Unit::Count, "1 when /readyz answers ready, else 0.");
     describe_gauge!(BUILD_INFO, Unit::Count, "Build information; always 1.");
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
@@ -153,13 +160,7 @@ impl PartitionMetrics {
 
     /// Sets the life-cycle state gauge: 1 for `state`, 0 for the others.
     pub fn set_state(&self, state: &'static str) {
-        for s in ["recovering", "running"] {
-            gauge!(PARTITION_STATE, "partition" => self.partition.clone(), "state" => s).set(if s == state {
-                1.0
-            } else {
-                0.0
-            });
-        }
+        set_partition_state(&self.partition, Some(state));
     }
 
     /// Zeroes the per-partition gauges when the partition is released.
@@ -167,10 +168,27 @@ impl PartitionMetrics {
         for g in &self.held {
             g.set(0.0);
         }
-        for s in ["recovering", "running"] {
-            gauge!(PARTITION_STATE, "partition" => self.partition.clone(), "state" => s).set(0.0);
-        }
+        set_partition_state(&self.partition, None);
     }
+}
+
+fn set_partition_state(partition: &str, state: Option<&str>) {
+    for s in PARTITION_STATES {
+        let v = if Some(s) == state { 1.0 } else { 0.0 };
+        gauge!(PARTITION_STATE, "partition" => partition.to_string(), "state" => s).set(v);
+    }
+}
+
+/// Sets partition `partition`'s state gauge ([`PARTITION_STATE`]): 1 for `state`, 0 for the
+/// other [`PARTITION_STATES`]; `None` (released) zeroes them all. Called by
+/// [`crate::status::Status`] on every state change, so the gauge and `/readyz` agree.
+pub fn partition_state(partition: i32, state: Option<&str>) {
+    set_partition_state(&partition.to_string(), state);
+}
+
+/// Sets the [`READY`] gauge.
+pub fn ready(ready: bool) {
+    gauge!(READY).set(if ready { 1.0 } else { 0.0 });
 }
 
 /// Counts a store rebuild of one partition.
