@@ -100,6 +100,53 @@ pub fn reader_config(cfg: &Config) -> ClientConfig {
     c
 }
 
+/// Kafka's murmur2 hash (the Java client's `Utils.murmur2`), used by the Java client's default
+/// partitioner: `(murmur2(key) & 0x7fffffff) % partitions`.
+pub fn murmur2(data: &[u8]) -> i32 {
+    const SEED: u32 = 0x9747_b28c;
+    const M: u32 = 0x5bd1_e995;
+    let mut h: u32 = SEED ^ data.len() as u32;
+    let chunks = data.chunks_exact(4);
+    let tail = chunks.remainder();
+    for c in chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(M);
+        k ^= k >> 24;
+        k = k.wrapping_mul(M);
+        h = h.wrapping_mul(M);
+        h ^= k;
+    }
+    if tail.len() >= 3 {
+        h ^= (tail[2] as u32) << 16;
+    }
+    if tail.len() >= 2 {
+        h ^= (tail[1] as u32) << 8;
+    }
+    if !tail.is_empty() {
+        h ^= tail[0] as u32;
+        h = h.wrapping_mul(M);
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(M);
+    h ^= h >> 15;
+    h as i32
+}
+
+/// True if a key-hashing producer would have written `key` to `partition` of a topic with
+/// `partitions` partitions: the Java client's default (murmur2) or librdkafka's default
+/// `consistent_random` (CRC-32). Records for which this is false have been placed by other means
+/// (round robin, a custom partitioner, a changed partition count), so their replays may land in
+/// another partition, outside the per-partition dedup scope.
+pub fn key_placed_in(key: &[u8], partition: i32, partitions: usize) -> bool {
+    if partitions == 0 {
+        return true;
+    }
+    let n = partitions as u32;
+    let java = ((murmur2(key) as u32) & 0x7fff_ffff) % n;
+    let librdkafka = crc32fast::hash(key) % n;
+    java as i32 == partition || librdkafka as i32 == partition
+}
+
 /// Context of the consumers that read to the end of partitions (recovery, tests): the
 /// end-of-partition events they ask for are not errors and are not logged as such.
 pub struct ReaderContext;
@@ -119,6 +166,32 @@ impl rdkafka::consumer::ConsumerContext for ReaderContext {}
 
 /// A consumer for reading partitions to their end.
 pub type Reader = BaseConsumer<ReaderContext>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Vectors of Kafka's `UtilsTest.testMurmur2` (Java client).
+    #[test]
+    fn murmur2_matches_the_java_client() {
+        assert_eq!(murmur2(b"21"), -973932308);
+        assert_eq!(murmur2(b"foobar"), -790332482);
+        assert_eq!(murmur2(b"a-little-bit-long-string"), -985981536);
+        assert_eq!(murmur2(b"a-little-bit-longer-string"), -1486304829);
+        assert_eq!(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"), -58897971);
+        assert_eq!(murmur2(b"abc"), 479470107);
+    }
+
+    #[test]
+    fn key_placement() {
+        let p = ((murmur2(b"k") as u32 & 0x7fff_ffff) % 6) as i32;
+        assert!(key_placed_in(b"k", p, 6));
+        let q = (crc32fast::hash(b"k") % 6) as i32;
+        assert!(key_placed_in(b"k", q, 6));
+        let other = (0..6).find(|x| *x != p && *x != q).unwrap();
+        assert!(!key_placed_in(b"k", other, 6));
+    }
+}
 
 /// Why the topics do not fit the configuration.
 #[derive(Debug, thiserror::Error)]

@@ -116,10 +116,6 @@ pub enum Fatal {
     /// A transaction step failed (transactional mode).
     #[error("transaction: {0}")]
     Transaction(String),
-    /// The store could not be written during a hand-over... reported but not fatal; kept for
-    /// completeness of the match in callers.
-    #[error("stopped while waiting for the producer queue")]
-    Interrupted,
 }
 
 /// An acknowledgement from the producer thread.
@@ -266,6 +262,10 @@ struct CheckpointPart {
     meta: CheckpointMeta,
 }
 
+/// What the background store write of a checkpoint needs for one partition: partition, commit
+/// target, metadata, the frozen live generations, and the new current generation (empty).
+type PersistJob = (i32, i64, CheckpointMeta, Vec<Arc<Generation>>, Generation);
+
 enum Stage {
     /// Waiting for acknowledgements up to each target.
     Delivering,
@@ -307,6 +307,8 @@ pub struct Filter {
     failure: Option<Fatal>,
     /// Number of output partitions (for `key` partitioning's recovery).
     output_partitions: usize,
+    /// Number of input partitions (for the out-of-scope diagnostics).
+    input_partitions: usize,
     /// Shared with HTTP, demo and tests.
     status: Arc<Status>,
     /// Process totals.
@@ -349,6 +351,11 @@ impl Filter {
         }
         run.rotation.took(msg.timestamp().to_millis());
         run.metrics.consumed.increment(1);
+        match msg.key() {
+            None => run.metrics.null_key.increment(1),
+            Some(k) if !kafka::key_placed_in(k, p, self.input_partitions) => run.metrics.key_elsewhere.increment(1),
+            Some(_) => {}
+        }
         Totals::bump(&self.totals.consumed);
 
         let decision = match self.fingerprinter.fingerprint(msg) {
@@ -362,41 +369,17 @@ impl Filter {
             Err(why) => Decision::Missing(why),
         };
 
+        // Where the record goes: (topic, output partition, extra headers, target); None: nowhere.
         let cfg = &self.cfg;
         let out_partition = match cfg.output.partitioning {
             Partitioning::Preserve => Some(p),
             Partitioning::Key => None,
         };
-        match decision {
+        let mut new_fingerprint = None;
+        let route = match decision {
             Decision::Forward(fp) => {
-                let seq = run
-                    .inflight
-                    .take(offset, Target::Output)
-                    .expect("output records are tracked");
-                send(
-                    &self.producer,
-                    &self.shutdown,
-                    &cfg.output.topic,
-                    out_partition,
-                    msg,
-                    None,
-                    encode_opaque(p, seq),
-                )
-                .map_err(|e| {
-                    run.inflight.untake(offset);
-                    Fatal::Delivery {
-                        partition: p,
-                        offset,
-                        topic: cfg.output.topic.clone(),
-                        error: e.to_string(),
-                    }
-                })?;
-                // Only after the producer accepted it: a refused record must not suppress itself.
-                if let Some(fp) = fp {
-                    run.gens.insert(fp, Some(offset));
-                }
-                crate::crash::point("after-produce");
-                self.unacknowledged.fetch_add(1, Ordering::Relaxed);
+                new_fingerprint = fp;
+                Some((&cfg.output.topic, out_partition, None, Target::Output))
             }
             Decision::Duplicate { age, distance } => {
                 if let Some(c) = run.metrics.duplicates.get(age) {
@@ -406,40 +389,16 @@ impl Filter {
                     run.metrics.distance.record(d as f64);
                 }
                 Totals::bump(&self.totals.duplicates);
-                if cfg.output.duplicates_topic.is_empty() {
-                    run.inflight.take(offset, Target::None);
-                } else {
-                    let seq = run
-                        .inflight
-                        .take(offset, Target::Side)
-                        .expect("side records are tracked");
+                (!cfg.output.duplicates_topic.is_empty()).then(|| {
                     let extra = provenance(&cfg.input.topic, p, offset, "duplicate");
-                    send(
-                        &self.producer,
-                        &self.shutdown,
-                        &cfg.output.duplicates_topic,
-                        None,
-                        msg,
-                        Some(extra),
-                        encode_opaque(p, seq),
-                    )
-                    .map_err(|e| {
-                        run.inflight.untake(offset);
-                        Fatal::Delivery {
-                            partition: p,
-                            offset,
-                            topic: cfg.output.duplicates_topic.clone(),
-                            error: e.to_string(),
-                        }
-                    })?;
-                    self.unacknowledged.fetch_add(1, Ordering::Relaxed);
-                }
+                    (&cfg.output.duplicates_topic, None, Some(extra), Target::Side)
+                })
             }
             Decision::Missing(why) => {
                 let action = cfg.fingerprint.on_missing;
                 run.metrics.unfingerprintable(action, why.reason());
                 Totals::bump(&self.totals.unfingerprintable);
-                let (topic, partition, extra, target) = match action {
+                match action {
                     OnMissing::Fail => {
                         return Err(Fatal::Unfingerprintable {
                             partition: p,
@@ -447,40 +406,51 @@ impl Filter {
                             reason: why.to_string(),
                         })
                     }
-                    OnMissing::Drop => {
-                        run.inflight.take(offset, Target::None);
-                        return Ok(());
+                    OnMissing::Drop => None,
+                    OnMissing::Forward => Some((&cfg.output.topic, out_partition, None, Target::Output)),
+                    OnMissing::DeadLetter => {
+                        let extra = provenance(&cfg.input.topic, p, offset, why.reason());
+                        Some((&cfg.fingerprint.dead_letter_topic, None, Some(extra), Target::Side))
                     }
-                    OnMissing::Forward => (&cfg.output.topic, out_partition, None, Target::Output),
-                    OnMissing::DeadLetter => (
-                        &cfg.fingerprint.dead_letter_topic,
-                        None,
-                        Some(provenance(&cfg.input.topic, p, offset, why.reason())),
-                        Target::Side,
-                    ),
-                };
-                let seq = run.inflight.take(offset, target).expect("produced records are tracked");
-                send(
-                    &self.producer,
-                    &self.shutdown,
-                    topic,
-                    partition,
-                    msg,
-                    extra,
-                    encode_opaque(p, seq),
-                )
-                .map_err(|e| {
-                    run.inflight.untake(offset);
-                    Fatal::Delivery {
-                        partition: p,
-                        offset,
-                        topic: topic.clone(),
-                        error: e.to_string(),
-                    }
-                })?;
-                self.unacknowledged.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        };
+        let Some((topic, partition, extra, target)) = route else {
+            run.inflight.take(offset, Target::None);
+            return Ok(());
+        };
+        let seq = run.inflight.take(offset, target).expect("produced records are tracked");
+        match send(
+            &self.producer,
+            &self.shutdown,
+            topic,
+            partition,
+            msg,
+            extra,
+            encode_opaque(p, seq),
+        ) {
+            Ok(()) => {}
+            Err(Refused::Stopping) => {
+                // Not taken: nothing past it is committed, the next owner processes it.
+                run.inflight.untake(offset);
+                return Ok(());
+            }
+            Err(Refused::Kafka(e)) => {
+                run.inflight.untake(offset);
+                return Err(Fatal::Delivery {
+                    partition: p,
+                    offset,
+                    topic: topic.clone(),
+                    error: e.to_string(),
+                });
             }
         }
+        // Only once the producer accepted it: a refused record must not suppress itself.
+        if let Some(fp) = new_fingerprint {
+            run.gens.insert(fp, Some(offset));
+        }
+        crate::crash::point("after-produce");
+        self.unacknowledged.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1026,7 +996,7 @@ impl Filter {
     fn persist_checkpoint(&mut self) {
         let ckpt = self.checkpoint.as_mut().expect("in progress");
         let store = self.store.clone();
-        let jobs: Vec<(i32, i64, CheckpointMeta, Vec<Arc<Generation>>, Generation)> = ckpt
+        let jobs: Vec<PersistJob> = ckpt
             .parts
             .iter()
             .map(|(p, part)| {
@@ -1243,8 +1213,16 @@ fn provenance(topic: &str, partition: i32, offset: i64, reason: &str) -> OwnedHe
         })
 }
 
+/// Why the producer did not take a record.
+enum Refused {
+    /// Its queue was full and a stop was requested while waiting.
+    Stopping,
+    /// Refused (for example larger than `message.max.bytes`).
+    Kafka(KafkaError),
+}
+
 /// Produces a copy of `msg` (key, value, headers, timestamp) to `topic`. Waits while librdkafka's
-/// queue is full; any other refusal is returned.
+/// queue is full, unless a stop is requested; any other refusal is returned.
 fn send(
     producer: &ThreadedProducer<DeliveryContext>,
     shutdown: &Shutdown,
@@ -1253,7 +1231,7 @@ fn send(
     msg: &BorrowedMessage<'_>,
     extra: Option<OwnedHeaders>,
     opaque: usize,
-) -> Result<(), KafkaError> {
+) -> Result<(), Refused> {
     let mut headers = msg.headers().map(|h| h.detach());
     if let Some(extra) = extra {
         let mut all = headers.unwrap_or_default();
@@ -1286,12 +1264,12 @@ fn send(
             Ok(()) => return Ok(()),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                 if shutdown.is_triggered() {
-                    return Err(KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull));
+                    return Err(Refused::Stopping);
                 }
                 record = r;
                 std::thread::sleep(Duration::from_millis(2));
             }
-            Err((e, _)) => return Err(e),
+            Err((e, _)) => return Err(Refused::Kafka(e)),
         }
     }
 }
@@ -1354,6 +1332,7 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
         next_checkpoint: Instant::now() + cfg.checkpoint.interval,
         failure: None,
         output_partitions: 0,
+        input_partitions: 0,
         status: status.clone(),
         totals,
         shutdown: shutdown.clone(),
@@ -1369,9 +1348,9 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     let consumer: FilterConsumer = kafka::consumer_config(&cfg).create_with_context(context)?;
 
     // Topics must exist and fit; a broker that cannot be reached yet is waited for.
-    let output_partitions = loop {
+    let (input_partitions, output_partitions) = loop {
         match kafka::check_topics(&consumer, &cfg, Duration::from_secs(10)) {
-            Ok((_, o)) => break o,
+            Ok(counts) => break counts,
             Err(TopicError::Kafka(e)) => {
                 status.set_broker(false, Some(format!("metadata: {e}")));
                 warn!(error = %e, "cannot reach the brokers; retrying");
@@ -1387,12 +1366,11 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
             }
         }
     };
-    consumer
-        .context()
-        .filter
-        .lock()
-        .expect("not poisoned")
-        .output_partitions = output_partitions;
+    {
+        let mut f = consumer.context().filter.lock().expect("not poisoned");
+        f.output_partitions = output_partitions;
+        f.input_partitions = input_partitions;
+    }
     consumer.subscribe(&[&cfg.input.topic])?;
     info!(input = %cfg.input.topic, output = %cfg.output.topic, group = %cfg.input.group_id, "filter started");
 

@@ -24,9 +24,11 @@
 //!
 //! Brokers that do not return offset commit metadata (tansu 0.6 stores it but answers an empty
 //! string) get the same guarantees from two further sources: a store snapshot taken at exactly
-//! the committed offset is trusted (it records whether the hand-over was clean), and otherwise
-//! the group's committed offset on the *output* partition, the horizon marker committed in the
-//! same request as every input offset, says where the oldest live generation begins.
+//! the committed offset is used, and otherwise the group's committed offset on the *output*
+//! partition, the horizon marker committed in the same request as every input offset, says where
+//! the oldest live generation begins. Without metadata nobody can tell whether the previous
+//! owner handed over cleanly (a local snapshot may predate another instance's ownership), so
+//! recovery always waits `output.fence_wait`.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -216,13 +218,15 @@ pub fn recover(env: &RecoveryEnv, req: &RecoveryRequest) -> Result<Recovered, Re
             // offset. A store snapshot taken at exactly this offset is used; otherwise the
             // horizon marker on the output partition says where to re-read from.
             match &snapshot {
+                // Its `clean` flag is not trusted: another instance may have owned the partition
+                // since, without moving the committed offset, and crashed with records in flight.
                 Ok(Some(s)) if s.committed_offset == resume => match load(env, p, s) {
-                    Ok((gens, covered, clean)) => Plan::Store {
+                    Ok((gens, covered, _)) => Plan::Store {
                         resume,
                         gens,
                         scan_from: covered,
                         ckpt: s.ckpt.clone(),
-                        clean,
+                        clean: false,
                     },
                     Err((reason, detail)) => marker_plan(env, p, resume, horizon_marker, reason, &detail),
                 },
@@ -296,12 +300,6 @@ pub fn recover(env: &RecoveryEnv, req: &RecoveryRequest) -> Result<Recovered, Re
     };
     let mut gens = Generations::from_parts(gen_list, keep);
     check(&req.cancel)?;
-
-    // An owner is about to produce for this partition: the stored snapshot no longer describes a
-    // clean hand-over (for brokers without offset metadata, see `PartitionSnapshot::clean`).
-    if let Err(e) = env.store.mark_dirty(p) {
-        warn!(partition = p, error = %e, "cannot mark the store snapshot as in use");
-    }
 
     // 3. Let in-flight records of a previous owner land (idempotent mode, unclean hand-over).
     if cfg.output.delivery == Delivery::Idempotent && !clean {
@@ -481,16 +479,17 @@ fn scan(
                     );
                 }
             }
-            Some(Err(KafkaError::PartitionEOF(q))) => {
-                if remaining.remove(&q) {
-                    if let Ok(pos) = reader.position() {
-                        if let Some(Offset::Offset(o)) = pos.find_partition(topic, q).map(|e| e.offset()) {
-                            let e = ends.entry(q).or_insert(o);
-                            *e = (*e).max(o);
-                        }
-                    }
+            Some(Err(KafkaError::PartitionEOF(q))) if remaining.remove(&q) => {
+                let position = reader
+                    .position()
+                    .ok()
+                    .and_then(|pos| pos.find_partition(topic, q).map(|e| e.offset()));
+                if let Some(Offset::Offset(o)) = position {
+                    let e = ends.entry(q).or_insert(o);
+                    *e = (*e).max(o);
                 }
             }
+            Some(Err(KafkaError::PartitionEOF(_))) => {}
             Some(Err(e)) => {
                 errors += 1;
                 warn!(partition = req.partition, error = %e, "error while re-reading the output topic");

@@ -84,9 +84,9 @@ pub struct PartitionSnapshot {
     pub generations: Vec<GenerationMeta>,
     /// When it was written, ms since the Unix epoch.
     pub written_at_ms: i64,
-    /// True when written by a clean hand-over (nothing in flight) and no owner has produced for
-    /// the partition since: [`Store::mark_dirty`] clears it when an owner starts. Used when the
-    /// broker does not return offset commit metadata.
+    /// True when written by a clean hand-over (nothing in flight). Informational (`inspect
+    /// stats`): recovery decides on fencing from the committed metadata only, since another
+    /// instance may have owned the partition after this snapshot was written.
     #[serde(default)]
     pub clean: bool,
 }
@@ -976,21 +976,6 @@ impl Store {
         self.db.flush().map_err(|e| self.sled_err(e))?;
         for g in written {
             g.mark_stored();
-        }
-        Ok(())
-    }
-
-    /// Records that an owner started producing for partition `p`: its snapshot is no longer the
-    /// result of a clean hand-over. Flushed before returning.
-    pub fn mark_dirty(&self, p: i32) -> Result<(), StoreError> {
-        if let Some(mut snap) = self.snapshot(p)? {
-            if snap.clean {
-                snap.clean = false;
-                self.db
-                    .insert(snapshot_key(p), serde_json::to_vec(&snap).expect("snapshot serializes"))
-                    .map_err(|e| self.sled_err(e))?;
-                self.db.flush().map_err(|e| self.sled_err(e))?;
-            }
         }
         Ok(())
     }

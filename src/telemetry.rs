@@ -56,6 +56,12 @@ pub const PARTITION_STATES: [&str; 2] = ["recovering", "running"];
 /// `kafka_dedup_ready`: 1 when `/readyz` answers ready, else 0; set at each scrape, so an alert
 /// can say what an orchestrator's readiness probe sees.
 pub const READY: &str = "kafka_dedup_ready";
+/// `kafka_dedup_out_of_scope_records_total{partition,reason}`: records whose replays may land in
+/// another input partition, outside the per-partition dedup scope: `null_key` (producers spread
+/// them over partitions) or `key_elsewhere` (neither the Java nor the librdkafka default
+/// partitioner would put the key in this partition: a custom partitioner or a changed partition
+/// count).
+pub const OUT_OF_SCOPE: &str = "kafka_dedup_out_of_scope_records_total";
 /// `kafka_dedup_build_info{version}`: always 1.
 pub const BUILD_INFO: &str = "kafka_dedup_build_info";
 
@@ -112,6 +118,11 @@ pub fn describe() {
         "1 for each partition's current life-cycle state."
     );
     describe_gauge!(READY, Unit::Count, "1 when /readyz answers ready, else 0.");
+    describe_counter!(
+        OUT_OF_SCOPE,
+        Unit::Count,
+        "Records whose replays may land in another partition (null key, or a key placed elsewhere)."
+    );
     describe_gauge!(BUILD_INFO, Unit::Count, "Build information; always 1.");
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
 }
@@ -130,6 +141,10 @@ pub struct PartitionMetrics {
     pub held: Vec<Gauge>,
     /// Output records re-read during recovery.
     pub scanned: Counter,
+    /// Records with a null key (see [`OUT_OF_SCOPE`]).
+    pub null_key: Counter,
+    /// Records whose key a default partitioner would place elsewhere (see [`OUT_OF_SCOPE`]).
+    pub key_elsewhere: Counter,
     partition: String,
 }
 
@@ -148,6 +163,8 @@ impl PartitionMetrics {
                 .map(|age| gauge!(FINGERPRINTS_HELD, "partition" => p.clone(), "generation" => age.to_string()))
                 .collect(),
             scanned: counter!(RECOVERY_SCANNED, "partition" => p.clone()),
+            null_key: counter!(OUT_OF_SCOPE, "partition" => p.clone(), "reason" => "null_key"),
+            key_elsewhere: counter!(OUT_OF_SCOPE, "partition" => p.clone(), "reason" => "key_elsewhere"),
             partition: p,
         }
     }

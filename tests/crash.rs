@@ -381,19 +381,23 @@ fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
         "{stderr}"
     );
     let got = read_records(&client(), &output, 1);
+    // Records queued before the refused one may or may not have been delivered when the filter
+    // stopped (it does not flush after a failure); nothing from the refused one on is there.
+    let before = got[&0].len();
+    assert!(before <= 10, "{before} records");
     assert_eq!(
         got[&0],
-        records[..10].to_vec(),
-        "everything before the refused record, nothing after"
+        records[..before].to_vec(),
+        "a prefix of the records before the refused one"
     );
     let c = committed(&spec.group, &input, 1);
     assert!(c[&0].0.unwrap_or(0) <= 10, "nothing committed past it: {c:?}\n{stderr}");
 
     // The fix: the default limit. The refused record was not fingerprinted, so it is forwarded.
     let mut filter = spec.start(dir.path());
-    filter.wait_metric(FORWARDED, &[], 11.0, Duration::from_secs(60));
+    filter.wait_metric(FORWARDED, &[], (21 - before) as f64, Duration::from_secs(60));
     filter.wait_metric(CONSUMED, &[], 21.0, Duration::from_secs(60));
-    assert_eq!(metric(&filter.scrape(), DROPPED, &[]), 10.0);
+    assert_eq!(metric(&filter.scrape(), DROPPED, &[]), before as f64);
     assert!(filter.terminate().success());
     let got = read_records(&client(), &output, 1);
     assert_eq!(got[&0], records);

@@ -84,7 +84,7 @@ fn timed_run(input: &str, n: u32, dir: &Path, scraped: Option<Duration>) -> (f64
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let m = v.len() / 2;
-    if v.len() % 2 == 0 {
+    if v.len().is_multiple_of(2) {
         (v[m - 1] + v[m]) / 2.0
     } else {
         v[m]
