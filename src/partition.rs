@@ -184,6 +184,9 @@ pub struct Running {
     pub ckpt: String,
     /// When generations rotate; see [`Rotation`].
     pub rotation: Rotation,
+    /// When the partition was assigned and how many output records its recovery re-read; logged
+    /// with the first record this ownership forwards, then cleared.
+    pub first_forward: Option<(Instant, u64)>,
     /// Metric handles.
     pub metrics: PartitionMetrics,
 }

@@ -519,6 +519,14 @@ impl Filter {
                     if target == Target::Output {
                         run.metrics.forwarded.increment(1);
                         Totals::bump(&self.totals.forwarded);
+                        if let Some((since, rescanned)) = run.first_forward.take() {
+                            info!(
+                                partition = p,
+                                seconds = since.elapsed().as_secs_f64(),
+                                rescanned,
+                                "first record forwarded since the partition was assigned"
+                            );
+                        }
                         let e = run.out_positions.entry(q).or_insert(o + 1);
                         *e = (*e).max(o + 1);
                     }
@@ -719,6 +727,7 @@ impl Filter {
             out_positions: rec.out_positions,
             ckpt: rec.ckpt,
             rotation: Rotation::new(),
+            first_forward: Some((rec.since, rec.scanned)),
             metrics,
         };
         self.partitions.insert(p, Partition::Running(Box::new(run)));
