@@ -29,19 +29,10 @@ fn assert_once_in_order(written: &[(i32, u64)], output: &str, partitions: i32, d
 }
 
 fn wait_done(spec: &FilterSpec, input: &str, partitions: i32, filter: &FilterProcess) {
-    let ends = end_offsets(input, partitions);
-    let deadline = Instant::now() + Duration::from_secs(180);
-    loop {
-        let c = committed(&spec.group, input, partitions);
-        if ends
-            .iter()
-            .all(|(p, end)| c.get(p).and_then(|x| x.0).is_some_and(|o| o >= *end))
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "committed {c:?}, expected {ends:?}:\n{}\n{}",
+    assert_eq!(spec.input, input);
+    wait_drained(spec, partitions, &[filter], Duration::from_secs(180), || {
+        format!(
+            "{}\n{}",
             filter.logs(),
             filter
                 .scrape()
@@ -49,9 +40,8 @@ fn wait_done(spec: &FilterSpec, input: &str, partitions: i32, filter: &FilterPro
                 .filter(|l| !l.starts_with('#'))
                 .collect::<Vec<_>>()
                 .join("\n")
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        )
+    });
 }
 
 /// Case 1: chaos. 50,000 integers with upstream replays over 3 partitions, while kafka-dedup is

@@ -557,3 +557,81 @@ impl FilterProcess {
         }
     }
 }
+
+impl FilterProcess {
+    /// Input partitions this process owns, from `/readyz` (empty when it does not answer).
+    pub fn owned(&self) -> Vec<i32> {
+        http_get(&self.http, "/readyz")
+            .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
+            .and_then(|v| {
+                v["partitions"]
+                    .as_object()
+                    .map(|m| m.keys().filter_map(|k| k.parse().ok()).collect())
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// Waits until `spec.group` has committed every partition of `spec.input` up to its end offset
+/// while `filters` (the live members of the group) run; returns how many times the group had to
+/// be nudged (see below). Panics with `context()` after `timeout`.
+///
+/// tansu 0.6 can complete a rebalance with a partition assigned to a member it has just expired:
+/// the group leader's SyncGroup still names the member that missed its heartbeats while the group
+/// was forming, tansu stores that assignment (`Inner<O, Forming>::sync` in tansu-broker 0.6,
+/// `coordinator/group/administrator.rs`) and, as no remaining member misses a heartbeat, never
+/// rebalances again. The partition then belongs to nobody. Apache Kafka removes expired members
+/// before it answers the JoinGroup. When a lagging partition has been owned by none of `filters`
+/// (per their `/readyz`) for 20 s, well past the 6 s session timeout, a member that joins and
+/// leaves forces a fresh rebalance: a kafka-dedup instance with its own store directory, stopped
+/// gracefully once it runs. At most three nudges; the count is printed.
+pub fn wait_drained(
+    spec: &FilterSpec,
+    partitions: i32,
+    filters: &[&FilterProcess],
+    timeout: Duration,
+    context: impl Fn() -> String,
+) -> u32 {
+    let ends = end_offsets(&spec.input, partitions);
+    let deadline = Instant::now() + timeout;
+    let mut nudges = 0;
+    let mut orphaned_since: Option<Instant> = None;
+    loop {
+        let c = committed(&spec.group, &spec.input, partitions);
+        let lagging: Vec<i32> = ends
+            .iter()
+            .filter(|(p, end)| !c.get(p).and_then(|x| x.0).is_some_and(|o| o >= **end))
+            .map(|(p, _)| *p)
+            .collect();
+        if lagging.is_empty() {
+            return nudges;
+        }
+        let owned: Vec<i32> = filters.iter().flat_map(|f| f.owned()).collect();
+        let orphans: Vec<i32> = lagging.iter().copied().filter(|p| !owned.contains(p)).collect();
+        if orphans.is_empty() {
+            orphaned_since = None;
+        } else if orphaned_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(20) && nudges < 3 {
+            nudges += 1;
+            eprintln!(
+                "partitions {orphans:?} owned by no live member for 20 s (tansu 0.6 kept an expired member's \
+                 assignment); nudge {nudges}: a member joins and leaves to force a rebalance"
+            );
+            let dir = spec.store.parent().expect("store path has a parent");
+            let mut n = spec.clone();
+            n.store = dir.join(format!("store-nudge-{nudges}"));
+            let mut p = n.start(dir);
+            let until = Instant::now() + Duration::from_secs(30);
+            while p.owned().is_empty() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            assert!(p.terminate().success(), "nudging member failed:\n{}", p.logs());
+            orphaned_since = None;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "committed {c:?}, expected {ends:?}, owned by the live members {owned:?}, nudges {nudges}:\n{}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
