@@ -334,6 +334,11 @@ pub struct CheckpointConfig {
     pub generations: u32,
 }
 
+/// Upper bound of `checkpoint.interval`.
+const MAX_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Upper bound of `output.fence_wait`.
+const MAX_FENCE_WAIT: Duration = Duration::from_secs(3600);
+
 fn default_interval() -> Duration {
     Duration::from_secs(20)
 }
@@ -507,10 +512,25 @@ impl Config {
                 "required when fingerprint.on_missing = \"dead_letter\"",
             ));
         }
-        if self.checkpoint.interval.is_zero() {
+        // Bounds: below 100 ms the checkpoint (a store write and an offset commit per partition)
+        // would be the work; above 7 days the horizon outlives any upstream replay, and instants
+        // computed from it could overflow.
+        if self.checkpoint.interval < Duration::from_millis(100) || self.checkpoint.interval > MAX_INTERVAL {
             return Err(ConfigError::key(
                 "checkpoint.interval",
-                "must be greater than zero, e.g. \"20s\"",
+                format!(
+                    "is {}, must be between 100ms and 7days, e.g. \"20s\"",
+                    humantime::format_duration(self.checkpoint.interval)
+                ),
+            ));
+        }
+        if self.output.fence_wait > MAX_FENCE_WAIT {
+            return Err(ConfigError::key(
+                "output.fence_wait",
+                format!(
+                    "is {}, must be at most 1h (it delays every recovery)",
+                    humantime::format_duration(self.output.fence_wait)
+                ),
             ));
         }
         if self.checkpoint.generations < 2 {
@@ -729,6 +749,18 @@ topic = "events.dedup"
         assert_eq!(
             key_of(&format!("{MINIMAL}\n[checkpoint]\ninterval = \"0s\"\n"), &[]),
             "checkpoint.interval"
+        );
+        assert_eq!(
+            key_of(&format!("{MINIMAL}\n[checkpoint]\ninterval = \"50ms\"\n"), &[]),
+            "checkpoint.interval"
+        );
+        assert_eq!(
+            key_of(&format!("{MINIMAL}\n[checkpoint]\ninterval = \"500000000000years\"\n"), &[]),
+            "checkpoint.interval"
+        );
+        assert_eq!(
+            key_of(MINIMAL, &[("KAFKA_DEDUP__OUTPUT__FENCE_WAIT", "2h")]),
+            "output.fence_wait"
         );
         assert_eq!(
             key_of(&format!("{MINIMAL}\n[checkpoint]\ninterval = \"soon\"\n"), &[]),

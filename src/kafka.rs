@@ -231,7 +231,8 @@ pub fn partition_count<C: rdkafka::consumer::ConsumerContext>(
         .map(|t| t.partitions().len()))
 }
 
-/// Checks that the input and output topics exist and fit `output.partitioning`.
+/// Checks that the input and output topics exist and fit `output.partitioning`, and that the
+/// side topics (`output.duplicates_topic`, `fingerprint.dead_letter_topic`), when set, exist.
 /// Returns the input and output partition counts.
 pub fn check_topics<C: rdkafka::consumer::ConsumerContext>(
     consumer: &BaseConsumer<C>,
@@ -246,6 +247,17 @@ pub fn check_topics<C: rdkafka::consumer::ConsumerContext>(
         topic: cfg.output.topic.clone(),
         key: "output.topic",
     })?;
+    for (key, topic) in [
+        ("output.duplicates_topic", &cfg.output.duplicates_topic),
+        ("fingerprint.dead_letter_topic", &cfg.fingerprint.dead_letter_topic),
+    ] {
+        if !topic.is_empty() && partition_count(consumer, topic, timeout)?.is_none() {
+            return Err(TopicError::Missing {
+                topic: topic.clone(),
+                key,
+            });
+        }
+    }
     if cfg.output.partitioning == Partitioning::Preserve && output < input {
         return Err(TopicError::TooFewPartitions {
             input: cfg.input.topic.clone(),

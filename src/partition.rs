@@ -194,13 +194,16 @@ pub struct Running {
 /// Decides when a partition's generations rotate, so that the horizon is measured in the input's
 /// record time rather than in the filter's wall-clock time.
 ///
-/// A checkpoint rotates a partition when it took records since the last rotation and the newest
-/// record timestamp taken is at least 0.9 x `checkpoint.interval` past the newest one at the last
-/// rotation. Caught up, that is every checkpoint; when the filter stalls or lags, idle wall-clock
-/// time does not age the generations, so a replay is recognised whenever its first copy is at
-/// most 0.9 x interval earlier in record time (x `generations - 1`). Records without a timestamp
-/// fall back to wall-clock rotation; timestamps that stop advancing rotate anyway after 10
-/// intervals, bounding memory.
+/// The partition's *record clock* is the newest record timestamp taken, never ahead of the wall
+/// clock (a record stamped in the future by a skewed producer clock counts as "now"). A checkpoint
+/// rotates a partition when it took records since the last rotation and the record clock moved at
+/// least 0.9 x `checkpoint.interval` since the last rotation. Checkpoints come once per interval
+/// of wall-clock time, so a rotation needs both an interval of wall-clock time and 0.9 interval of
+/// record time: the generation of a first copy is dropped `generations` rotations later,
+/// at least `generations - 1` intervals of wall-clock time and 0.9 x that of record time later. Caught up,
+/// that is every checkpoint; when the filter stalls or lags, idle wall-clock time does not age
+/// the generations. Records without a timestamp fall back to wall-clock rotation; a record clock
+/// that stops advancing rotates anyway after 10 intervals, bounding memory.
 #[derive(Debug, Clone)]
 pub struct Rotation {
     /// Records taken since the last rotation.
@@ -234,7 +237,7 @@ impl Rotation {
         match ts {
             Some(t) => {
                 if self.base_ts.is_none() {
-                    self.base_ts = Some(t);
+                    self.base_ts = Some(t.min(now_ms()));
                 }
                 if self.max_ts.is_none_or(|m| t > m) {
                     self.max_ts = Some(t);
@@ -246,6 +249,11 @@ impl Rotation {
 
     /// True when the checkpoint should rotate (see the type's documentation).
     pub fn due(&self, interval: std::time::Duration) -> bool {
+        self.due_at(interval, now_ms())
+    }
+
+    /// [`Rotation::due`] with the wall clock at `now` (ms since the Unix epoch).
+    pub fn due_at(&self, interval: std::time::Duration, now: i64) -> bool {
         if self.taken == 0 {
             return false;
         }
@@ -254,18 +262,31 @@ impl Rotation {
         }
         let threshold = (interval.as_millis() as i64 * 9 / 10).max(1);
         match (self.base_ts, self.max_ts) {
-            (Some(base), Some(max)) => max - base >= threshold || self.at.elapsed() >= interval * 10,
+            (Some(base), Some(max)) => max.min(now) - base >= threshold || self.at.elapsed() >= interval * 10,
             _ => true,
         }
     }
 
     /// Records that the generations rotated now.
     pub fn rotated(&mut self) {
+        self.rotated_at(now_ms())
+    }
+
+    /// [`Rotation::rotated`] with the wall clock at `now` (ms since the Unix epoch).
+    pub fn rotated_at(&mut self, now: i64) {
         self.taken = 0;
         self.untimed = false;
-        self.base_ts = self.max_ts;
+        self.base_ts = self.max_ts.map(|m| m.min(now));
         self.at = Instant::now();
     }
+}
+
+/// Wall-clock time in ms since the Unix epoch (the unit of record timestamps).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 impl Default for Rotation {
@@ -353,6 +374,26 @@ mod tests {
         r.rotated();
         r.took(None);
         assert!(r.due(second), "records without timestamps rotate on the wall clock");
+    }
+
+    /// A record stamped in the future (a producer's skewed clock) neither makes the record clock
+    /// jump ahead of the wall clock nor leaves the base there, where later, correctly stamped
+    /// records would not advance it for as long as the skew.
+    #[test]
+    fn future_timestamps_count_as_now() {
+        let second = std::time::Duration::from_secs(1);
+        let hour = 3_600_000;
+        let now = 1_000_000_000_000;
+        let mut r = Rotation::new();
+        r.base_ts = Some(now);
+        r.max_ts = Some(now);
+        r.took(Some(now + hour));
+        assert!(!r.due_at(second, now + 100), "the record clock is at most the wall clock");
+        assert!(r.due_at(second, now + 1_000), "a second of wall-clock time later");
+        r.rotated_at(now + 1_000);
+        assert_eq!(r.base_ts, Some(now + 1_000), "the base is not left an hour ahead");
+        r.took(Some(now + 2_000));
+        assert!(r.due_at(second, now + 2_000), "correctly stamped records advance it again");
     }
 
     #[test]

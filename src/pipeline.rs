@@ -317,6 +317,8 @@ pub struct Filter {
     shutdown: Shutdown,
     /// Last time gauges were refreshed.
     last_gauges: Instant,
+    /// Since when this instance owns no partition, and when that was last logged.
+    idle: (Option<Instant>, Option<Instant>),
     /// Records produced and not yet acknowledged, over all partitions.
     unacknowledged: AtomicU64,
     /// Questions of the live `/store/*` routes, answered in [`Filter::tick`] from this thread's
@@ -469,9 +471,35 @@ impl Filter {
         if self.last_gauges.elapsed() >= Duration::from_secs(1) {
             self.last_gauges = Instant::now();
             self.refresh_gauges();
+            self.warn_if_idle();
         }
         self.answer_live();
         Ok(())
+    }
+
+    /// An instance that owns no partition is ready (a replica beyond the partition count is idle
+    /// by design), but one that stays so may also mean the group coordinator left partitions with
+    /// a member that is gone: after a minute it says so, then every 10 minutes.
+    fn warn_if_idle(&mut self) {
+        if !self.partitions.is_empty() {
+            self.idle = (None, None);
+            return;
+        }
+        let since = *self.idle.0.get_or_insert_with(Instant::now);
+        let due = match self.idle.1 {
+            None => since.elapsed() >= Duration::from_secs(60),
+            Some(last) => last.elapsed() >= Duration::from_secs(600),
+        };
+        if due {
+            self.idle.1 = Some(Instant::now());
+            warn!(
+                input = %self.cfg.input.topic,
+                partitions = self.input_partitions,
+                idle_seconds = since.elapsed().as_secs(),
+                "this instance owns no input partition: fine if the group has more members than the topic \
+                 has partitions; otherwise check the group's assignment (kafka-consumer-groups --describe)"
+            );
+        }
     }
 
     /// Answers the live `/store/*` questions from the owned partitions' in-memory state (see
@@ -1297,6 +1325,26 @@ pub fn identity_of(cfg: &Config) -> Identity {
 /// a fatal error (returns it; nothing committed past the failed record). Blocking: call it from
 /// a dedicated thread. `status` is updated for `/readyz` and the demo.
 pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> Result<(), RunError> {
+    // Topics must exist and fit, checked before the store is touched (a typo in a topic name must
+    // not cost a store rebuild); a broker that cannot be reached yet is waited for.
+    let (input_partitions, output_partitions) = {
+        let metadata: BaseConsumer<kafka::ReaderContext> =
+            kafka::reader_config(&cfg).create_with_context(kafka::ReaderContext)?;
+        loop {
+            match kafka::check_topics(&metadata, &cfg, Duration::from_secs(10)) {
+                Ok(counts) => break counts,
+                Err(TopicError::Kafka(e)) => {
+                    status.set_broker(false, Some(format!("metadata: {e}")));
+                    warn!(error = %e, "cannot reach the brokers; retrying");
+                    if shutdown.is_triggered() {
+                        return Ok(());
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    };
     let identity = identity_of(&cfg);
     let (store, opened) = Store::open_for_run(&cfg.store.path, &identity)?;
     match &opened {
@@ -1346,6 +1394,7 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
         totals,
         shutdown: shutdown.clone(),
         last_gauges: Instant::now(),
+        idle: (None, None),
         unacknowledged: AtomicU64::new(0),
         live: live_rx,
     };
@@ -1356,25 +1405,6 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     };
     let consumer: FilterConsumer = kafka::consumer_config(&cfg).create_with_context(context)?;
 
-    // Topics must exist and fit; a broker that cannot be reached yet is waited for.
-    let (input_partitions, output_partitions) = loop {
-        match kafka::check_topics(&consumer, &cfg, Duration::from_secs(10)) {
-            Ok(counts) => break counts,
-            Err(TopicError::Kafka(e)) => {
-                status.set_broker(false, Some(format!("metadata: {e}")));
-                warn!(error = %e, "cannot reach the brokers; retrying");
-                if shutdown.is_triggered() {
-                    store.remove_live_file();
-                    return Ok(());
-                }
-                std::thread::sleep(Duration::from_secs(1));
-            }
-            Err(e) => {
-                store.remove_live_file();
-                return Err(e.into());
-            }
-        }
-    };
     {
         let mut f = consumer.context().filter.lock().expect("not poisoned");
         f.output_partitions = output_partitions;

@@ -435,3 +435,23 @@ fn preserve_needs_enough_output_partitions() {
     let logs = filter.logs();
     assert!(logs.contains("has 3") && logs.contains("has 2"), "{logs}");
 }
+
+/// A side topic that does not exist is refused at start (exit 2, naming the key), before the
+/// store is touched: a typo must not cost a rebuild. Found by a new user: it used to surface only
+/// at the first replay sent there.
+#[test]
+fn missing_side_topic_is_refused_before_the_store_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("side-in"), unique("side-out"));
+    create_topic(&input, 1);
+    create_topic(&output, 1);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    // (By environment: `extra` would repeat the generated [output] table.)
+    spec.env.push(("KAFKA_DEDUP__OUTPUT__DUPLICATES_TOPIC".into(), unique("no-such-topic")));
+    let mut filter = spec.start(dir.path());
+    let status = filter.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(2), "{}", filter.logs());
+    let logs = filter.logs();
+    assert!(logs.contains("output.duplicates_topic") && logs.contains("does not exist"), "{logs}");
+    assert!(!spec.store.exists(), "the store was created before the topics were checked");
+}
