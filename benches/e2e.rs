@@ -231,7 +231,10 @@ fn start_copier(cfg: Config) -> Worker {
                 }
                 if !ready.load(Ordering::Relaxed) && now >= next_check {
                     next_check = now + Duration::from_millis(50);
-                    ready.store(consumer.assignment().map(|a| a.count() > 0).unwrap_or(false), Ordering::Relaxed);
+                    ready.store(
+                        consumer.assignment().map(|a| a.count() > 0).unwrap_or(false),
+                        Ordering::Relaxed,
+                    );
                 }
             }
             producer.flush(Duration::from_secs(30)).map_err(|e| e.to_string())?;
@@ -314,7 +317,11 @@ fn env(name: &str) -> String {
 /// The child: throughput phase, report, latency phase until the parent writes STOP.
 fn child() -> Result<(), String> {
     let spec = RunSpec {
-        role: if env("KD_E2E_ROLE") == "copier" { Role::Copier } else { Role::Dedup },
+        role: if env("KD_E2E_ROLE") == "copier" {
+            Role::Copier
+        } else {
+            Role::Dedup
+        },
         brokers: env("KD_E2E_BROKERS"),
         input: env("KD_E2E_INPUT"),
         output: env("KD_E2E_OUTPUT"),
@@ -327,7 +334,8 @@ fn child() -> Result<(), String> {
     };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,librdkafka=error")),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,librdkafka=error")),
         )
         .with_writer(std::io::stderr)
         .try_init();
@@ -373,7 +381,11 @@ fn child() -> Result<(), String> {
             say(format!("P {done}"));
         }
         if now > deadline {
-            return Err(format!("{}: {done} of {} records done after 15 minutes", spec.role.name(), spec.records));
+            return Err(format!(
+                "{}: {done} of {} records done after 15 minutes",
+                spec.role.name(),
+                spec.records
+            ));
         }
         std::thread::sleep(Duration::from_millis(1));
     };
@@ -403,7 +415,13 @@ fn child() -> Result<(), String> {
 
     // Latency: a new pair of topics, records arriving at a steady rate from the parent.
     let group = format!("{}-latency", spec.group);
-    let cfg = config(&spec, &spec.latency_input, &spec.latency_output, &group, &spec.store.join("b"));
+    let cfg = config(
+        &spec,
+        &spec.latency_input,
+        &spec.latency_output,
+        &group,
+        &spec.store.join("b"),
+    );
     let worker = start(&spec, cfg);
     while !(worker.ready)() {
         if Instant::now() > deadline {
@@ -439,8 +457,7 @@ impl Broker {
         if let Some(m) = &self.mock {
             m.create_topic(name, partitions, 1).map_err(|e| e.to_string())?;
         } else {
-            let admin: AdminClient<DefaultClientContext> =
-                client(&self.brokers).create().map_err(|e| e.to_string())?;
+            let admin: AdminClient<DefaultClientContext> = client(&self.brokers).create().map_err(|e| e.to_string())?;
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -578,23 +595,38 @@ fn measure_latency(args: &Args, brokers: &str, input: &str, output: &str) -> Res
         .map_err(|e| e.to_string())?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..args.partitions {
-        tpl.add_partition_offset(output, p, Offset::Beginning).map_err(|e| e.to_string())?;
+        tpl.add_partition_offset(output, p, Offset::Beginning)
+            .map_err(|e| e.to_string())?;
     }
     reader.assign(&tpl).map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel();
     let writer = {
-        let (brokers, input, rate, bytes) = (brokers.to_string(), input.to_string(), args.latency_rate.max(1), args.record_bytes);
+        let (brokers, input, rate, bytes) = (
+            brokers.to_string(),
+            input.to_string(),
+            args.latency_rate.max(1),
+            args.record_bytes,
+        );
         std::thread::spawn(move || -> Result<(), String> {
             let p = producer(&brokers, "0")?;
             let start = Instant::now();
             for i in 0..n {
                 let due = start + Duration::from_secs_f64(i as f64 / rate as f64);
                 while Instant::now() < due {
-                    p.poll(due.saturating_duration_since(Instant::now()).min(Duration::from_millis(1)));
+                    p.poll(
+                        due.saturating_duration_since(Instant::now())
+                            .min(Duration::from_millis(1)),
+                    );
                 }
                 let key = format!("l{i:010}");
                 let v = value(i, bytes);
-                send(&p, BaseRecord::to(&input).key(key.as_str()).payload(v.as_slice()).timestamp(now_ms()))?;
+                send(
+                    &p,
+                    BaseRecord::to(&input)
+                        .key(key.as_str())
+                        .payload(v.as_slice())
+                        .timestamp(now_ms()),
+                )?;
             }
             p.flush(Duration::from_secs(30)).map_err(|e| e.to_string())?;
             let _ = tx.send(());
@@ -622,10 +654,20 @@ fn measure_latency(args: &Args, brokers: &str, input: &str, output: &str) -> Res
 }
 
 /// One run of `role` as a child process.
-fn run_one(args: &Args, broker: &Broker, role: Role, run: usize, input: &str, bar: &ProgressBar) -> Result<RunResult, String> {
+fn run_one(
+    args: &Args,
+    broker: &Broker,
+    role: Role,
+    run: usize,
+    input: &str,
+    bar: &ProgressBar,
+) -> Result<RunResult, String> {
     let brokers = &broker.brokers;
     let output = format!("kd-e2e-{run}-{}-out", role.name());
-    let (lat_in, lat_out) = (format!("kd-e2e-{run}-{}-lat-in", role.name()), format!("kd-e2e-{run}-{}-lat-out", role.name()));
+    let (lat_in, lat_out) = (
+        format!("kd-e2e-{run}-{}-lat-in", role.name()),
+        format!("kd-e2e-{run}-{}-lat-out", role.name()),
+    );
     for t in [&output, &lat_in, &lat_out] {
         broker.create_topic(t, args.partitions)?;
     }
@@ -641,7 +683,10 @@ fn run_one(args: &Args, broker: &Broker, role: Role, run: usize, input: &str, ba
         .env("KD_E2E_GROUP", format!("kd-e2e-{run}-{}", role.name()))
         .env("KD_E2E_STORE", store.path())
         .env("KD_E2E_RECORDS", args.records.to_string())
-        .env("KD_E2E_INTERVAL_MS", Duration::from(args.checkpoint_interval).as_millis().to_string())
+        .env(
+            "KD_E2E_INTERVAL_MS",
+            Duration::from(args.checkpoint_interval).as_millis().to_string(),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -767,7 +812,11 @@ fn parent(args: Args) -> Result<(), String> {
     let (mut a, mut b) = (Vec::new(), Vec::new());
     let mut rows = Vec::new();
     for round in 0..args.rounds {
-        let order = if round % 2 == 0 { [Role::Copier, Role::Dedup] } else { [Role::Dedup, Role::Copier] };
+        let order = if round % 2 == 0 {
+            [Role::Copier, Role::Dedup]
+        } else {
+            [Role::Dedup, Role::Copier]
+        };
         for role in order {
             let run = round * 2 + usize::from(role == Role::Dedup);
             bar.set_message(format!("round {}/{} {}", round + 1, args.rounds, role.name()));
