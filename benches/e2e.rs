@@ -1,0 +1,913 @@
+//! End-to-end benchmark: kafka-dedup against the fastest thing that could stand in its place, on
+//! the same broker, in the same run.
+//!
+//! ```text
+//! scripts/bench.sh                                   # a fresh tansu broker, then this benchmark
+//! cargo bench --bench e2e -- --brokers HOST:PORT     # any Kafka-protocol broker
+//! cargo bench --bench e2e                            # librdkafka's in-process mock cluster
+//! ```
+//!
+//! 1. Produces `--records` records (`--record-bytes` each, a fraction `--duplicates` of them
+//!    replays of one of the previous 1,000 events, same key and value) to a new input topic.
+//! 2. Runs, alternating and `--rounds` times each (a b, b a, a b, ...: drift of a noisy machine or
+//!    of a growing broker database falls on both equally):
+//!    - (a) a plain rdkafka copier input → output (same partition, key, value, headers,
+//!      timestamp) built from kafka-dedup's own client settings ([`kafka::consumer_config`],
+//!      [`kafka::producer_config`]): poll, produce, commit the position every checkpoint interval;
+//!    - (b) kafka-dedup's pipeline ([`run_filter`], dedup on, source `value`, Prometheus recorder
+//!      installed as in `run`).
+//!
+//!    Each run is a child process (this binary re-executed) with a new output topic, consumer
+//!    group and store, so its CPU time (`/proc/self/stat`) and peak RSS (`VmHWM`) are its own.
+//!    Throughput: records done / time, from the moment every partition is assigned (for b: and
+//!    recovered) to the last record done, where done is acknowledged by the output topic (or, for
+//!    b, dropped as a replay); CPU time per record over the same window. The child
+//!    also reports the longest time its consumed count stood still while records were waiting
+//!    (a stall: a checkpoint that blocked the poll thread would show here).
+//! 3. Latency, in the same child after the throughput phase: on a second, new pair of topics the
+//!    parent produces `--latency-records` records at `--latency-rate` per second, each stamped with
+//!    its send time (CreateTime, kept in the output by both a and b), and a reader tailing the
+//!    output computes arrival − timestamp. The brokers used here do not stamp LogAppendTime
+//!    (tansu 0.6 keeps CreateTime), so this is "input send → output readable" for both: the same
+//!    produce and fetch paths, so b − a is the latency kafka-dedup adds.
+//!
+//! The output checks itself: a must deliver every record, b exactly the distinct ones and drop
+//! exactly the replays (exit 1 otherwise). BENCHMARKS.md has the figures of one run.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+use kafka_dedup::config::Config;
+use kafka_dedup::kafka;
+use kafka_dedup::pipeline::{run_filter, Shutdown};
+use kafka_dedup::status::Status;
+use kafka_dedup::telemetry::Totals;
+use rand::{Rng, SeedableRng};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::{ClientContext, DefaultClientContext};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+
+/// Command line (after `cargo bench --bench e2e --`).
+#[derive(Parser, Debug, Clone)]
+#[command(about = "kafka-dedup vs a passthrough copier, same broker, same run")]
+struct Args {
+    /// Bootstrap servers of the broker; without it, librdkafka's in-process mock cluster.
+    #[arg(long)]
+    brokers: Option<String>,
+    /// Input records (replays included).
+    #[arg(long, default_value_t = 100_000)]
+    records: u64,
+    /// Fraction of the input records that are replays.
+    #[arg(long, default_value_t = 0.1)]
+    duplicates: f64,
+    /// Bytes of a record's value.
+    #[arg(long, default_value_t = 100)]
+    record_bytes: usize,
+    /// Partitions of every topic.
+    #[arg(long, default_value_t = 3)]
+    partitions: i32,
+    /// Runs of each of a and b.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// kafka-dedup's checkpoint.interval, and the copier's commit interval.
+    #[arg(long, default_value = "5s")]
+    checkpoint_interval: humantime::Duration,
+    /// Records of the latency phase of each run (0: no latency phase).
+    #[arg(long, default_value_t = 2_000)]
+    latency_records: u64,
+    /// Records per second in the latency phase.
+    #[arg(long, default_value_t = 1_000)]
+    latency_rate: u64,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+    /// A `cargo bench` filter: the benchmark runs only if it contains "e2e".
+    #[arg(hide = true)]
+    filter: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Child process: one run of a or b.
+
+/// What a child needs, passed in environment variables `KD_E2E_*`.
+struct RunSpec {
+    role: Role,
+    brokers: String,
+    input: String,
+    output: String,
+    latency_input: String,
+    latency_output: String,
+    group: String,
+    store: std::path::PathBuf,
+    records: u64,
+    interval: Duration,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Role {
+    Copier,
+    Dedup,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Copier => "copier",
+            Role::Dedup => "dedup",
+        }
+    }
+}
+
+/// Counters a worker exposes to the child's monitor.
+#[derive(Default)]
+struct Progress {
+    consumed: AtomicU64,
+    done: AtomicU64,
+}
+
+/// A running copier or pipeline.
+struct Worker {
+    consumed: Box<dyn Fn() -> u64>,
+    done: Box<dyn Fn() -> u64>,
+    ready: Box<dyn Fn() -> bool>,
+    report: Box<dyn Fn() -> (u64, u64, u64)>,
+    stop: Box<dyn FnOnce() -> Result<(), String>>,
+}
+
+/// The same configuration for both roles: kafka-dedup's defaults, with a 6 s session timeout
+/// (consumer groups form quickly on tansu) and the bench's topics, group and interval.
+fn config(spec: &RunSpec, input: &str, output: &str, group: &str, store: &std::path::Path) -> Config {
+    let text = format!(
+        "[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n\
+         [input]\ntopic = \"{input}\"\ngroup_id = \"{group}\"\n[output]\ntopic = \"{output}\"\n"
+    );
+    let mut cfg = Config::from_toml_str(&text, Some(Default::default())).expect("the bench configuration is valid");
+    cfg.kafka.bootstrap_servers = spec.brokers.clone();
+    cfg.checkpoint.interval = spec.interval;
+    cfg.store.path = store.to_path_buf();
+    cfg.http.listen = String::new();
+    cfg.output.fence_wait = Duration::from_millis(500);
+    cfg
+}
+
+/// Delivery counter of the copier's producer.
+struct Acks(Arc<Progress>);
+
+impl ClientContext for Acks {}
+
+impl ProducerContext for Acks {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => {
+                self.0.done.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((e, _)) => eprintln!("copier: delivery failed: {e}"),
+        }
+    }
+}
+
+/// (a): consume, produce a copy to the same partition, commit the position every interval.
+fn start_copier(cfg: Config) -> Worker {
+    let progress = Arc::new(Progress::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let (progress, stop, ready) = (progress.clone(), stop.clone(), ready.clone());
+        std::thread::spawn(move || -> Result<(), String> {
+            let consumer: BaseConsumer = kafka::consumer_config(&cfg).create().map_err(|e| e.to_string())?;
+            let producer: ThreadedProducer<Acks> = kafka::producer_config(&cfg)
+                .create_with_context(Acks(progress.clone()))
+                .map_err(|e| e.to_string())?;
+            consumer.subscribe(&[&cfg.input.topic]).map_err(|e| e.to_string())?;
+            let mut next_commit = Instant::now() + cfg.checkpoint.interval;
+            let mut next_check = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                    progress.consumed.fetch_add(1, Ordering::Relaxed);
+                    let mut record: BaseRecord<'_, [u8], [u8]> =
+                        BaseRecord::to(&cfg.output.topic).partition(m.partition());
+                    if let Some(k) = m.key() {
+                        record = record.key(k);
+                    }
+                    if let Some(v) = m.payload() {
+                        record = record.payload(v);
+                    }
+                    if let Some(ts) = m.timestamp().to_millis() {
+                        record = record.timestamp(ts);
+                    }
+                    if let Some(h) = m.headers() {
+                        record = record.headers(h.detach());
+                    }
+                    loop {
+                        match producer.send(record) {
+                            Ok(()) => break,
+                            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                                record = r;
+                                std::thread::sleep(Duration::from_millis(2));
+                            }
+                            Err((e, _)) => return Err(format!("copier: produce: {e}")),
+                        }
+                    }
+                }
+                let now = Instant::now();
+                if now >= next_commit {
+                    next_commit = now + cfg.checkpoint.interval;
+                    if let Ok(pos) = consumer.position() {
+                        let _ = consumer.commit(&pos, CommitMode::Async);
+                    }
+                }
+                if !ready.load(Ordering::Relaxed) && now >= next_check {
+                    next_check = now + Duration::from_millis(50);
+                    ready.store(
+                        consumer.assignment().map(|a| a.count() > 0).unwrap_or(false),
+                        Ordering::Relaxed,
+                    );
+                }
+            }
+            producer.flush(Duration::from_secs(30)).map_err(|e| e.to_string())?;
+            Ok(())
+        })
+    };
+    let (p1, p2, p3) = (progress.clone(), progress.clone(), progress);
+    Worker {
+        consumed: Box::new(move || p1.consumed.load(Ordering::Relaxed)),
+        done: Box::new(move || p2.done.load(Ordering::Relaxed)),
+        ready: Box::new(move || ready.load(Ordering::Relaxed)),
+        report: Box::new(move || (p3.done.load(Ordering::Relaxed), 0, 0)),
+        stop: Box::new(move || {
+            stop.store(true, Ordering::Relaxed);
+            thread.join().map_err(|_| "copier panicked".to_string())?
+        }),
+    }
+}
+
+/// (b): kafka-dedup's pipeline, as `kafka-dedup run` runs it (without the HTTP listener).
+fn start_dedup(cfg: Config) -> Worker {
+    let status = Status::new();
+    let shutdown = Shutdown::new();
+    let thread = {
+        let (cfg, shutdown, status) = (Arc::new(cfg), shutdown.clone(), status.clone());
+        std::thread::spawn(move || run_filter(cfg, shutdown, status).map_err(|e| e.to_string()))
+    };
+    let t = status.totals.clone();
+    let (t1, t2, t3) = (t.clone(), t.clone(), t);
+    let s = status.clone();
+    Worker {
+        consumed: Box::new(move || Totals::get(&t1.consumed)),
+        done: Box::new(move || Totals::get(&t2.forwarded) + Totals::get(&t2.duplicates)),
+        ready: Box::new(move || !s.partitions().is_empty() && s.all_running()),
+        report: Box::new(move || {
+            (
+                Totals::get(&t3.forwarded),
+                Totals::get(&t3.duplicates),
+                Totals::get(&t3.checkpoints),
+            )
+        }),
+        stop: Box::new(move || {
+            shutdown.trigger();
+            thread.join().map_err(|_| "pipeline panicked".to_string())?
+        }),
+    }
+}
+
+fn start(spec: &RunSpec, cfg: Config) -> Worker {
+    match spec.role {
+        Role::Copier => start_copier(cfg),
+        Role::Dedup => start_dedup(cfg),
+    }
+}
+
+/// User + system CPU time of this process (all threads), from `/proc/self/stat` (USER_HZ = 100).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    (ticks(11) + ticks(12)) as f64 / 100.0
+}
+
+/// Peak resident set size of this process (`VmHWM`), bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by the parent"))
+}
+
+/// The child: throughput phase, report, latency phase until the parent writes STOP.
+fn child() -> Result<(), String> {
+    let spec = RunSpec {
+        role: if env("KD_E2E_ROLE") == "copier" {
+            Role::Copier
+        } else {
+            Role::Dedup
+        },
+        brokers: env("KD_E2E_BROKERS"),
+        input: env("KD_E2E_INPUT"),
+        output: env("KD_E2E_OUTPUT"),
+        latency_input: env("KD_E2E_LATENCY_INPUT"),
+        latency_output: env("KD_E2E_LATENCY_OUTPUT"),
+        group: env("KD_E2E_GROUP"),
+        store: env("KD_E2E_STORE").into(),
+        records: env("KD_E2E_RECORDS").parse().expect("a count"),
+        interval: Duration::from_millis(env("KD_E2E_INTERVAL_MS").parse().expect("milliseconds")),
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,librdkafka=error")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    if spec.role == Role::Dedup {
+        // As `kafka-dedup run`: metrics are recorded (scraping is not part of this benchmark).
+        let _ = kafka_dedup::service::prometheus();
+    }
+    let out = std::io::stdout();
+    let say = |line: String| {
+        let mut o = out.lock();
+        let _ = writeln!(o, "{line}");
+        let _ = o.flush();
+    };
+
+    // Throughput.
+    let cfg = config(&spec, &spec.input, &spec.output, &spec.group, &spec.store.join("a"));
+    let worker = start(&spec, cfg);
+    let deadline = Instant::now() + Duration::from_secs(900);
+    // The steady state: from the moment every partition is assigned (and, for kafka-dedup,
+    // recovered; partitions recover in parallel and start one by one) to the last record done.
+    // Start-up is not part of the rate: recovery has its own benchmark.
+    let mut steady: Option<(Instant, u64, f64)> = None;
+    let (mut last_consumed, mut last_change, mut stall) = (0u64, Instant::now(), Duration::ZERO);
+    let mut next_progress = Instant::now();
+    let (finished, done, cpu_done, hwm) = loop {
+        let (consumed, done) = ((worker.consumed)(), (worker.done)());
+        let now = Instant::now();
+        if steady.is_none() && (worker.ready)() {
+            steady = Some((now, done, cpu_seconds()));
+            last_change = now;
+        }
+        if done >= spec.records {
+            break (now, done, cpu_seconds(), peak_rss());
+        }
+        if consumed != last_consumed {
+            last_consumed = consumed;
+            last_change = now;
+        } else if steady.is_some() && consumed < spec.records {
+            stall = stall.max(now - last_change);
+        }
+        if now >= next_progress {
+            next_progress = now + Duration::from_millis(100);
+            say(format!("P {done}"));
+        }
+        if now > deadline {
+            return Err(format!(
+                "{}: {done} of {} records done after 15 minutes",
+                spec.role.name(),
+                spec.records
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    let (t0, done0, cpu0) = steady.ok_or("finished before every partition was assigned")?;
+    if done - done0 < spec.records / 2 {
+        return Err(format!(
+            "{}: only {} of {} records were done in the steady state; use more --records",
+            spec.role.name(),
+            done - done0,
+            spec.records
+        ));
+    }
+    let (forwarded, duplicates, checkpoints) = (worker.report)();
+    // Figures per record done in the steady state.
+    say(format!(
+        "R {} {} {} {} {} {} {} {}",
+        (finished - t0).as_secs_f64(),
+        cpu_done - cpu0,
+        hwm,
+        stall.as_secs_f64(),
+        forwarded,
+        duplicates,
+        checkpoints,
+        done - done0
+    ));
+    (worker.stop)()?;
+
+    // Latency: a new pair of topics, records arriving at a steady rate from the parent.
+    let group = format!("{}-latency", spec.group);
+    let cfg = config(
+        &spec,
+        &spec.latency_input,
+        &spec.latency_output,
+        &group,
+        &spec.store.join("b"),
+    );
+    let worker = start(&spec, cfg);
+    while !(worker.ready)() {
+        if Instant::now() > deadline {
+            return Err("the latency phase did not start".into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    say("READY".into());
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line); // STOP, or the parent is gone
+    (worker.stop)()?;
+    say("BYE".into());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Parent: broker, topics, input, runs, table.
+
+fn client(brokers: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers);
+    c
+}
+
+/// Where the topics live: a broker given with `--brokers`, or a mock cluster owned here.
+struct Broker {
+    brokers: String,
+    mock: Option<MockCluster<'static, rdkafka::producer::DefaultProducerContext>>,
+}
+
+impl Broker {
+    fn create_topic(&self, name: &str, partitions: i32) -> Result<(), String> {
+        if let Some(m) = &self.mock {
+            m.create_topic(name, partitions, 1).map_err(|e| e.to_string())?;
+        } else {
+            let admin: AdminClient<DefaultClientContext> = client(&self.brokers).create().map_err(|e| e.to_string())?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+            let res = rt
+                .block_on(admin.create_topics(&[topic], &AdminOptions::new()))
+                .map_err(|e| e.to_string())?;
+            for r in res {
+                r.map_err(|(t, e)| format!("create topic {t}: {e}"))?;
+            }
+        }
+        // Wait until the metadata shows every partition.
+        let c: BaseConsumer = client(&self.brokers).create().map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(n)) = kafka::partition_count(&c, name, Duration::from_secs(5)) {
+                if n == partitions as usize {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!("topic {name} did not appear"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// A producer for the bench's own records (no compression: tansu refuses snappy batches).
+fn producer(brokers: &str, linger_ms: &str) -> Result<BaseProducer, String> {
+    client(brokers)
+        .set("linger.ms", linger_ms)
+        .set("queue.buffering.max.messages", "1000000")
+        .set("compression.type", "none")
+        .create()
+        .map_err(|e| e.to_string())
+}
+
+fn send(p: &BaseProducer, mut r: BaseRecord<'_, str, [u8]>) -> Result<(), String> {
+    loop {
+        match p.send(r) {
+            Ok(()) => {
+                p.poll(Duration::ZERO);
+                return Ok(());
+            }
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                r = back;
+                p.poll(Duration::from_millis(10));
+            }
+            Err((e, _)) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// The value of event `id`: JSON with the id, padded to `bytes`.
+fn value(id: u64, bytes: usize) -> Vec<u8> {
+    let mut v = format!("{{\"id\":{id},\"pad\":\"").into_bytes();
+    v.resize(bytes.saturating_sub(2).max(v.len()), b'x');
+    v.extend_from_slice(b"\"}");
+    v
+}
+
+fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template)
+        .expect("valid template")
+        .progress_chars("=> ")
+}
+
+/// Writes the input; returns the number of distinct events.
+fn produce_input(args: &Args, topic: &str) -> Result<u64, String> {
+    let p = producer(&args.brokers_or_default(), "20")?;
+    let bar = ProgressBar::new(args.records).with_style(style("{msg:24} [{bar:30}] {pos}/{len} {per_sec}"));
+    bar.set_message("writing the input");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(42);
+    let mut recent: VecDeque<u64> = VecDeque::with_capacity(1000);
+    let mut distinct = 0u64;
+    for i in 0..args.records {
+        let id = if !recent.is_empty() && rng.gen_bool(args.duplicates.clamp(0.0, 1.0)) {
+            recent[rng.gen_range(0..recent.len())]
+        } else {
+            distinct += 1;
+            if recent.len() == 1000 {
+                recent.pop_front();
+            }
+            recent.push_back(distinct);
+            distinct
+        };
+        let key = format!("k{id:010}");
+        let v = value(id, args.record_bytes);
+        send(&p, BaseRecord::to(topic).key(key.as_str()).payload(v.as_slice()))?;
+        if i % 1000 == 0 {
+            bar.set_position(i);
+        }
+    }
+    p.flush(Duration::from_secs(120)).map_err(|e| e.to_string())?;
+    bar.finish_and_clear();
+    Ok(distinct)
+}
+
+/// One run's figures.
+#[derive(Debug, Clone, Default)]
+struct RunResult {
+    secs: f64,
+    cpu: f64,
+    peak_rss: u64,
+    stall: f64,
+    forwarded: u64,
+    duplicates: u64,
+    checkpoints: u64,
+    /// Records done in the steady state (the rate's numerator).
+    steady: u64,
+    /// Latencies of the latency phase, milliseconds, sorted.
+    latencies: Vec<i64>,
+}
+
+impl Args {
+    fn brokers_or_default(&self) -> String {
+        self.brokers.clone().unwrap_or_default()
+    }
+}
+
+fn now_ms() -> i64 {
+    kafka_dedup::generations::now_ms()
+}
+
+/// Latency phase, parent side: paced records to `input`, arrival − timestamp read from `output`.
+fn measure_latency(args: &Args, brokers: &str, input: &str, output: &str) -> Result<Vec<i64>, String> {
+    let n = args.latency_records;
+    let reader: BaseConsumer = client(brokers)
+        .set("group.id", "kd-e2e-latency-reader")
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..args.partitions {
+        tpl.add_partition_offset(output, p, Offset::Beginning)
+            .map_err(|e| e.to_string())?;
+    }
+    reader.assign(&tpl).map_err(|e| e.to_string())?;
+    let (tx, rx) = mpsc::channel();
+    let writer = {
+        let (brokers, input, rate, bytes) = (
+            brokers.to_string(),
+            input.to_string(),
+            args.latency_rate.max(1),
+            args.record_bytes,
+        );
+        std::thread::spawn(move || -> Result<(), String> {
+            let p = producer(&brokers, "0")?;
+            let start = Instant::now();
+            for i in 0..n {
+                let due = start + Duration::from_secs_f64(i as f64 / rate as f64);
+                while Instant::now() < due {
+                    p.poll(
+                        due.saturating_duration_since(Instant::now())
+                            .min(Duration::from_millis(1)),
+                    );
+                }
+                let key = format!("l{i:010}");
+                let v = value(i, bytes);
+                send(
+                    &p,
+                    BaseRecord::to(&input)
+                        .key(key.as_str())
+                        .payload(v.as_slice())
+                        .timestamp(now_ms()),
+                )?;
+            }
+            p.flush(Duration::from_secs(30)).map_err(|e| e.to_string())?;
+            let _ = tx.send(());
+            Ok(())
+        })
+    };
+    let mut lat = Vec::with_capacity(n as usize);
+    let mut deadline = None;
+    while (lat.len() as u64) < n {
+        if let Some(Ok(m)) = reader.poll(Duration::from_millis(10)) {
+            if let Some(ts) = m.timestamp().to_millis() {
+                lat.push(now_ms() - ts);
+            }
+        }
+        if deadline.is_none() && rx.try_recv().is_ok() {
+            deadline = Some(Instant::now() + Duration::from_secs(60));
+        }
+        if deadline.is_some_and(|d| Instant::now() > d) {
+            return Err(format!("latency phase: {} of {n} records arrived", lat.len()));
+        }
+    }
+    writer.join().map_err(|_| "latency writer panicked".to_string())??;
+    lat.sort_unstable();
+    Ok(lat)
+}
+
+/// One run of `role` as a child process.
+fn run_one(
+    args: &Args,
+    broker: &Broker,
+    role: Role,
+    run: usize,
+    input: &str,
+    bar: &ProgressBar,
+) -> Result<RunResult, String> {
+    let brokers = &broker.brokers;
+    let output = format!("kd-e2e-{run}-{}-out", role.name());
+    let (lat_in, lat_out) = (
+        format!("kd-e2e-{run}-{}-lat-in", role.name()),
+        format!("kd-e2e-{run}-{}-lat-out", role.name()),
+    );
+    for t in [&output, &lat_in, &lat_out] {
+        broker.create_topic(t, args.partitions)?;
+    }
+    let store = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut child = Command::new(exe)
+        .env("KD_E2E_ROLE", role.name())
+        .env("KD_E2E_BROKERS", brokers)
+        .env("KD_E2E_INPUT", input)
+        .env("KD_E2E_OUTPUT", &output)
+        .env("KD_E2E_LATENCY_INPUT", &lat_in)
+        .env("KD_E2E_LATENCY_OUTPUT", &lat_out)
+        .env("KD_E2E_GROUP", format!("kd-e2e-{run}-{}", role.name()))
+        .env("KD_E2E_STORE", store.path())
+        .env("KD_E2E_RECORDS", args.records.to_string())
+        .env(
+            "KD_E2E_INTERVAL_MS",
+            Duration::from(args.checkpoint_interval).as_millis().to_string(),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let mut stdin = child.stdin.take().expect("piped");
+    let stdout = BufReader::new(child.stdout.take().expect("piped"));
+    bar.set_length(args.records);
+    bar.set_position(0);
+    let mut result = RunResult::default();
+    let mut lines = stdout.lines();
+    let mut failed = None;
+    while let Some(Ok(line)) = lines.next() {
+        let mut f = line.split_whitespace();
+        match f.next() {
+            Some("P") => bar.set_position(f.next().and_then(|s| s.parse().ok()).unwrap_or(0)),
+            Some("R") => {
+                let v: Vec<f64> = f.map(|s| s.parse().unwrap_or(0.0)).collect();
+                result.secs = v[0];
+                result.cpu = v[1];
+                result.peak_rss = v[2] as u64;
+                result.stall = v[3];
+                result.forwarded = v[4] as u64;
+                result.duplicates = v[5] as u64;
+                result.checkpoints = v[6] as u64;
+                result.steady = v[7] as u64;
+                bar.set_position(args.records);
+            }
+            Some("READY") => {
+                if args.latency_records > 0 {
+                    bar.set_message(format!("{} latency", bar.message()));
+                    match measure_latency(args, brokers, &lat_in, &lat_out) {
+                        Ok(l) => result.latencies = l,
+                        Err(e) => failed = Some(e),
+                    }
+                }
+                let _ = writeln!(stdin, "STOP");
+                let _ = stdin.flush();
+            }
+            Some("BYE") => break,
+            _ => {}
+        }
+    }
+    drop(stdin);
+    let status = child.wait().map_err(|e| e.to_string())?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if !status.success() || result.secs == 0.0 {
+        return Err(format!("{} run {run} failed ({status})", role.name()));
+    }
+    Ok(result)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn percentile(sorted: &[i64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i] as f64
+}
+
+/// Medians over the runs of one role: (records/s, p50 ms, p99 ms, peak RSS MiB, CPU µs/record,
+/// longest stall ms).
+fn summary(runs: &[RunResult]) -> [f64; 6] {
+    let m = |f: &dyn Fn(&RunResult) -> f64| median(runs.iter().map(f).collect());
+    [
+        m(&|r| r.steady as f64 / r.secs),
+        m(&|r| percentile(&r.latencies, 0.50)),
+        m(&|r| percentile(&r.latencies, 0.99)),
+        m(&|r| r.peak_rss as f64 / (1 << 20) as f64),
+        m(&|r| r.cpu / r.steady as f64 * 1e6),
+        m(&|r| r.stall * 1e3),
+    ]
+}
+
+fn parent(args: Args) -> Result<(), String> {
+    let broker = match &args.brokers {
+        Some(b) => Broker {
+            brokers: b.clone(),
+            mock: None,
+        },
+        None => {
+            let mock = MockCluster::new(1).map_err(|e| e.to_string())?;
+            Broker {
+                brokers: mock.bootstrap_servers(),
+                mock: Some(mock),
+            }
+        }
+    };
+    let args = Args {
+        brokers: Some(broker.brokers.clone()),
+        ..args
+    };
+    let which = if broker.mock.is_some() {
+        "librdkafka's in-process mock cluster (no --brokers)".to_string()
+    } else {
+        format!("the broker at {}", broker.brokers)
+    };
+    println!(
+        "kafka-dedup e2e: {} records of {} B ({:.0}% replays), {} partitions, {} rounds of a and b, checkpoint every {}, on {which}",
+        args.records,
+        args.record_bytes,
+        args.duplicates * 100.0,
+        args.partitions,
+        args.rounds,
+        args.checkpoint_interval
+    );
+    let input = "kd-e2e-input";
+    broker.create_topic(input, args.partitions)?;
+    let distinct = produce_input(&args, input)?;
+    let replays = args.records - distinct;
+
+    let bar = ProgressBar::new(args.records).with_style(style("{msg:24} [{bar:30}] {pos}/{len} {per_sec}"));
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let mut rows = Vec::new();
+    for round in 0..args.rounds {
+        let order = if round % 2 == 0 {
+            [Role::Copier, Role::Dedup]
+        } else {
+            [Role::Dedup, Role::Copier]
+        };
+        for role in order {
+            let run = round * 2 + usize::from(role == Role::Dedup);
+            bar.set_message(format!("round {}/{} {}", round + 1, args.rounds, role.name()));
+            let r = run_one(&args, &broker, role, run, input, &bar)?;
+            let ok = match role {
+                Role::Copier => r.forwarded == args.records,
+                Role::Dedup => r.forwarded == distinct && r.duplicates == replays,
+            };
+            if !ok {
+                bar.finish_and_clear();
+                return Err(format!(
+                    "{} round {}: forwarded {} and dropped {}, expected {} and {}",
+                    role.name(),
+                    round + 1,
+                    r.forwarded,
+                    r.duplicates,
+                    if role == Role::Copier { args.records } else { distinct },
+                    if role == Role::Copier { 0 } else { replays }
+                ));
+            }
+            rows.push((round, role, r.clone()));
+            match role {
+                Role::Copier => a.push(r),
+                Role::Dedup => b.push(r),
+            }
+        }
+    }
+    bar.finish_and_clear();
+
+    println!("\nruns, in order:");
+    println!(
+        "{:<6} {:<7} {:>10} {:>8} {:>8} {:>10} {:>10} {:>9} {:>12}",
+        "round", "run", "records/s", "p50 ms", "p99 ms", "RSS MiB", "CPU µs/rec", "stall ms", "checkpoints"
+    );
+    for (round, role, r) in &rows {
+        let s = summary(std::slice::from_ref(r));
+        println!(
+            "{:<6} {:<7} {:>10.0} {:>8.0} {:>8.0} {:>10.1} {:>10.2} {:>9.0} {:>12}",
+            round + 1,
+            role.name(),
+            s[0],
+            s[1],
+            s[2],
+            s[3],
+            s[4],
+            s[5],
+            r.checkpoints
+        );
+    }
+    let (sa, sb) = (summary(&a), summary(&b));
+    println!("\nmedians of {} runs each:", args.rounds);
+    println!(
+        "{:<26} {:>10} {:>8} {:>8} {:>13} {:>14} {:>17}",
+        "", "records/s", "p50 ms", "p99 ms", "peak RSS MiB", "CPU µs/record", "longest stall ms"
+    );
+    for (name, s) in [("(a) passthrough copier", sa), ("(b) kafka-dedup", sb)] {
+        println!(
+            "{:<26} {:>10.0} {:>8.0} {:>8.0} {:>13.1} {:>14.2} {:>17.0}",
+            name, s[0], s[1], s[2], s[3], s[4], s[5]
+        );
+    }
+    println!(
+        "{:<26} {:>9.2}x {:>+8.0} {:>+8.0} {:>12.2}x {:>13.2}x",
+        "b/a (latency: b - a)",
+        sb[0] / sa[0],
+        sb[1] - sa[1],
+        sb[2] - sa[2],
+        sb[3] / sa[3],
+        sb[4] / sa[4]
+    );
+    println!(
+        "\ncheck: every run of a delivered {} records; every run of b forwarded the {distinct} distinct and dropped the {replays} replays",
+        args.records
+    );
+    Ok(())
+}
+
+fn main() {
+    if std::env::var_os("KD_E2E_ROLE").is_some() {
+        if let Err(e) = child() {
+            eprintln!("e2e child: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let args = Args::parse();
+    if args.filter.as_deref().is_some_and(|f| !f.contains("e2e")) {
+        return;
+    }
+    if let Err(e) = parent(args) {
+        eprintln!("e2e: {e}");
+        std::process::exit(1);
+    }
+}
