@@ -755,7 +755,10 @@ topic = "events.dedup"
             "checkpoint.interval"
         );
         assert_eq!(
-            key_of(&format!("{MINIMAL}\n[checkpoint]\ninterval = \"500000000000years\"\n"), &[]),
+            key_of(
+                &format!("{MINIMAL}\n[checkpoint]\ninterval = \"500000000000years\"\n"),
+                &[]
+            ),
             "checkpoint.interval"
         );
         assert_eq!(

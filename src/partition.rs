@@ -388,12 +388,18 @@ mod tests {
         r.base_ts = Some(now);
         r.max_ts = Some(now);
         r.took(Some(now + hour));
-        assert!(!r.due_at(second, now + 100), "the record clock is at most the wall clock");
+        assert!(
+            !r.due_at(second, now + 100),
+            "the record clock is at most the wall clock"
+        );
         assert!(r.due_at(second, now + 1_000), "a second of wall-clock time later");
         r.rotated_at(now + 1_000);
         assert_eq!(r.base_ts, Some(now + 1_000), "the base is not left an hour ahead");
         r.took(Some(now + 2_000));
-        assert!(r.due_at(second, now + 2_000), "correctly stamped records advance it again");
+        assert!(
+            r.due_at(second, now + 2_000),
+            "correctly stamped records advance it again"
+        );
     }
 
     #[test]

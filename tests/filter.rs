@@ -447,11 +447,18 @@ fn missing_side_topic_is_refused_before_the_store_is_touched() {
     create_topic(&output, 1);
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     // (By environment: `extra` would repeat the generated [output] table.)
-    spec.env.push(("KAFKA_DEDUP__OUTPUT__DUPLICATES_TOPIC".into(), unique("no-such-topic")));
+    spec.env
+        .push(("KAFKA_DEDUP__OUTPUT__DUPLICATES_TOPIC".into(), unique("no-such-topic")));
     let mut filter = spec.start(dir.path());
     let status = filter.wait_exit(Duration::from_secs(60));
     assert_eq!(status.code(), Some(2), "{}", filter.logs());
     let logs = filter.logs();
-    assert!(logs.contains("output.duplicates_topic") && logs.contains("does not exist"), "{logs}");
-    assert!(!spec.store.exists(), "the store was created before the topics were checked");
+    assert!(
+        logs.contains("output.duplicates_topic") && logs.contains("does not exist"),
+        "{logs}"
+    );
+    assert!(
+        !spec.store.exists(),
+        "the store was created before the topics were checked"
+    );
 }
