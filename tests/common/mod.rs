@@ -589,7 +589,7 @@ pub fn wait_drained(
         let c = committed(&spec.group, &spec.input, partitions);
         let lagging: Vec<i32> = ends
             .iter()
-            .filter(|(p, end)| !c.get(p).and_then(|x| x.0).is_some_and(|o| o >= **end))
+            .filter(|(p, end)| c.get(p).and_then(|x| x.0).is_none_or(|o| o < **end))
             .map(|(p, _)| *p)
             .collect();
         if lagging.is_empty() {
