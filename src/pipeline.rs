@@ -1325,8 +1325,10 @@ pub fn identity_of(cfg: &Config) -> Identity {
 /// a fatal error (returns it; nothing committed past the failed record). Blocking: call it from
 /// a dedicated thread. `status` is updated for `/readyz` and the demo.
 pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> Result<(), RunError> {
-    // Topics must exist and fit, checked before the store is touched (a typo in a topic name must
+    // A directory that is not a store, or of another format, is refused without Kafka. Then the
+    // topics must exist and fit, checked before the store may change (a typo in a topic name must
     // not cost a store rebuild); a broker that cannot be reached yet is waited for.
+    Store::precheck_for_run(&cfg.store.path)?;
     let (input_partitions, output_partitions) = {
         let metadata: BaseConsumer<kafka::ReaderContext> =
             kafka::reader_config(&cfg).create_with_context(kafka::ReaderContext)?;

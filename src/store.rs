@@ -468,6 +468,16 @@ fn check_version(path: &Path, found: u32) -> Result<(), StoreError> {
 }
 
 impl Store {
+    /// The refusals of [`Store::open_for_run`] that need no Kafka and touch nothing (not a store,
+    /// a newer or an older format), checked on their own so that `run` can refuse such a
+    /// directory before it contacts the brokers, yet check the topics before the store changes.
+    pub fn precheck_for_run(path: &Path) -> Result<(), StoreError> {
+        match examine(path)? {
+            Found::Missing | Found::Empty => Ok(()),
+            Found::Store(v) | Found::FormatOnly(v) => check_version(path, v),
+        }
+    }
+
     /// Opens the store of a deployment for `kafka-dedup run`, creating it if needed.
     ///
     /// - no directory or an empty one: a new store ([`Opened::Created`]): the format file first,
