@@ -155,11 +155,18 @@ fn killed_after_store_write_before_commit() {
     create_topic(&input, 2);
     create_topic(&output, 2);
     let first = values(0..2000, 2);
-    scenario::produce(&client(), &input, &first, Duration::ZERO).unwrap();
     let spec = FilterSpec::new(&input, &output, dir.path()).killable();
-    let mut filter = start_with_crash(&spec, dir.path(), "checkpoint-before-commit:2");
+    // Records keep arriving over 8 s, so each checkpoint has new ones; the third checkpoint that
+    // commits anything (the point counts checkpoints of running partitions) stores them, then
+    // the process dies before the commit.
+    let writer = {
+        let (records, input) = (first.clone(), input.clone());
+        std::thread::spawn(move || scenario::produce(&client(), &input, &records, Duration::from_secs(8)).unwrap())
+    };
+    let mut filter = start_with_crash(&spec, dir.path(), "checkpoint-before-commit:3");
     let status = filter.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", filter.logs());
+    writer.join().unwrap();
     let forwarded: usize = read_values(&client(), &output, 2, Duration::from_secs(30))
         .unwrap()
         .values()

@@ -144,6 +144,8 @@ pub struct FilterProcess {
     pub http: String,
     /// File receiving the process's stderr (logs).
     pub log: PathBuf,
+    /// What it was started with (for [`nudge_group`]).
+    spec: FilterSpec,
 }
 
 /// Settings of a filter process under test.
@@ -265,6 +267,7 @@ listen = "127.0.0.1:{port}"
         }
         let child = cmd.spawn().expect("start kafka-dedup");
         FilterProcess {
+            spec: self.clone(),
             child: Some(child),
             http: format!("127.0.0.1:{port}"),
             log,
@@ -527,12 +530,23 @@ impl FilterProcess {
     }
 
     /// Waits until `metric(name, labels)` reaches at least `value`.
+    ///
+    /// Reaching it takes partitions: if this process owns none for 20 s, the group is nudged
+    /// (see [`wait_drained`] for the tansu 0.6 quirk), at most three times.
     pub fn wait_metric(&mut self, name: &str, labels: &[&str], value: f64, timeout: Duration) {
         let deadline = Instant::now() + timeout;
+        let (mut idle_since, mut nudges) = (None::<Instant>, 0);
         loop {
             let s = self.scrape();
             if metric(&s, name, labels) >= value {
                 return;
+            }
+            if !self.owned().is_empty() {
+                idle_since = None;
+            } else if idle_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(20) && nudges < 3 {
+                nudges += 1;
+                nudge_group(&self.spec, nudges, "this member owns no partition");
+                idle_since = None;
             }
             if !self.running() {
                 panic!("kafka-dedup exited while waiting for {name}:\n{}", self.logs());
@@ -601,19 +615,7 @@ pub fn wait_drained(
             orphaned_since = None;
         } else if orphaned_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(20) && nudges < 3 {
             nudges += 1;
-            eprintln!(
-                "partitions {orphans:?} owned by no live member for 20 s (tansu 0.6 kept an expired member's \
-                 assignment); nudge {nudges}: a member joins and leaves to force a rebalance"
-            );
-            let dir = spec.store.parent().expect("store path has a parent");
-            let mut n = spec.clone();
-            n.store = dir.join(format!("store-nudge-{nudges}"));
-            let mut p = n.start(dir);
-            let until = Instant::now() + Duration::from_secs(30);
-            while p.owned().is_empty() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            assert!(p.terminate().success(), "nudging member failed:\n{}", p.logs());
+            nudge_group(spec, nudges, &format!("partitions {orphans:?} owned by no live member"));
             orphaned_since = None;
         }
         assert!(
@@ -623,4 +625,32 @@ pub fn wait_drained(
         );
         std::thread::sleep(Duration::from_millis(250));
     }
+}
+
+/// Forces a rebalance of `spec.group`: a kafka-dedup member (its own store directory, no crash
+/// point) joins, runs until it owns a partition or 30 s pass, and leaves gracefully. For the
+/// tansu 0.6 quirk described at [`wait_drained`]; `why` and the count `n` are printed.
+pub fn nudge_group(spec: &FilterSpec, n: u32, why: &str) {
+    eprintln!(
+        "{why} for 20 s (tansu 0.6 kept an expired member's assignment); nudge {n}: a member joins \
+         and leaves to force a rebalance"
+    );
+    let dir = spec.store.parent().expect("store path has a parent");
+    let mut s = spec.clone();
+    s.store = dir.join(format!("store-nudge-{}", unique("n")));
+    // Its own identity: no crash point, dynamic membership, its own transactional id (the same
+    // one would fence the member under test).
+    s.env.retain(|(k, _)| k != kafka_dedup::crash::ENV);
+    s.instance.clear();
+    for (k, v) in s.env.iter_mut() {
+        if k == "KAFKA_DEDUP__OUTPUT__TRANSACTIONAL_ID" {
+            *v = unique("nudge-txn");
+        }
+    }
+    let mut p = s.start(dir);
+    let until = Instant::now() + Duration::from_secs(30);
+    while p.owned().is_empty() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(p.terminate().success(), "nudging member failed:\n{}", p.logs());
 }
