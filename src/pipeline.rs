@@ -164,6 +164,19 @@ fn decode_opaque(opaque: usize) -> (i32, u64) {
     ((v >> SEQ_BITS) as i32, v & ((1 << SEQ_BITS) - 1))
 }
 
+/// Context of the consumer that checks the topics at start: client errors (authentication, TLS)
+/// reach `/readyz` before the pipeline's own clients exist.
+struct StartupContext(Arc<Status>);
+
+impl ClientContext for StartupContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.0.note_client_error(&error, reason);
+        warn!(error = %error, reason, "kafka client error");
+    }
+}
+
+impl ConsumerContext for StartupContext {}
+
 /// Consumer context: rebalance callbacks reach the [`Filter`]; statistics feed lag and status.
 pub struct FilterContext {
     /// The pipeline state; locked by the poll loop around each record and by callbacks.
@@ -1330,8 +1343,8 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     // not cost a store rebuild); a broker that cannot be reached yet is waited for.
     Store::precheck_for_run(&cfg.store.path)?;
     let (input_partitions, output_partitions) = {
-        let metadata: BaseConsumer<kafka::ReaderContext> =
-            kafka::reader_config(&cfg).create_with_context(kafka::ReaderContext)?;
+        let metadata: BaseConsumer<StartupContext> =
+            kafka::reader_config(&cfg).create_with_context(StartupContext(status.clone()))?;
         loop {
             match kafka::check_topics(&metadata, &cfg, Duration::from_secs(10)) {
                 Ok(counts) => break counts,
@@ -1341,7 +1354,9 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
                     if shutdown.is_triggered() {
                         return Ok(());
                     }
-                    std::thread::sleep(Duration::from_secs(1));
+                    // Serves the client's error callbacks (an authentication failure reaches
+                    // /readyz from there) while waiting a second.
+                    let _ = metadata.poll(Duration::from_secs(1));
                 }
                 Err(e) => return Err(e.into()),
             }
