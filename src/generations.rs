@@ -230,13 +230,15 @@ impl Generations {
     }
 }
 
+/// `{p: o}`: a one-partition [`Positions`], for unit tests here and in the store's tools.
+#[cfg(test)]
+pub(crate) fn pos(p: i32, o: i64) -> Positions {
+    [(p, o)].into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn pos(p: i32, o: i64) -> Positions {
-        [(p, o)].into_iter().collect()
-    }
 
     #[test]
     fn rotation_keeps_the_configured_number_of_generations() {

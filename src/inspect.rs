@@ -1266,18 +1266,8 @@ mod tests {
     use crate::store::{PartitionWrite, FORMAT_VERSION};
     use xxhash_rust::xxh3::xxh3_128;
 
-    fn identity() -> Identity {
-        Identity {
-            group_id: "g".into(),
-            input_topic: "in".into(),
-            output_topic: "out".into(),
-            source: "value".into(),
-        }
-    }
-
-    fn pos(p: i32, o: i64) -> Positions {
-        [(p, o)].into_iter().collect()
-    }
+    use crate::generations::pos;
+    use crate::store::test_identity as identity;
 
     fn fp(i: u64) -> u128 {
         xxh3_128(&i.to_le_bytes())

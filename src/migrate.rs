@@ -206,16 +206,9 @@ pub fn migrate_with(path: &Path, steps: &[Migration], target: u32) -> Result<Rep
 mod tests {
     use super::*;
     use crate::generations::{Generation, Positions};
-    use crate::store::{Identity, PartitionWrite};
+    use crate::store::PartitionWrite;
 
-    fn identity() -> Identity {
-        Identity {
-            group_id: "g".into(),
-            input_topic: "in".into(),
-            output_topic: "out".into(),
-            source: "value".into(),
-        }
-    }
+    use crate::store::test_identity as identity;
 
     /// A format-1 store with one partition and a few fingerprints.
     fn store_v1(path: &Path) {

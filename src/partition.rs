@@ -18,7 +18,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::generations::{Generations, Positions};
+use crate::generations::{now_ms, Generations, Positions};
 use crate::telemetry::PartitionMetrics;
 
 /// Where a taken record went; decides what its acknowledgement means.
@@ -279,14 +279,6 @@ impl Rotation {
         self.base_ts = self.max_ts.map(|m| m.min(now));
         self.at = Instant::now();
     }
-}
-
-/// Wall-clock time in ms since the Unix epoch (the unit of record timestamps).
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 impl Default for Rotation {

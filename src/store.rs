@@ -1006,22 +1006,22 @@ impl Store {
     }
 }
 
+/// The identity the unit tests of the store and its tools use.
+#[cfg(test)]
+pub(crate) fn test_identity() -> Identity {
+    Identity {
+        group_id: "g".into(),
+        input_topic: "in".into(),
+        output_topic: "out".into(),
+        source: "value".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn identity() -> Identity {
-        Identity {
-            group_id: "g".into(),
-            input_topic: "in".into(),
-            output_topic: "out".into(),
-            source: "value".into(),
-        }
-    }
-
-    fn pos(p: i32, o: i64) -> Positions {
-        [(p, o)].into_iter().collect()
-    }
+    use crate::generations::pos;
+    use test_identity as identity;
 
     #[test]
     fn save_load_round_trip_and_rotation_cleanup() {
