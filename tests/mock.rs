@@ -68,9 +68,9 @@ fn wait_committed_on(
 fn brokers_down_for_ten_seconds() {
     let m = mock(1, &[("in", 3), ("out", 3)]);
     let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec_on(&m, "in", "out", dir.path());
     // The default session timeout (45 s): a 10 s outage pauses the group, it does not end it.
-    spec.session_timeout_ms = None;
+    let spec = spec_on(&m, "in", "out", dir.path());
+    assert_eq!(spec.session_timeout_ms, None);
     let mut filter = spec.start(dir.path());
     filter.wait_ready(Duration::from_secs(60));
 

@@ -41,19 +41,6 @@ fn fast_statistics() -> (String, String) {
     )
 }
 
-/// Environment for a filter that reads tens of thousands of records: a 45 s session timeout
-/// (librdkafka's default) instead of the 6 s of [`FilterSpec`]. tansu 0.6 serves one client's
-/// requests on one database connection, slower as its database grows (late in the suite): a
-/// fetch of a 30,000-record partition can hold back the consumer's heartbeats for more than 6 s,
-/// and the consumer then loses its partitions (and tansu takes minutes to hand them back).
-/// The variable overrides the file's `"session.timeout.ms"`: both name the same property.
-fn patient_session() -> (String, String) {
-    (
-        "KAFKA_DEDUP__KAFKA__PROPERTIES__SESSION_TIMEOUT_MS".into(),
-        "45000".into(),
-    )
-}
-
 /// Names of the samples in a Prometheus text scrape (`name{labels} value` -> `name`).
 fn sample_names(scrape: &str) -> BTreeSet<String> {
     scrape
@@ -161,7 +148,6 @@ fn readyz_not_ready_while_recovery_rereads_the_output() {
     // No rotation before the restart (the first one is 10 intervals away when record time stands
     // still), so the restart re-reads all N records.
     spec.interval = "30s";
-    spec.env.push(patient_session());
     let mut first = spec.start(dir.path());
     first.wait_metric(RECORDS_FORWARDED, &[], N as f64, Duration::from_secs(120));
     assert!(first.terminate().success(), "{}", first.logs());

@@ -32,12 +32,6 @@ fn timed_run(input: &str, n: u32, dir: &Path, scraped: Option<Duration>) -> (f64
     create_topic(&output, 1);
     let mut spec = FilterSpec::new(input, &output, dir);
     spec.interval = "5s";
-    // A 45 s session timeout: late in the suite, tansu can hold back the heartbeats behind a
-    // fetch of the 20,000-record input for longer than 6 s (see tests/ops.rs, patient_session).
-    spec.env.push((
-        "KAFKA_DEDUP__KAFKA__PROPERTIES__SESSION_TIMEOUT_MS".into(),
-        "45000".into(),
-    ));
     let mut filter = spec.start(dir);
     let stop = Arc::new(AtomicBool::new(false));
     let scraper = scraped.map(|every| {

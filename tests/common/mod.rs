@@ -162,8 +162,8 @@ pub struct FilterSpec {
     /// Extra TOML appended to the generated configuration (whole sections).
     pub extra: String,
     pub interval: &'static str,
-    /// `session.timeout.ms` (default 6000, as DESIGN.md measured for tansu); `None`: librdkafka's
-    /// default (45 s).
+    /// `session.timeout.ms`; `None` (the default): librdkafka's default, 45 s. [`Self::killable`]
+    /// sets 6 s.
     pub session_timeout_ms: Option<u32>,
     pub fingerprint: String,
     /// Extra environment variables.
@@ -171,7 +171,16 @@ pub struct FilterSpec {
 }
 
 impl FilterSpec {
-    /// Defaults for a test: session timeout 6 s, checkpoint every 1 s, fence wait 1 s.
+    /// Defaults for a test: librdkafka's session timeout (45 s), checkpoint every 1 s, fence wait
+    /// 1 s.
+    ///
+    /// Why not a short session: tansu 0.6 serves one client's requests on one database
+    /// connection, slower as its database grows (late in the suite, with other tests' producers
+    /// and consumers busy on it). A heartbeat queued behind a large fetch can wait more than 6 s;
+    /// the consumer then loses its partitions without anything having failed, and tansu's group
+    /// coordinator can take minutes to hand them back (see [`wait_drained`]). Seen in CI on
+    /// `ops::retried_batch_horizon_diagnostics`, a single member reading 1,100 records. Only a
+    /// test that kills a member needs the group to notice quickly: [`Self::killable`].
     pub fn new(input: &str, output: &str, dir: &Path) -> Self {
         FilterSpec {
             broker: broker(),
@@ -182,13 +191,14 @@ impl FilterSpec {
             store: dir.join("store"),
             extra: String::new(),
             interval: "1s",
-            session_timeout_ms: Some(6000),
+            session_timeout_ms: None,
             fingerprint: "[fingerprint]\nsource = \"value\"\n".into(),
             env: Vec::new(),
         }
     }
 
-    /// Prepares the filter for being killed: the eager `range` assignor.
+    /// Prepares the filter for being killed: a 6 s session timeout (a killed member's partitions
+    /// move after ~7 s instead of 45 s) and the eager `range` assignor.
     ///
     /// Measured on tansu 0.6 (3 partitions, restart right after SIGKILL): with `range`, the
     /// restarted member is assigned once the dead member's session times out (~7 s); with
@@ -197,6 +207,7 @@ impl FilterSpec {
     /// 3 s each, which with a 6 s session starves heartbeats into endless rebalances. The
     /// production default stays `cooperative-sticky` (Apache Kafka and the mock cluster).
     pub fn killable(mut self) -> Self {
+        self.session_timeout_ms = Some(6000);
         self.env.push((
             "KAFKA_DEDUP__KAFKA__PROPERTIES__PARTITION_ASSIGNMENT_STRATEGY".into(),
             "range".into(),
@@ -585,7 +596,7 @@ impl FilterProcess {
 /// `coordinator/group/administrator.rs`) and, as no remaining member misses a heartbeat, never
 /// rebalances again. The partition then belongs to nobody. Apache Kafka removes expired members
 /// before it answers the JoinGroup. When a lagging partition has been owned by none of `filters`
-/// (per their `/readyz`) for 20 s, well past the 6 s session timeout, a member that joins and
+/// (per their `/readyz`) for 20 s, well past a [`FilterSpec::killable`] member's 6 s session, a member that joins and
 /// leaves forces a fresh rebalance: a kafka-dedup instance with its own store directory, stopped
 /// gracefully once it runs. At most three nudges; the count is printed.
 pub fn wait_drained(
