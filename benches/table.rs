@@ -5,7 +5,10 @@
 //! - `table/miss_insert/N`: `get` of a new fingerprint, then [`FingerprintTable::insert`];
 //! - `generations/hit/N`, `generations/miss_insert/N`: what the pipeline does per record,
 //!   [`Generations::lookup`] (then [`Generations::insert`] on a miss), with N held in two live
-//!   generations (`checkpoint.generations = 2`: N/2 frozen, N/2 current).
+//!   generations (`checkpoint.generations = 2`: N/2 frozen, N/2 current);
+//! - `generations/miss_insert_batched/N`: the same, the way the pipeline runs it over a polled
+//!   batch of `pipeline::BATCH` records: [`Generations::prefetch`] of every fingerprint in the
+//!   batch, then lookup (and insert) of each.
 //!
 //! `table_v0/...` runs the same table benchmarks on the table as it was before issue 6 (plain
 //! linear probing over two arrays, `benches/support/table_v0.rs`), side by side.
@@ -26,6 +29,7 @@ use kafka_dedup::table::FingerprintTable;
 mod support;
 #[path = "support/table_v0.rs"]
 mod table_v0;
+use kafka_dedup::pipeline::BATCH;
 use support::{fp, generation, mix};
 
 /// The operations the table benchmarks use, for the current table and the baseline.
@@ -169,6 +173,44 @@ fn generations_bench(c: &mut Criterion) {
                         if gens.lookup(black_box(key)).is_none() {
                             gens.insert(key, Some(next as i64));
                         }
+                    }
+                    total += start.elapsed();
+                    inserted += chunk;
+                    left -= chunk;
+                }
+                total
+            })
+        });
+        // The pipeline's way: a polled batch of records is prefetched first, then looked up
+        // and inserted one by one (`pipeline::BATCH`), so the cache misses overlap.
+        group.bench_function(BenchmarkId::new("miss_insert_batched", label), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                let mut left = iters;
+                let mut keys = Vec::with_capacity(BATCH);
+                while left > 0 {
+                    if inserted + BATCH as u64 > headroom {
+                        gens = restore(std::mem::replace(&mut gens, support::generations(2)), &current);
+                        inserted = 0;
+                    }
+                    let chunk = left.min(headroom - inserted);
+                    let start = Instant::now();
+                    let mut done = 0;
+                    while done < chunk {
+                        keys.clear();
+                        keys.extend((0..(chunk - done).min(BATCH as u64)).map(|_| {
+                            next += 1;
+                            fp(99, next)
+                        }));
+                        for &key in &keys {
+                            gens.prefetch(black_box(key));
+                        }
+                        for &key in &keys {
+                            if gens.lookup(black_box(key)).is_none() {
+                                gens.insert(key, Some(next as i64));
+                            }
+                        }
+                        done += keys.len() as u64;
                     }
                     total += start.elapsed();
                     inserted += chunk;

@@ -2,10 +2,12 @@
 //!
 //! # Layout: the path of one record
 //!
-//! 1. [`pipeline::run_filter`] polls the group consumer of `input.topic` (one thread).
-//! 2. [`pipeline::Filter::on_record`] computes the record's [`fingerprint`] (xxh3-128 of the
-//!    configured source) and looks it up in its partition's [`generations`] (each a
-//!    [`table::FingerprintTable`]). A hit is a replay: counted ([`telemetry`]) and dropped.
+//! 1. [`pipeline::run_filter`] polls the group consumer of `input.topic` (one thread), up to
+//!    [`pipeline::BATCH`] records at a time.
+//! 2. [`pipeline::Filter::admit`] computes each record's [`fingerprint`] (xxh3-128 of the
+//!    configured source) and prefetches its slots; [`pipeline::Filter::on_record`] looks it up in
+//!    its partition's [`generations`] (each a [`table::FingerprintTable`]). A hit is a replay:
+//!    counted ([`telemetry`]) and dropped.
 //! 3. A miss is inserted into the current generation and produced to `output.topic` (same
 //!    partition, key, value, headers, timestamp) by the idempotent producer; its input offset is
 //!    tracked in [`partition::InFlight`] until the acknowledgement arrives.

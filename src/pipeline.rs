@@ -1,7 +1,8 @@
 //! The pipeline: consume → fingerprint → look up → forward or drop → acknowledge → checkpoint.
 //!
-//! One thread runs the consumer's poll loop ([`run_filter`]). Every record it receives goes to
-//! [`Filter::on_record`]; producer acknowledgements arrive from librdkafka's producer thread
+//! One thread runs the consumer's poll loop ([`run_filter`]). It takes records in batches of up
+//! to [`BATCH`]: each is [admitted](Filter::admit) (fingerprinted, its lookup prefetched) as it
+//! arrives, then handled in order by [`Filter::on_record`]; producer acknowledgements arrive from librdkafka's producer thread
 //! through a channel and are applied by [`Filter::tick`], which also installs recovered
 //! partitions and drives checkpoints. Rebalance callbacks run inside `poll` on the same thread
 //! and reach the same [`Filter`] through the consumer context, so exactly one owner touches
@@ -39,7 +40,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
 use crate::config::{Config, Delivery, OnMissing, Partitioning};
-use crate::fingerprint::{Fingerprinter, Unfingerprintable};
+use crate::fingerprint::{Fingerprint, Fingerprinter, Unfingerprintable};
 use crate::generations::Generation;
 use crate::inspect::{LiveRequest, PartitionView};
 use crate::kafka::{self, TopicError};
@@ -52,6 +53,14 @@ use crate::telemetry::{self, PartitionMetrics, Totals};
 
 /// Timeout of synchronous Kafka calls on the poll thread (commit, seek, transaction steps).
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Records taken from the consumer per turn of the poll loop, at most: after the first (waited
+/// for up to 100 ms), whatever the consumer already holds, without waiting. Each is
+/// [admitted](Filter::admit) as it arrives (its fingerprint's home slots start loading), then all
+/// are handled in order; with millions of fingerprints held, the lookups' cache misses overlap
+/// instead of adding up (`generations/miss_insert_batched` in `benches/table.rs`). Acknowledgements
+/// and checkpoints are driven once per batch. 32 records take a few tens of microseconds.
+pub const BATCH: usize = 32;
 /// How long a revocation or shutdown waits for in-flight deliveries before giving up on a clean
 /// hand-over (the next owner then waits `output.fence_wait` instead).
 const HANDOVER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -351,9 +360,28 @@ impl Filter {
         self.cfg.output.delivery == Delivery::Transactional
     }
 
-    /// Handles one consumed record: fingerprint, look up, forward or drop.
-    /// Errors stop the pipeline (see [`Fatal`]).
-    pub fn on_record(&mut self, msg: &BorrowedMessage<'_>) -> Result<(), Fatal> {
+    /// Takes a record the consumer just returned into the current batch (see [`BATCH`]):
+    /// computes its fingerprint, starts loading its home slots in the partition's generations,
+    /// and notes it returned, so that a hand-over run by a rebalance callback before
+    /// [`Self::on_record`] handles it does not commit past it ([`InFlight::skip_to`]).
+    pub fn admit(&mut self, msg: &BorrowedMessage<'_>) -> Result<Fingerprint, Unfingerprintable> {
+        let fp = self.fingerprinter.fingerprint(msg);
+        if let Some(Partition::Running(run)) = self.partitions.get_mut(&msg.partition()) {
+            run.inflight.returned(msg.offset());
+            if let Ok(f) = &fp {
+                run.gens.prefetch(f.0);
+            }
+        }
+        fp
+    }
+
+    /// Handles one consumed record, [admitted](Self::admit) with its fingerprint `fp`: look up,
+    /// forward or drop. Errors stop the pipeline (see [`Fatal`]).
+    pub fn on_record(
+        &mut self,
+        msg: &BorrowedMessage<'_>,
+        fp: Result<Fingerprint, Unfingerprintable>,
+    ) -> Result<(), Fatal> {
         let p = msg.partition();
         let offset = msg.offset();
         let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
@@ -373,7 +401,7 @@ impl Filter {
         }
         Totals::bump(&self.totals.consumed);
 
-        let decision = match self.fingerprinter.fingerprint(msg) {
+        let decision = match fp {
             Ok(fp) => match run.gens.lookup(fp.0) {
                 Some(hit) => Decision::Duplicate {
                     age: hit.age,
@@ -736,16 +764,30 @@ impl Filter {
                 return self.schedule_retry(p, &format!("commit before resuming: {e}"));
             }
         }
-        let t = Instant::now();
-        let sought = consumer.seek(&topic, p, Offset::Offset(rec.resume), KAFKA_TIMEOUT);
-        debug!(partition = p, seconds = t.elapsed().as_secs_f64(), "seek");
-        if let Err(e) = sought {
-            return self.schedule_retry(p, &format!("seek to {}: {e}", rec.resume));
-        }
+        // Resume, then seek. librdkafka wakes a partition's fetcher only when the partition's
+        // fetch state changes (`rd_kafka_toppar_set_fetch_state`, rdkafka_partition.c): a seek
+        // changes it (offset validation, or the lookup of a logical offset), a resume does not.
+        // Seeking first, while paused, left the fetcher asleep for up to its 1 s idle wait
+        // (`rd_kafka_max_block_ms`, rdkafka_broker.c) after every assignment. Records fetched
+        // between the resume and the seek carry the older op version, and librdkafka discards
+        // them. Offset 0 is sought as `Beginning` (the same records: nothing precedes the log
+        // start), since an absolute 0 changes no state.
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&topic, p);
         if let Err(e) = consumer.resume(&tpl) {
             return self.schedule_retry(p, &format!("resume: {e}"));
+        }
+        let t = Instant::now();
+        let to = match rec.resume {
+            0 => Offset::Beginning,
+            o => Offset::Offset(o),
+        };
+        let sought = consumer.seek(&topic, p, to, KAFKA_TIMEOUT);
+        debug!(partition = p, seconds = t.elapsed().as_secs_f64(), "seek");
+        if let Err(e) = sought {
+            // Paused again until the retry; records fetched meanwhile were never taken.
+            let _ = consumer.pause(&tpl);
+            return self.schedule_retry(p, &format!("seek to {}: {e}", rec.resume));
         }
         let metrics = PartitionMetrics::new(p, self.cfg.checkpoint.generations as usize);
         metrics.set_state("running");
@@ -1430,21 +1472,32 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     consumer.subscribe(&[&cfg.input.topic])?;
     info!(input = %cfg.input.topic, output = %cfg.output.topic, group = %cfg.input.group_id, "filter started");
 
+    let mut batch = Vec::with_capacity(BATCH);
     let result: Result<(), Fatal> = loop {
         if shutdown.is_triggered() {
             break Ok(());
         }
-        let polled = consumer.poll(Duration::from_millis(100));
-        let mut f = consumer.context().filter.lock().expect("not poisoned");
-        match polled {
-            Some(Ok(msg)) => {
-                if let Err(e) = f.on_record(&msg) {
-                    f.failure = Some(e.clone());
-                    break Err(e);
+        // Poll without holding the filter: rebalance callbacks run inside `poll` and take it.
+        batch.clear();
+        let mut wait = Duration::from_millis(100);
+        while batch.len() < BATCH {
+            match consumer.poll(wait) {
+                Some(Ok(msg)) => {
+                    let fp = consumer.context().filter.lock().expect("not poisoned").admit(&msg);
+                    batch.push((msg, fp));
+                    wait = Duration::ZERO;
                 }
+                Some(Err(e)) => {
+                    debug!(error = %e, "consumer error");
+                    break;
+                }
+                None => break,
             }
-            Some(Err(e)) => debug!(error = %e, "consumer error"),
-            None => {}
+        }
+        let mut f = consumer.context().filter.lock().expect("not poisoned");
+        if let Some(e) = batch.drain(..).find_map(|(msg, fp)| f.on_record(&msg, fp).err()) {
+            f.failure = Some(e.clone());
+            break Err(e);
         }
         if let Err(e) = f.tick(&consumer) {
             break Err(e);

@@ -200,8 +200,12 @@ impl FingerprintTable {
         }
     }
 
-    /// Starts loading the cache line of `fp`'s home slot, so that a lookup issued shortly after
-    /// (in this or another table) overlaps its memory latency with others. A hint only.
+    /// Starts loading the cache line of `fp`'s home slot and the line after it, so that a
+    /// lookup issued shortly after (in this or another table) overlaps its memory latency with
+    /// others. Two lines: a probe scans about 3 slots (60 bytes) from the home slot, and an
+    /// insert to the end of the cluster, so it often crosses into the next line (measured:
+    /// `generations/miss_insert_batched/10M` 371 ns with one line, 278 ns with two, 395 ns with
+    /// four). A hint only.
     #[inline]
     pub fn prefetch(&self, fp: u128) {
         if self.capacity == 0 {
@@ -209,11 +213,14 @@ impl FingerprintTable {
         }
         let i = home_slot(stored(fp), self.capacity);
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: `i` < capacity <= slots.len(), so the pointer is inside the allocation; a
-        // prefetch never faults and has no architectural effect.
+        // SAFETY: `i` < capacity <= slots.len(), so the first pointer is inside the allocation
+        // and the second is computed with `wrapping_add` (no provenance requirement); a prefetch
+        // never faults and has no architectural effect.
         unsafe {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(self.slots.as_ptr().add(i) as *const i8);
+            let p = self.slots.as_ptr().add(i) as *const i8;
+            _mm_prefetch::<_MM_HINT_T0>(p);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = i;
