@@ -2,11 +2,11 @@
 //!
 //! One thread runs the consumer's poll loop ([`run_filter`]). It takes records in batches of up
 //! to [`BATCH`]: each is [admitted](Filter::admit) (fingerprinted, its lookup prefetched) as it
-//! arrives, then handled in order by [`Filter::on_record`]; producer acknowledgements arrive from librdkafka's producer thread
-//! through a channel and are applied by [`Filter::tick`], which also installs recovered
-//! partitions and drives checkpoints. Rebalance callbacks run inside `poll` on the same thread
-//! and reach the same [`Filter`] through the consumer context, so exactly one owner touches
-//! partition state.
+//! arrives, then handled in order by [`Filter::on_record`]. Producer acknowledgements arrive
+//! from librdkafka's producer thread through a channel and are applied by [`Filter::tick`]
+//! (once per batch), which also installs recovered partitions and drives checkpoints.
+//! Rebalance callbacks run inside `poll` on the same thread and reach the same [`Filter`]
+//! through the consumer context, so exactly one owner touches partition state.
 //!
 //! A checkpoint (every `checkpoint.interval`, idempotent mode):
 //! 1. rotate the generations of every running partition whose input advanced by an interval of
@@ -771,7 +771,9 @@ impl Filter {
         // (`rd_kafka_max_block_ms`, rdkafka_broker.c) after every assignment. Records fetched
         // between the resume and the seek carry the older op version, and librdkafka discards
         // them. Offset 0 is sought as `Beginning` (the same records: nothing precedes the log
-        // start), since an absolute 0 changes no state.
+        // start; and no fall-back to `auto.offset.reset` if retention moved the log start):
+        // an absolute 0 changes no state, the lookup of the log start does (unless librdkafka
+        // answers it from a log start it has cached, and then the fetcher may idle as before).
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&topic, p);
         if let Err(e) = consumer.resume(&tpl) {
@@ -1495,7 +1497,20 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
             }
         }
         let mut f = consumer.context().filter.lock().expect("not poisoned");
-        if let Some(e) = batch.drain(..).find_map(|(msg, fp)| f.on_record(&msg, fp).err()) {
+        let mut failed = None;
+        for (msg, fp) in batch.drain(..) {
+            // Once stopping, nothing more is taken: the producer refuses records then
+            // (`Refused::Stopping`), and taking a later record of the same partition would let
+            // the commit pass the refused one. Records left untaken are re-read by the next owner.
+            if shutdown.is_triggered() {
+                break;
+            }
+            if let Err(e) = f.on_record(&msg, fp) {
+                failed = Some(e);
+                break;
+            }
+        }
+        if let Some(e) = failed {
             f.failure = Some(e.clone());
             break Err(e);
         }

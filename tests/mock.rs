@@ -276,3 +276,37 @@ fn recovered_partitions_are_fetched_at_once() {
         );
     }
 }
+
+/// Stopping while the producer's queue is full: the record waiting for room is refused
+/// (`Refused::Stopping`), and so is every later record of the polled batch, so the hand-over
+/// commits up to the first refused record, not past it. 3,000 records, a producer queue of 10
+/// messages and 50 ms per broker round trip keep the poll thread waiting for room nearly all the
+/// time; SIGTERM after 300 forwarded, then a restart forwards the rest: once each, none missing.
+#[test]
+fn stopped_while_the_producer_queue_is_full() {
+    let m = mock(1, &[("in", 1), ("out", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_on(&m, "in", "out", dir.path());
+    spec.env.push((
+        "KAFKA_DEDUP__KAFKA__PROPERTIES__QUEUE_BUFFERING_MAX_MESSAGES".into(),
+        "10".into(),
+    ));
+    let records = values(0..3000);
+    scenario::produce(&client_for(&m.bootstrap), "in", &records, Duration::ZERO).unwrap();
+    m.cluster.broker_round_trip_time(1, Duration::from_millis(50)).unwrap();
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(FORWARDED, &[], 300.0, Duration::from_secs(60));
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    m.cluster.broker_round_trip_time(1, Duration::ZERO).unwrap();
+    let mut again = spec.start(dir.path());
+    let ends = end_offsets_on(&m.bootstrap, "in", 1);
+    wait_committed_on(&m, &spec.group, "in", 1, &ends, &again);
+    assert!(again.terminate().success(), "{}", again.logs());
+    let out = read_values(&client_for(&m.bootstrap), "out", 1, Duration::from_secs(30)).unwrap();
+    let v = scenario::verify(&records, &out);
+    assert!(
+        v.ok() && v.output_records == 3000,
+        "{v:?}\nfirst run:\n{}",
+        filter.logs()
+    );
+}
