@@ -131,9 +131,9 @@ impl Generations {
     }
 
     /// Starts loading `fp`'s home slot in every live generation (a hint, see
-    /// [`FingerprintTable::prefetch`]). Called for the records of a polled batch before the
-    /// first of them is looked up, their memory latencies overlap instead of adding up: a table
-    /// of millions misses the CPU caches on nearly every lookup (BENCHMARKS.md, `table`).
+    /// [`FingerprintTable::prefetch`]). Called for every record of a polled batch before the
+    /// first of them is looked up, so that their memory latencies overlap instead of adding up:
+    /// a table of millions misses the CPU caches on nearly every lookup (BENCHMARKS.md).
     #[inline]
     pub fn prefetch(&self, fp: u128) {
         self.current.table.prefetch(fp);
