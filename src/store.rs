@@ -596,7 +596,7 @@ impl Store {
     /// one ([`StoreError::OlderFormat`], whose message names `kafka-dedup migrate`). Then refuses a
     /// store held by a running process ([`StoreError::InUse`], naming its HTTP address). sled
     /// itself may rewrite its log and snapshot files when it opens a database; the store's
-    /// content is not changed. Uses a small page cache ([`TOOL_CACHE_BYTES`]).
+    /// content is not changed. Uses a small page cache (`TOOL_CACHE_BYTES`, 8 MiB).
     pub fn open_existing(path: &Path) -> Result<Store, StoreError> {
         let (store, found) = Self::open_tool(path, FORMAT_VERSION, FORMAT_VERSION)?;
         check_version(path, found)?;
