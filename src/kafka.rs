@@ -24,12 +24,96 @@ pub const ENFORCED: &[(&str, &str)] = &[
     ),
 ];
 
-fn base(cfg: &Config) -> ClientConfig {
+/// Properties that concern only consumers ("C" in the C/P column of librdkafka 2.12.1's
+/// CONFIGURATION.md, global and topic tables).
+pub const CONSUMER_ONLY: &[&str] = &[
+    "auto.commit.enable",
+    "auto.commit.interval.ms",
+    "auto.offset.reset",
+    "check.crcs",
+    "consume.callback.max.messages",
+    "coordinator.query.interval.ms",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "enable.partition.eof",
+    "fetch.error.backoff.ms",
+    "fetch.max.bytes",
+    "fetch.message.max.bytes",
+    "fetch.min.bytes",
+    "fetch.queue.backoff.ms",
+    "fetch.wait.max.ms",
+    "group.id",
+    "group.instance.id",
+    "group.protocol",
+    "group.protocol.type",
+    "group.remote.assignor",
+    "heartbeat.interval.ms",
+    "isolation.level",
+    "max.partition.fetch.bytes",
+    "max.poll.interval.ms",
+    "offset.store.method",
+    "offset.store.path",
+    "offset.store.sync.interval.ms",
+    "partition.assignment.strategy",
+    "queued.max.messages.kbytes",
+    "queued.min.messages",
+    "session.timeout.ms",
+];
+
+/// Properties that concern only producers ("P" in the same column).
+pub const PRODUCER_ONLY: &[&str] = &[
+    "acks",
+    "batch.num.messages",
+    "batch.size",
+    "compression.codec",
+    "compression.level",
+    "compression.type",
+    "delivery.report.only.error",
+    "delivery.timeout.ms",
+    "enable.gapless.guarantee",
+    "enable.idempotence",
+    "linger.ms",
+    "message.send.max.retries",
+    "message.timeout.ms",
+    "partitioner",
+    "produce.offset.report",
+    "queue.buffering.backpressure.threshold",
+    "queue.buffering.max.kbytes",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.ms",
+    "queuing.strategy",
+    "request.required.acks",
+    "request.timeout.ms",
+    "retries",
+    "sticky.partitioning.linger.ms",
+    "transaction.timeout.ms",
+    "transactional.id",
+];
+
+/// Which kind of client a configuration is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Consumer,
+    Producer,
+}
+
+/// Bootstrap servers, client id and the `[kafka.properties]` that concern `role`: a
+/// consumer-only property is not given to the producer and the reverse ([`CONSUMER_ONLY`],
+/// [`PRODUCER_ONLY`]), so that setting e.g. `session.timeout.ms` does not make librdkafka log a
+/// CONFWARN for the other client at every start. Any other property (both kinds, or one
+/// librdkafka does not know, which it then refuses) goes to every client.
+fn base(cfg: &Config, role: Role) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", &cfg.kafka.bootstrap_servers);
     c.set("client.id", format!("kafka-dedup-{}", cfg.input.group_id));
+    let other = match role {
+        Role::Consumer => PRODUCER_ONLY,
+        Role::Producer => CONSUMER_ONLY,
+    };
     for (k, v) in cfg.kafka.flat_properties() {
-        c.set(k, v);
+        if !other.contains(&k.as_str()) {
+            c.set(k, v);
+        }
     }
     c
 }
@@ -46,7 +130,7 @@ fn set_default(c: &mut ClientConfig, key: &str, value: &str) {
 /// only the partitions that change owner), `isolation.level=read_committed` (librdkafka default,
 /// stated), `statistics.interval.ms=5000` (consumer lag metric).
 pub fn consumer_config(cfg: &Config) -> ClientConfig {
-    let mut c = base(cfg);
+    let mut c = base(cfg, Role::Consumer);
     c.set("group.id", &cfg.input.group_id);
     if !cfg.input.group_instance_id.is_empty() {
         c.set("group.instance.id", &cfg.input.group_instance_id);
@@ -72,7 +156,7 @@ pub fn consumer_config(cfg: &Config) -> ClientConfig {
 /// Defaults (overridable): `partitioner=murmur2_random` (the Java client's key hashing, used when
 /// `output.partitioning = "key"`), `linger.ms=5` (librdkafka's default, stated).
 pub fn producer_config(cfg: &Config) -> ClientConfig {
-    let mut c = base(cfg);
+    let mut c = base(cfg, Role::Producer);
     set_default(&mut c, "partitioner", "murmur2_random");
     set_default(&mut c, "linger.ms", "5");
     c.set("enable.idempotence", "true");
@@ -87,7 +171,7 @@ pub fn producer_config(cfg: &Config) -> ClientConfig {
 /// A consumer outside the group, for recovery: reads committed offsets (same `group.id`, never
 /// subscribes, never commits) and re-reads output partitions up to their end.
 pub fn reader_config(cfg: &Config) -> ClientConfig {
-    let mut c = base(cfg);
+    let mut c = base(cfg, Role::Consumer);
     c.set("group.id", &cfg.input.group_id);
     set_default(&mut c, "isolation.level", "read_committed");
     c.set("enable.auto.commit", "false");
@@ -180,6 +264,37 @@ mod tests {
         assert_eq!(murmur2(b"a-little-bit-longer-string"), -1486304829);
         assert_eq!(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"), -58897971);
         assert_eq!(murmur2(b"abc"), 479470107);
+    }
+
+    /// Each client gets the properties that concern it (no CONFWARN for the other kind); the
+    /// guarantees' own settings still win.
+    #[test]
+    fn properties_go_to_the_clients_they_concern() {
+        let text = r#"
+            [kafka.properties]
+            "session.timeout.ms" = "6000"
+            "linger.ms" = "20"
+            "socket.timeout.ms" = "30000"
+            "enable.auto.commit" = "true"
+            [input]
+            topic = "in"
+            group_id = "g"
+            [output]
+            topic = "out"
+        "#;
+        let cfg = Config::from_toml_str(text, Some(Default::default())).unwrap();
+        let (consumer, producer, reader) = (consumer_config(&cfg), producer_config(&cfg), reader_config(&cfg));
+        assert_eq!(consumer.get("session.timeout.ms"), Some("6000"));
+        assert_eq!(producer.get("session.timeout.ms"), None);
+        assert_eq!(reader.get("session.timeout.ms"), Some("6000"));
+        assert_eq!(producer.get("linger.ms"), Some("20"));
+        assert_eq!(consumer.get("linger.ms"), None);
+        assert_eq!(reader.get("linger.ms"), None);
+        for c in [&consumer, &producer, &reader] {
+            assert_eq!(c.get("socket.timeout.ms"), Some("30000"), "a property of both kinds");
+        }
+        assert_eq!(consumer.get("enable.auto.commit"), Some("false"), "enforced");
+        assert!(CONSUMER_ONLY.iter().all(|k| !PRODUCER_ONLY.contains(k)));
     }
 
     #[test]
