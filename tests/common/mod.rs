@@ -596,8 +596,8 @@ impl FilterProcess {
 /// `coordinator/group/administrator.rs`) and, as no remaining member misses a heartbeat, never
 /// rebalances again. The partition then belongs to nobody. Apache Kafka removes expired members
 /// before it answers the JoinGroup. When a lagging partition has been owned by none of `filters`
-/// (per their `/readyz`) for 20 s, well past a [`FilterSpec::killable`] member's 6 s session, a member that joins and
-/// leaves forces a fresh rebalance: a kafka-dedup instance with its own store directory, stopped
+/// (per their `/readyz`) for 20 s, well past a [`FilterSpec::killable`] member's 6 s session,
+/// a member that joins and leaves forces a fresh rebalance: a kafka-dedup instance with its own store directory, stopped
 /// gracefully once it runs. At most three nudges; the count is printed.
 pub fn wait_drained(
     spec: &FilterSpec,
