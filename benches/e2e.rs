@@ -59,6 +59,9 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
+#[path = "support/mod.rs"]
+mod support;
+
 /// Command line (after `cargo bench --bench e2e --`).
 #[derive(Parser, Debug, Clone)]
 #[command(about = "kafka-dedup vs a passthrough copier, same broker, same run")]
@@ -299,17 +302,6 @@ fn cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) as f64 / 100.0
 }
 
-/// Peak resident set size of this process (`VmHWM`), bytes.
-fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
 fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is set by the parent"))
 }
@@ -368,7 +360,7 @@ fn child() -> Result<(), String> {
             last_change = now;
         }
         if done >= spec.records {
-            break (now, done, cpu_seconds(), peak_rss());
+            break (now, done, cpu_seconds(), support::peak_rss_bytes());
         }
         if consumed != last_consumed {
             last_consumed = consumed;

@@ -156,69 +156,49 @@ fn generations_bench(c: &mut Criterion) {
         let headroom = (current.capacity() * 4 / 5 - current.len()) as u64;
         let mut inserted = 0u64;
         let mut next = 0u64;
-        group.bench_function(BenchmarkId::new("miss_insert", label), |b| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                let mut left = iters;
-                while left > 0 {
-                    if inserted >= headroom {
-                        gens = restore(std::mem::replace(&mut gens, support::generations(2)), &current);
-                        inserted = 0;
-                    }
-                    let chunk = left.min(headroom - inserted);
-                    let start = Instant::now();
-                    for _ in 0..chunk {
-                        next += 1;
-                        let key = fp(99, next);
-                        if gens.lookup(black_box(key)).is_none() {
-                            gens.insert(key, Some(next as i64));
+        // One record at a time, and the pipeline's way (`pipeline::BATCH`): the fingerprints of
+        // a polled batch are prefetched first, then each is looked up (and inserted), so the
+        // cache misses overlap.
+        for (name, batch) in [("miss_insert", 1), ("miss_insert_batched", BATCH as u64)] {
+            group.bench_function(BenchmarkId::new(name, label), |b| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    let mut left = iters;
+                    let mut keys = Vec::with_capacity(batch as usize);
+                    while left > 0 {
+                        if inserted + batch > headroom {
+                            gens = restore(std::mem::replace(&mut gens, support::generations(2)), &current);
+                            inserted = 0;
                         }
-                    }
-                    total += start.elapsed();
-                    inserted += chunk;
-                    left -= chunk;
-                }
-                total
-            })
-        });
-        // The pipeline's way: a polled batch of records is prefetched first, then looked up
-        // and inserted one by one (`pipeline::BATCH`), so the cache misses overlap.
-        group.bench_function(BenchmarkId::new("miss_insert_batched", label), |b| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                let mut left = iters;
-                let mut keys = Vec::with_capacity(BATCH);
-                while left > 0 {
-                    if inserted + BATCH as u64 > headroom {
-                        gens = restore(std::mem::replace(&mut gens, support::generations(2)), &current);
-                        inserted = 0;
-                    }
-                    let chunk = left.min(headroom - inserted);
-                    let start = Instant::now();
-                    let mut done = 0;
-                    while done < chunk {
-                        keys.clear();
-                        keys.extend((0..(chunk - done).min(BATCH as u64)).map(|_| {
-                            next += 1;
-                            fp(99, next)
-                        }));
-                        for &key in &keys {
-                            gens.prefetch(black_box(key));
-                        }
-                        for &key in &keys {
-                            if gens.lookup(black_box(key)).is_none() {
-                                gens.insert(key, Some(next as i64));
+                        let chunk = left.min(headroom - inserted);
+                        let start = Instant::now();
+                        let mut done = 0;
+                        while done < chunk {
+                            keys.clear();
+                            keys.extend((0..(chunk - done).min(batch)).map(|_| {
+                                next += 1;
+                                (fp(99, next), next as i64)
+                            }));
+                            if batch > 1 {
+                                for &(key, _) in &keys {
+                                    gens.prefetch(black_box(key));
+                                }
                             }
+                            for &(key, offset) in &keys {
+                                if gens.lookup(black_box(key)).is_none() {
+                                    gens.insert(key, Some(offset));
+                                }
+                            }
+                            done += keys.len() as u64;
                         }
-                        done += keys.len() as u64;
+                        total += start.elapsed();
+                        inserted += chunk;
+                        left -= chunk;
                     }
-                    total += start.elapsed();
-                    inserted += chunk;
-                    left -= chunk;
-                }
-                total
-            })
-        });
+                    total
+                })
+            });
+        }
     }
     group.finish();
 }
