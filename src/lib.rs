@@ -38,6 +38,7 @@ pub mod recovery;
 pub mod scenario;
 pub mod security;
 pub mod service;
+pub mod state;
 pub mod status;
 pub mod store;
 pub mod table;

@@ -57,7 +57,7 @@ pub enum ServiceError {
 pub fn run(cfg: Config) -> Result<(), ServiceError> {
     let cfg = Arc::new(cfg);
     info!(config = %cfg.to_redacted_toml().replace('\n', " "), version = env!("CARGO_PKG_VERSION"), "starting kafka-dedup");
-    for w in crate::security::warnings(&cfg.kafka) {
+    for w in cfg.kafka.warnings() {
         warn!("{w}");
     }
     let prometheus = prometheus();

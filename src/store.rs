@@ -1,7 +1,7 @@
 //! The local fingerprint store: a sled database that caches each owned partition's generations
 //! as of its last checkpoint, so a restart need not re-read two intervals of the output topic.
 //!
-//! It is a cache of the output topic (shared/DESIGN.md, principle 1): a snapshot is used only when
+//! It is a cache of the output topic (docs/ARCHITECTURE.md, "Principles"): a snapshot is used only when
 //! its checkpoint id equals the one in the committed offset's metadata; anything else (missing,
 //! behind, ahead, from another deployment, corrupt) is rebuilt from the output topic.
 //!

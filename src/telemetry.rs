@@ -1,6 +1,6 @@
 //! Telemetry in one place: every metric name, its help text, and the handles the hot path uses.
 //!
-//! Names follow shared/DESIGN.md ("Metrics"): prefix `kafka_dedup_`, base units (seconds, bytes),
+//! Names follow docs/ARCHITECTURE.md ("Metrics"): prefix `kafka_dedup_`, base units (seconds, bytes),
 //! `_total` on counters, a `partition` label where per-partition, never a key or a fingerprint as
 //! a label. Handles are registered once per partition ([`PartitionMetrics::new`]) so the per-record
 //! cost is an atomic add.
@@ -15,6 +15,7 @@ use metrics::{
 };
 
 use crate::config::OnMissing;
+use crate::state::PartitionState;
 
 /// `kafka_dedup_records_consumed_total{partition}`: records read from the input topic.
 pub const RECORDS_CONSUMED: &str = "kafka_dedup_records_consumed_total";
@@ -49,10 +50,9 @@ pub const RECOVERY_DURATION: &str = "kafka_dedup_recovery_duration_seconds";
 /// librdkafka statistics.
 pub const CONSUMER_LAG: &str = "kafka_dedup_consumer_lag_records";
 /// `kafka_dedup_partition_state{partition,state}`: 1 for the partition's current life-cycle state
-/// (one of [`PARTITION_STATES`]), 0 for the others; all 0 once the partition is released.
+/// (the `state` label is a [`PartitionState::name`]), 0 for the others; all 0 once the partition
+/// is released.
 pub const PARTITION_STATE: &str = "kafka_dedup_partition_state";
-/// The values of the `state` label of [`PARTITION_STATE`] ([`crate::partition::Partition`]).
-pub const PARTITION_STATES: [&str; 2] = ["recovering", "running"];
 /// `kafka_dedup_ready`: 1 when `/readyz` answers ready, else 0; set at each scrape, so an alert
 /// can say what an orchestrator's readiness probe sees.
 pub const READY: &str = "kafka_dedup_ready";
@@ -145,6 +145,8 @@ pub struct PartitionMetrics {
     pub null_key: Counter,
     /// Records whose key a default partitioner would place elsewhere (see [`OUT_OF_SCOPE`]).
     pub key_elsewhere: Counter,
+    /// The `partition` label value, for the handles registered on use (unfingerprintable
+    /// records) and the state gauge.
     partition: String,
 }
 
@@ -176,7 +178,7 @@ impl PartitionMetrics {
     }
 
     /// Sets the life-cycle state gauge: 1 for `state`, 0 for the others.
-    pub fn set_state(&self, state: &'static str) {
+    pub fn set_state(&self, state: PartitionState) {
         set_partition_state(&self.partition, Some(state));
     }
 
@@ -189,17 +191,17 @@ impl PartitionMetrics {
     }
 }
 
-fn set_partition_state(partition: &str, state: Option<&str>) {
-    for s in PARTITION_STATES {
+fn set_partition_state(partition: &str, state: Option<PartitionState>) {
+    for s in PartitionState::ALL {
         let v = if Some(s) == state { 1.0 } else { 0.0 };
-        gauge!(PARTITION_STATE, "partition" => partition.to_string(), "state" => s).set(v);
+        gauge!(PARTITION_STATE, "partition" => partition.to_string(), "state" => s.name()).set(v);
     }
 }
 
 /// Sets partition `partition`'s state gauge ([`PARTITION_STATE`]): 1 for `state`, 0 for the
-/// other [`PARTITION_STATES`]; `None` (released) zeroes them all. Called by
-/// [`crate::status::Status`] on every state change, so the gauge and `/readyz` agree.
-pub fn partition_state(partition: i32, state: Option<&str>) {
+/// other states; `None` (released) zeroes them all. Called by [`crate::status::Status`] on every
+/// state change, so the gauge and `/readyz` agree.
+pub fn partition_state(partition: i32, state: Option<PartitionState>) {
     set_partition_state(&partition.to_string(), state);
 }
 
