@@ -1,15 +1,20 @@
-//! `inspect verify`: the store's internal consistency.
+//! `inspect verify`: the store's internal consistency. [`verify`] reads the stamps, then every
+//! snapshot (what chunks to expect), then every entry once, then reports what did not add up.
 
 use std::collections::BTreeMap;
 
 use super::offline::Scan;
 use super::report::partition_stats;
 use crate::fingerprint::Source;
-use crate::store::{format_file_version, GenerationMeta, StoreError, StoreKey, CHUNK_ENTRIES, FORMAT_FILE};
+use crate::store::{
+    decode_chunk, format_file_version, GenerationMeta, PartitionSnapshot, Store, StoreError, StoreKey, CHUNK_ENTRIES,
+    FORMAT_FILE,
+};
 use crate::table::UNKNOWN_OFFSET;
 
 /// Expected chunks of one stored generation, and what `verify` found of them.
 struct Expected {
+    /// The generation as its snapshot describes it.
     meta: GenerationMeta,
     /// End of the generation's input range (exclusive).
     in_end: i64,
@@ -19,11 +24,48 @@ struct Expected {
     stored: u64,
     /// A chunk failed to decode (its entries are not counted).
     damaged: bool,
-    /// Entries whose first-seen offset lies outside the input range, and the first of them.
+    /// Entries whose first-seen offset lies outside the input range.
     out_of_range: u64,
+    /// The first of them: fingerprint and first-seen offset.
     first_out_of_range: Option<(u128, i64)>,
     /// Entries with fingerprint 0 (never stored: the table keeps 0 as 1).
     zero: u64,
+}
+
+impl Expected {
+    /// Nothing found yet of generation `meta`, whose input range ends at `in_end`.
+    fn new(meta: &GenerationMeta, in_end: i64) -> Self {
+        Expected {
+            meta: meta.clone(),
+            in_end,
+            seen: vec![false; meta.chunks as usize],
+            stored: 0,
+            damaged: false,
+            out_of_range: 0,
+            first_out_of_range: None,
+            zero: 0,
+        }
+    }
+}
+
+/// What the snapshots say should be in the store.
+#[derive(Default)]
+struct Layout {
+    /// (partition, epoch) -> the generation's chunks.
+    expected: BTreeMap<(i32, u64), Expected>,
+    /// Partition -> epochs of its live generations (none when its snapshot is unreadable).
+    live_epochs: BTreeMap<i32, Vec<u64>>,
+}
+
+/// Entries that belong to no live generation, or to no layout at all.
+#[derive(Default)]
+struct Strays {
+    /// (partition, epoch) -> chunks of a generation no snapshot lists.
+    orphans: BTreeMap<(i32, u64), u32>,
+    /// The first few keys outside the layout.
+    unknown: Vec<Vec<u8>>,
+    /// How many keys lie outside the layout.
+    unknown_count: u64,
 }
 
 /// Checks the store's internal consistency; returns the problems found, empty when consistent.
@@ -42,9 +84,20 @@ struct Expected {
 /// Errors: sled I/O only; everything else is a problem in the list.
 pub fn verify(scan: &mut Scan) -> Result<Vec<String>, StoreError> {
     let mut problems = Vec::new();
-    let store = scan.store();
+    let partitions = scan.store().partitions()?;
+    check_stamps(scan.store(), &partitions, &mut problems);
+    let mut layout = Layout::default();
+    for &p in &partitions {
+        check_snapshot(scan.store(), p, &mut layout, &mut problems);
+    }
+    let strays = walk_entries(scan, &mut layout, &mut problems)?;
+    report_generations(&layout, &mut problems);
+    report_strays(strays, &layout, &mut problems);
+    Ok(problems)
+}
 
-    // Stamps.
+/// The format file and `m:format` agree; the identity parses and names a valid source.
+fn check_stamps(store: &Store, partitions: &[i32], problems: &mut Vec<String>) {
     let inside = match store.format_version() {
         Ok(v) => v,
         Err(e) => {
@@ -61,9 +114,8 @@ pub fn verify(scan: &mut Scan) -> Result<Vec<String>, StoreError> {
             }
         }
         Ok(None) => problems.push(format!("`{FORMAT_FILE}` is missing")),
-        Err(e) => problems.push(e),
+        Err(e) => problems.push(e.to_string()),
     }
-    let partitions = store.partitions()?;
     if inside.is_none() && !partitions.is_empty() {
         problems.push("the database holds no format version (m:format)".into());
     }
@@ -79,99 +131,99 @@ pub fn verify(scan: &mut Scan) -> Result<Vec<String>, StoreError> {
         Ok(None) => {}
         Err(e) => problems.push(e.to_string()),
     }
+}
 
-    // Snapshots.
-    let mut expected: BTreeMap<(i32, u64), Expected> = BTreeMap::new();
-    let mut live_epochs: BTreeMap<i32, Vec<u64>> = BTreeMap::new();
-    for &p in &partitions {
-        let s = match store.snapshot(p) {
-            Ok(Some(s)) => s,
-            Ok(None) => continue,
-            Err(e) => {
-                problems.push(e.to_string());
-                live_epochs.insert(p, Vec::new());
-                continue;
-            }
-        };
-        let mut problem = |m: String| problems.push(format!("partition {p}: {m}"));
-        if s.generations.is_empty() {
-            problem("snapshot without generations".into());
+/// Checks partition `p`'s snapshot and adds the chunks it expects to `layout`.
+fn check_snapshot(store: &Store, p: i32, layout: &mut Layout, problems: &mut Vec<String>) {
+    let s = match store.snapshot(p) {
+        Ok(Some(s)) => s,
+        Ok(None) => return,
+        Err(e) => {
+            problems.push(e.to_string());
+            layout.live_epochs.insert(p, Vec::new());
+            return;
         }
-        for w in s.generations.windows(2) {
-            if w[1].epoch != w[0].epoch + 1 {
-                problem(format!(
-                    "generation epochs are not consecutive ({} then {})",
-                    w[0].epoch, w[1].epoch
-                ));
-            }
-            if w[1].in_start < w[0].in_start {
-                problem(format!(
-                    "generation {} starts at input offset {}, before generation {} ({})",
-                    w[1].epoch, w[1].in_start, w[0].epoch, w[0].in_start
-                ));
-            }
-            for (q, start) in &w[1].out_start {
-                if w[0].out_start.get(q).is_some_and(|prev| start < prev) {
-                    problem(format!(
-                        "generation {} starts at output {q}:{start}, before generation {}",
-                        w[1].epoch, w[0].epoch
-                    ));
-                }
-            }
-        }
-        if let Some(last) = s.generations.last() {
-            if last.epoch != s.epoch {
-                problem(format!(
-                    "snapshot epoch {} is not the current generation's ({})",
-                    s.epoch, last.epoch
-                ));
-            }
-            if last.in_start > s.committed_offset {
-                problem(format!(
-                    "the current generation starts at input offset {}, after the committed offset {}",
-                    last.in_start, s.committed_offset
-                ));
-            }
-            for (q, start) in &last.out_start {
-                if s.out_covered.get(q).is_some_and(|covered| covered < start) {
-                    problem(format!(
-                        "output covered up to {q}:{}, before the current generation's start {start}",
-                        s.out_covered[q]
-                    ));
-                }
-            }
-        }
-        let stats = partition_stats(p, &s);
-        for (meta, g) in s.generations.iter().zip(&stats.generations) {
-            let want = meta.count.div_ceil(CHUNK_ENTRIES as u64);
-            if meta.chunks as u64 != want {
-                problem(format!(
-                    "generation {}: {} chunks recorded for {} fingerprints (expected {want})",
-                    meta.epoch, meta.chunks, meta.count
-                ));
-            }
-            expected.insert(
-                (p, meta.epoch),
-                Expected {
-                    meta: meta.clone(),
-                    in_end: g.input_end,
-                    seen: vec![false; meta.chunks as usize],
-                    stored: 0,
-                    damaged: false,
-                    out_of_range: 0,
-                    first_out_of_range: None,
-                    zero: 0,
-                },
-            );
-        }
-        live_epochs.insert(p, s.generations.iter().map(|g| g.epoch).collect());
+    };
+    let mut problem = |m: String| problems.push(format!("partition {p}: {m}"));
+    if s.generations.is_empty() {
+        problem("snapshot without generations".into());
     }
+    check_generation_order(&s, &mut problem);
+    check_current(&s, &mut problem);
+    let stats = partition_stats(p, &s);
+    for (meta, g) in s.generations.iter().zip(&stats.generations) {
+        let want = meta.count.div_ceil(CHUNK_ENTRIES as u64);
+        if meta.chunks as u64 != want {
+            problem(format!(
+                "generation {}: {} chunks recorded for {} fingerprints (expected {want})",
+                meta.epoch, meta.chunks, meta.count
+            ));
+        }
+        layout
+            .expected
+            .insert((p, meta.epoch), Expected::new(meta, g.input_end));
+    }
+    layout
+        .live_epochs
+        .insert(p, s.generations.iter().map(|g| g.epoch).collect());
+}
 
-    // Every entry once.
-    let mut orphans: BTreeMap<(i32, u64), u32> = BTreeMap::new();
-    let mut unknown: Vec<Vec<u8>> = Vec::new();
-    let mut unknown_count = 0u64;
-    // The walk resumes from the key after the last one read when the scan reopens the store.
+/// Epochs consecutive; input and output starts non-decreasing.
+fn check_generation_order(s: &PartitionSnapshot, problem: &mut impl FnMut(String)) {
+    for w in s.generations.windows(2) {
+        if w[1].epoch != w[0].epoch + 1 {
+            problem(format!(
+                "generation epochs are not consecutive ({} then {})",
+                w[0].epoch, w[1].epoch
+            ));
+        }
+        if w[1].in_start < w[0].in_start {
+            problem(format!(
+                "generation {} starts at input offset {}, before generation {} ({})",
+                w[1].epoch, w[1].in_start, w[0].epoch, w[0].in_start
+            ));
+        }
+        for (q, start) in &w[1].out_start {
+            if w[0].out_start.get(q).is_some_and(|prev| start < prev) {
+                problem(format!(
+                    "generation {} starts at output {q}:{start}, before generation {}",
+                    w[1].epoch, w[0].epoch
+                ));
+            }
+        }
+    }
+}
+
+/// The current generation is the snapshot's epoch, starts at most at the committed offset, and
+/// `out_covered` is not before its output start.
+fn check_current(s: &PartitionSnapshot, problem: &mut impl FnMut(String)) {
+    let Some(last) = s.generations.last() else { return };
+    if last.epoch != s.epoch {
+        problem(format!(
+            "snapshot epoch {} is not the current generation's ({})",
+            s.epoch, last.epoch
+        ));
+    }
+    if last.in_start > s.committed_offset {
+        problem(format!(
+            "the current generation starts at input offset {}, after the committed offset {}",
+            last.in_start, s.committed_offset
+        ));
+    }
+    for (q, start) in &last.out_start {
+        if s.out_covered.get(q).is_some_and(|covered| covered < start) {
+            problem(format!(
+                "output covered up to {q}:{}, before the current generation's start {start}",
+                s.out_covered[q]
+            ));
+        }
+    }
+}
+
+/// Reads every entry once, checking each chunk against `layout`. The walk resumes from the key
+/// after the last one read when the scan reopens the store.
+fn walk_entries(scan: &mut Scan, layout: &mut Layout, problems: &mut Vec<String>) -> Result<Strays, StoreError> {
+    let mut strays = Strays::default();
     let mut from: Vec<u8> = Vec::new();
     loop {
         scan.relieve()?;
@@ -186,53 +238,19 @@ pub fn verify(scan: &mut Scan) -> Result<Vec<String>, StoreError> {
                 break;
             }
             read += value.len() as u64;
-            let (p, epoch, c) = match key {
+            match key {
                 StoreKey::Chunk {
                     partition,
                     epoch,
                     chunk,
-                } => (partition, epoch, chunk),
+                } => check_chunk(layout, &mut strays, (partition, epoch, chunk), &value, problems),
                 StoreKey::Unknown(k) => {
-                    unknown_count += 1;
-                    if unknown.len() < 3 {
-                        unknown.push(k);
-                    }
-                    continue;
-                }
-                _ => continue,
-            };
-            let Some(x) = expected.get_mut(&(p, epoch)) else {
-                *orphans.entry((p, epoch)).or_default() += 1;
-                continue;
-            };
-            if c >= x.meta.chunks {
-                problems.push(format!(
-                    "partition {p} generation {epoch}: chunk {c} beyond its {} chunks",
-                    x.meta.chunks
-                ));
-                continue;
-            }
-            x.seen[c as usize] = true;
-            match crate::store::decode_chunk(&value) {
-                Err(e) => {
-                    x.damaged = true;
-                    problems.push(format!("partition {p} generation {epoch} chunk {c}: {e}"));
-                }
-                Ok(entries) => {
-                    x.stored += entries.len() as u64;
-                    for (fp, rel) in entries {
-                        if fp == 0 {
-                            x.zero += 1;
-                        }
-                        if rel != UNKNOWN_OFFSET {
-                            let offset = x.meta.in_start + rel as i64;
-                            if offset >= x.in_end {
-                                x.out_of_range += 1;
-                                x.first_out_of_range.get_or_insert((fp, offset));
-                            }
-                        }
+                    strays.unknown_count += 1;
+                    if strays.unknown.len() < 3 {
+                        strays.unknown.push(k);
                     }
                 }
+                _ => {}
             }
         }
         scan.read += read;
@@ -242,10 +260,57 @@ pub fn verify(scan: &mut Scan) -> Result<Vec<String>, StoreError> {
                 scan.read = scan.read.max(scan.budget);
                 from = k;
             }
-            None => break,
+            None => return Ok(strays),
         }
     }
-    for ((p, epoch), x) in &expected {
+}
+
+/// Checks chunk `c` of generation `epoch` of partition `p` (its value `value`).
+fn check_chunk(
+    layout: &mut Layout,
+    strays: &mut Strays,
+    (p, epoch, c): (i32, u64, u32),
+    value: &[u8],
+    problems: &mut Vec<String>,
+) {
+    let Some(x) = layout.expected.get_mut(&(p, epoch)) else {
+        *strays.orphans.entry((p, epoch)).or_default() += 1;
+        return;
+    };
+    if c >= x.meta.chunks {
+        problems.push(format!(
+            "partition {p} generation {epoch}: chunk {c} beyond its {} chunks",
+            x.meta.chunks
+        ));
+        return;
+    }
+    x.seen[c as usize] = true;
+    let entries = match decode_chunk(value) {
+        Ok(entries) => entries,
+        Err(e) => {
+            x.damaged = true;
+            problems.push(format!("partition {p} generation {epoch} chunk {c}: {e}"));
+            return;
+        }
+    };
+    x.stored += entries.len() as u64;
+    for (fp, rel) in entries {
+        if fp == 0 {
+            x.zero += 1;
+        }
+        if rel != UNKNOWN_OFFSET {
+            let offset = x.meta.in_start + rel as i64;
+            if offset >= x.in_end {
+                x.out_of_range += 1;
+                x.first_out_of_range.get_or_insert((fp, offset));
+            }
+        }
+    }
+}
+
+/// Per generation: missing chunks, counts that do not add up, offsets out of range, zeros.
+fn report_generations(layout: &Layout, problems: &mut Vec<String>) {
+    for ((p, epoch), x) in &layout.expected {
         let missing: Vec<String> = x
             .seen
             .iter()
@@ -279,8 +344,12 @@ pub fn verify(scan: &mut Scan) -> Result<Vec<String>, StoreError> {
             ));
         }
     }
-    for ((p, epoch), chunks) in orphans {
-        let why = match live_epochs.get(&p) {
+}
+
+/// Orphan chunks and keys outside the layout.
+fn report_strays(strays: Strays, layout: &Layout, problems: &mut Vec<String>) {
+    for ((p, epoch), chunks) in strays.orphans {
+        let why = match layout.live_epochs.get(&p) {
             Some(live) => format!("no live generation (live: {live:?}): left over from a dropped generation"),
             None => "no snapshot of that partition".to_string(),
         };
@@ -288,15 +357,16 @@ pub fn verify(scan: &mut Scan) -> Result<Vec<String>, StoreError> {
             "partition {p} generation {epoch}: {chunks} orphan chunk(s), {why}"
         ));
     }
-    if unknown_count > 0 {
-        let shown: Vec<String> = unknown
+    if strays.unknown_count > 0 {
+        let shown: Vec<String> = strays
+            .unknown
             .iter()
             .map(|k| format!("{:?}", String::from_utf8_lossy(k)))
             .collect();
         problems.push(format!(
-            "{unknown_count} key(s) outside the store layout (first: {})",
+            "{} key(s) outside the store layout (first: {})",
+            strays.unknown_count,
             shown.join(", ")
         ));
     }
-    Ok(problems)
 }
