@@ -246,6 +246,7 @@ impl RecordFields for OwnedRecord {
 /// Computes fingerprints for one configured source. Cheap to clone; holds the parsed pointer.
 #[derive(Debug, Clone)]
 pub struct Fingerprinter {
+    /// What part of a record it reads.
     source: Source,
     /// Unescaped reference tokens of a JSON pointer (RFC 6901 `~1` -> `/`, `~0` -> `~`).
     pointer: Vec<String>,

@@ -22,6 +22,7 @@ use rdkafka::error::KafkaError;
     about = "Makes an at-least-once Kafka topic effectively-once: drops replayed records"
 )]
 struct Cli {
+    /// The subcommand to run.
     #[command(subcommand)]
     command: Command,
 }

@@ -70,32 +70,10 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
         .map_err(|e| ServiceError::Runtime(e.to_string()))?;
     runtime.block_on(async move {
         let (http_stop_tx, http_stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let http_task = if cfg.http.listen.is_empty() {
-            None
-        } else {
-            let listener = tokio::net::TcpListener::bind(&cfg.http.listen)
-                .await
-                .map_err(|source| ServiceError::Listen {
-                    addr: cfg.http.listen.clone(),
-                    source,
-                })?;
-            info!(listen = %cfg.http.listen, "http endpoint: /metrics /healthz /readyz /store/stats /store/lookup");
-            let state = HttpState {
-                status: status.clone(),
-                prometheus: prometheus.clone(),
-            };
-            if let Some(h) = prometheus.clone() {
-                tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(Duration::from_secs(5)).await;
-                        h.run_upkeep();
-                    }
-                });
-            }
-            Some(tokio::spawn(http::serve(listener, state, async move {
-                let _ = http_stop_rx.await;
-            })))
-        };
+        let http_task = start_http(&cfg, &status, prometheus, async move {
+            let _ = http_stop_rx.await;
+        })
+        .await?;
         let signal_shutdown = shutdown.clone();
         tokio::spawn(async move {
             wait_for_signal().await;
@@ -117,6 +95,39 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
         }
         result.map_err(ServiceError::from)
     })
+}
+
+/// Binds `http.listen` and serves until `stop` resolves, with the recorder's upkeep every 5 s.
+/// `None` when `http.listen` is empty. Errors: the address cannot be bound.
+async fn start_http(
+    cfg: &Config,
+    status: &Arc<Status>,
+    prometheus: Option<PrometheusHandle>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Option<tokio::task::JoinHandle<std::io::Result<()>>>, ServiceError> {
+    if cfg.http.listen.is_empty() {
+        return Ok(None);
+    }
+    let listener = tokio::net::TcpListener::bind(&cfg.http.listen)
+        .await
+        .map_err(|source| ServiceError::Listen {
+            addr: cfg.http.listen.clone(),
+            source,
+        })?;
+    info!(listen = %cfg.http.listen, "http endpoint: /metrics /healthz /readyz /store/stats /store/lookup");
+    if let Some(h) = prometheus.clone() {
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                h.run_upkeep();
+            }
+        });
+    }
+    let state = HttpState {
+        status: status.clone(),
+        prometheus,
+    };
+    Ok(Some(tokio::spawn(http::serve(listener, state, stop))))
 }
 
 async fn wait_for_signal() {

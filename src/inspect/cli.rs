@@ -129,51 +129,61 @@ pub fn run(path: &Path, json: bool, command: InspectCommand) -> Result<ExitCode,
             } else {
                 print_stats(&mut out, path, &s)?;
             }
-            Ok(ExitCode::SUCCESS)
         }
         InspectCommand::Lookup { config, .. } => {
             let input = lookup_input.expect("parsed above");
-            let f = fingerprinter_for(&store, config.as_deref())?;
-            let fp = input.fingerprint(&f).map_err(|e| InspectError::Usage(e.to_string()))?;
-            let l = lookup(&mut Scan::new(store), fp)?;
-            if json {
-                to_json(&mut out, &l)?;
-            } else {
-                print_lookup(&mut out, &l)?;
-            }
-            Ok(ExitCode::SUCCESS)
+            run_lookup(store, &input, config.as_deref(), json, &mut out)?;
         }
         InspectCommand::Dump { partition, generation } => {
-            dump(
-                &mut Scan::new(store),
-                partition,
-                generation,
-                &mut std::io::BufWriter::new(out),
-            )?;
-            Ok(ExitCode::SUCCESS)
+            let mut out = std::io::BufWriter::new(out);
+            dump(&mut Scan::new(store), partition, generation, &mut out)?;
         }
-        InspectCommand::Verify => {
-            let problems = verify(&mut Scan::new(store))?;
-            if json {
-                to_json(
-                    &mut out,
-                    &serde_json::json!({"ok": problems.is_empty(), "problems": problems}),
-                )?;
-            } else if problems.is_empty() {
-                writeln!(out, "store {}: consistent", path.display())?;
-            } else {
-                for p in &problems {
-                    writeln!(out, "problem: {p}")?;
-                }
-                writeln!(out, "store {}: {} problem(s)", path.display(), problems.len())?;
-            }
-            Ok(if problems.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
-        }
+        InspectCommand::Verify => return run_verify(store, path, json, &mut out),
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `lookup`: fingerprints `input` with the store's (or `config`'s) source and prints where it is
+/// held.
+fn run_lookup(
+    store: Store,
+    input: &LookupInput,
+    config: Option<&Path>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), InspectError> {
+    let f = fingerprinter_for(&store, config)?;
+    let fp = input.fingerprint(&f).map_err(|e| InspectError::Usage(e.to_string()))?;
+    let l = lookup(&mut Scan::new(store), fp)?;
+    if json {
+        to_json(out, &l)?;
+    } else {
+        print_lookup(out, &l)?;
+    }
+    Ok(())
+}
+
+/// `verify`: prints the problems found; exit code 1 when there are any.
+fn run_verify(store: Store, path: &Path, json: bool, out: &mut impl Write) -> Result<ExitCode, InspectError> {
+    let problems = verify(&mut Scan::new(store))?;
+    if json {
+        to_json(
+            out,
+            &serde_json::json!({"ok": problems.is_empty(), "problems": problems}),
+        )?;
+    } else if problems.is_empty() {
+        writeln!(out, "store {}: consistent", path.display())?;
+    } else {
+        for p in &problems {
+            writeln!(out, "problem: {p}")?;
+        }
+        writeln!(out, "store {}: {} problem(s)", path.display(), problems.len())?;
+    }
+    Ok(if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn time(ms: i64) -> String {

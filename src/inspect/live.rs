@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::query::{LookupInput, NoFingerprint};
-use super::report::{generation_stats, Holding, Incomplete, LivePartition, Lookup};
+use super::report::{chain_input_ranges, GenerationStats, Holding, Incomplete, LivePartition, Lookup};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::generations::{Generation, Generations, Positions};
 use crate::state::PartitionState;
@@ -114,11 +114,7 @@ pub fn live_partitions(partitions: &BTreeMap<i32, PartitionView<'_>>) -> Vec<Liv
                 next_offset: Some(*next_offset),
                 output_position: (*output_position).clone(),
                 fingerprints: gens.total_len() as u64,
-                generations: generation_stats(
-                    gens.iter()
-                        .map(|g| (g.epoch, g.len() as u64, g.in_start, &g.out_start, g.created_at_ms)),
-                    *next_offset,
-                ),
+                generations: chain_input_ranges(gens.iter().map(|g| GenerationStats::held(g, *next_offset)).collect()),
             },
         })
         .collect()

@@ -3,8 +3,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::generations::Generation;
 use crate::generations::Positions;
-use crate::store::{Identity, PartitionSnapshot};
+use crate::store::{GenerationMeta, Identity, PartitionSnapshot};
 
 /// `stats` answer (`inspect stats --json`, `GET /store/stats`).
 #[derive(Debug, Serialize, Deserialize)]
@@ -123,36 +124,47 @@ pub struct Lookup {
     pub incomplete: Vec<Incomplete>,
 }
 
-/// Input ranges of generations given as `(epoch, count, in_start, out_start, created)`, oldest
-/// first, the current one ending at `last_end`.
-pub(super) fn generation_stats<'a>(
-    gens: impl Iterator<Item = (u64, u64, i64, &'a Positions, i64)>,
-    last_end: i64,
-) -> Vec<GenerationStats> {
-    let mut out: Vec<GenerationStats> = gens
-        .map(
-            |(epoch, fingerprints, input_start, output_start, created_at_ms)| GenerationStats {
-                epoch,
-                fingerprints,
-                input_start,
-                input_end: last_end,
-                output_start: output_start.clone(),
-                created_at_ms,
-            },
-        )
-        .collect();
-    for i in 1..out.len() {
-        out[i - 1].input_end = out[i].input_start;
+impl GenerationStats {
+    /// A stored generation, its input range ending at `input_end`.
+    pub(super) fn stored(g: &GenerationMeta, input_end: i64) -> Self {
+        GenerationStats {
+            epoch: g.epoch,
+            fingerprints: g.count,
+            input_start: g.in_start,
+            input_end,
+            output_start: g.out_start.clone(),
+            created_at_ms: g.created_at_ms,
+        }
     }
-    out
+
+    /// An in-memory generation, its input range ending at `input_end`.
+    pub(super) fn held(g: &Generation, input_end: i64) -> Self {
+        GenerationStats {
+            epoch: g.epoch,
+            fingerprints: g.len() as u64,
+            input_start: g.in_start,
+            input_end,
+            output_start: g.out_start.clone(),
+            created_at_ms: g.created_at_ms,
+        }
+    }
+}
+
+/// Generations, oldest first, with each input range ending where the next begins; the current
+/// one's (last) ends where it was made to end.
+pub(super) fn chain_input_ranges(mut gens: Vec<GenerationStats>) -> Vec<GenerationStats> {
+    for i in 1..gens.len() {
+        gens[i - 1].input_end = gens[i].input_start;
+    }
+    gens
 }
 
 pub(super) fn partition_stats(p: i32, s: &PartitionSnapshot) -> PartitionStats {
-    let generations = generation_stats(
+    let generations = chain_input_ranges(
         s.generations
             .iter()
-            .map(|g| (g.epoch, g.count, g.in_start, &g.out_start, g.created_at_ms)),
-        s.committed_offset,
+            .map(|g| GenerationStats::stored(g, s.committed_offset))
+            .collect(),
     );
     PartitionStats {
         partition: p,
