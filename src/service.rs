@@ -48,9 +48,12 @@ pub enum ServiceError {
     /// The HTTP address cannot be bound.
     #[error("http.listen {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
-    /// The runtime or a thread could not start.
+    /// The async runtime could not start.
     #[error("{0}")]
-    Runtime(String),
+    Runtime(std::io::Error),
+    /// The pipeline thread panicked or was cancelled.
+    #[error("pipeline thread: {0}")]
+    PipelineThread(tokio::task::JoinError),
 }
 
 /// Runs the service until SIGTERM/SIGINT (returns `Ok` after a clean hand-over) or a fatal error.
@@ -67,7 +70,7 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
         .worker_threads(1)
         .enable_all()
         .build()
-        .map_err(|e| ServiceError::Runtime(e.to_string()))?;
+        .map_err(ServiceError::Runtime)?;
     runtime.block_on(async move {
         let (http_stop_tx, http_stop_rx) = tokio::sync::oneshot::channel::<()>();
         let http_task = start_http(&cfg, &status, prometheus, async move {
@@ -84,9 +87,7 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
             let (cfg, shutdown, status) = (cfg.clone(), shutdown.clone(), status.clone());
             tokio::task::spawn_blocking(move || run_filter(cfg, shutdown, status))
         };
-        let result = pipeline
-            .await
-            .map_err(|e| ServiceError::Runtime(format!("pipeline thread: {e}")))?;
+        let result = pipeline.await.map_err(ServiceError::PipelineThread)?;
         let _ = http_stop_tx.send(());
         if let Some(t) = http_task {
             if let Ok(Err(e)) = t.await {
