@@ -57,7 +57,7 @@ impl LiveRequest {
     }
 }
 
-/// [`lookup`] over in-memory generations.
+/// [`lookup`](super::lookup) over in-memory generations.
 pub fn live_lookup(partitions: &BTreeMap<i32, PartitionView<'_>>, fp: Fingerprint) -> Lookup {
     let mut holdings = Vec::new();
     let mut incomplete = Vec::new();

@@ -34,7 +34,7 @@ pub enum StoreKey {
     Format,
     /// `m:identity`.
     Identity,
-    /// `s` + partition: a [`PartitionSnapshot`].
+    /// `s` + partition: a [`PartitionSnapshot`](super::PartitionSnapshot).
     Snapshot(i32),
     /// `g` + partition + epoch + chunk: a chunk of a generation's fingerprints.
     Chunk {

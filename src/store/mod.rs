@@ -25,7 +25,7 @@
 //! decided before sled is touched. Once the database is open, `m:format` decides: a migration
 //! ([`crate::migrate`]) writes it with its data, and rewrites the format file after it.
 //!
-//! The rooms: [`codec`] (keys and chunk values), [`open`] (what a directory holds, and opening
+//! The rooms: `codec` (keys and chunk values), `open` (what a directory holds, and opening
 //! it for `run`, `inspect` and `migrate`), and this file (the types, reading and writing).
 
 mod codec;
