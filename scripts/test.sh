@@ -46,4 +46,6 @@ log "tansu (sqlite) on 127.0.0.1:$PORT, tansu (calfkit, transactions) on 127.0.0
 
 export KAFKA_DEDUP_TEST_BROKER="127.0.0.1:$PORT"
 export KAFKA_DEDUP_TEST_TX_BROKER="127.0.0.1:$TXPORT"
+# Tests that need a broker of their own (behind a proxy, tests/common/proxy.rs) start this one.
+export KAFKA_DEDUP_TEST_TANSU="$TANSU"
 cargo test --locked "$@"

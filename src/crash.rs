@@ -5,8 +5,10 @@
 //! Points: `after-produce` (a record was handed to the producer), `after-ack` (an
 //! acknowledgement was applied), `checkpoint-before-store`
 //! (generations rotated, nothing stored), `checkpoint-before-commit` (store written, offsets not
-//! committed), `handover-before-commit` (revocation or shutdown: store written, offsets not
-//! committed).
+//! committed), `offsets-committed` (the group coordinator confirmed an offset commit reported to
+//! the consumer's commit callback; after a periodic checkpoint's, the store holds exactly the
+//! committed checkpoint), `handover-before-commit` (revocation or shutdown:
+//! store written, offsets not committed).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;

@@ -1,4 +1,4 @@
-//! The seed scenario (shared/DESIGN.md, "What it is for") and its verification, shared by
+//! The seed scenario (docs/ARCHITECTURE.md, "What it is for") and its verification, shared by
 //! `kafka-dedup demo` and the tests.
 //!
 //! An upstream job emits increasing integers (key and value: the decimal text; partition:
@@ -6,8 +6,9 @@
 //! crash it re-emits everything since its last checkpoint together with a few new records, in
 //! shuffled order (`32 … 40`, crash, `32 34 35 36 40 41 46 31 33 …`), then goes on in order.
 //!
-//! The filter is correct when its output holds each integer exactly once and, per partition,
-//! in the order of first appearance in the input.
+//! The filter is correct when its output holds each integer exactly once, on the output
+//! partition equal to the input partition it was written to (`partitioning = "preserve"`), and,
+//! per partition, in the order of first appearance in the input.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -95,24 +96,35 @@ pub struct Verdict {
     pub duplicated: u64,
     /// Partitions whose output order differs from the input's first-appearance order.
     pub out_of_order_partitions: u64,
+    /// Output records on another partition than the input partition their value was written to
+    /// (`partitioning = "preserve"` keeps them equal).
+    pub misplaced: u64,
     /// Output values that were never written (corruption).
     pub unexpected: u64,
 }
 
 impl Verdict {
-    /// True when each value is in the output exactly once, in order per partition.
+    /// True when each value is in the output exactly once, on its input partition, in order per
+    /// partition.
     pub fn ok(&self) -> bool {
-        self.missing == 0 && self.duplicated == 0 && self.out_of_order_partitions == 0 && self.unexpected == 0
+        self.missing == 0
+            && self.duplicated == 0
+            && self.out_of_order_partitions == 0
+            && self.unexpected == 0
+            && self.misplaced == 0
     }
 }
 
-/// Compares the output (per partition, in offset order) with what was written.
+/// Compares the output (per partition, in offset order) with what was written, for
+/// `partitioning = "preserve"`: a value must come out on the partition it was first written to.
 pub fn verify(written: &[(i32, u64)], output: &BTreeMap<i32, Vec<u64>>) -> Verdict {
     let mut first: BTreeMap<i32, Vec<u64>> = BTreeMap::new();
+    let mut home: HashMap<u64, i32> = HashMap::new();
     let mut seen = HashSet::new();
     for (p, v) in written {
         if seen.insert(*v) {
             first.entry(*p).or_default().push(*v);
+            home.insert(*v, *p);
         }
     }
     let mut v = Verdict {
@@ -126,7 +138,12 @@ pub fn verify(written: &[(i32, u64)], output: &BTreeMap<i32, Vec<u64>>) -> Verdi
         for x in values {
             if !seen.contains(x) {
                 v.unexpected += 1;
-            } else if !out_seen.insert(*x) {
+                continue;
+            }
+            if home.get(x) != Some(p) {
+                v.misplaced += 1;
+            }
+            if !out_seen.insert(*x) {
                 v.duplicated += 1;
             } else {
                 unique.push(*x);
@@ -268,5 +285,11 @@ mod tests {
         assert_eq!(verify(&written, &missing).missing, 1);
         let order: BTreeMap<i32, Vec<u64>> = [(0, vec![2, 0]), (1, vec![1, 3])].into_iter().collect();
         assert_eq!(verify(&written, &order).out_of_order_partitions, 1);
+        let one_partition: BTreeMap<i32, Vec<u64>> = [(0, vec![0, 1, 2, 3]), (1, vec![])].into_iter().collect();
+        let v = verify(&written, &one_partition);
+        assert_eq!((v.misplaced, v.missing, v.duplicated), (2, 0, 0));
+        assert!(!v.ok(), "every value once, but not on its input partition");
+        let unexpected: BTreeMap<i32, Vec<u64>> = [(0, vec![0, 2, 9]), (1, vec![1, 3])].into_iter().collect();
+        assert_eq!(verify(&written, &unexpected).unexpected, 1);
     }
 }

@@ -215,12 +215,15 @@ pub fn store_rebuild(reason: &'static str) {
     counter!(STORE_REBUILDS, "reason" => reason).increment(1);
 }
 
-/// Records a finished checkpoint.
-pub fn checkpoint(ok: bool, seconds: f64) {
+/// Counts a checkpoint's outcome: `ok` once the group coordinator confirmed its offset commit
+/// (or the transaction committed), `failed` when the commit could not be sent or was refused.
+pub fn checkpoint_result(ok: bool) {
     counter!(CHECKPOINTS, "result" => if ok { "ok" } else { "failed" }).increment(1);
-    if ok {
-        histogram!(CHECKPOINT_DURATION).record(seconds);
-    }
+}
+
+/// Records how long a checkpoint took, from the rotation to its offset commit being sent.
+pub fn checkpoint_duration(seconds: f64) {
+    histogram!(CHECKPOINT_DURATION).record(seconds);
 }
 
 /// Records a finished recovery.

@@ -13,23 +13,29 @@ use kafka_dedup::scenario::{self, read_values};
 fn seed_scenario_on_three_partitions() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("seed-in"), unique("seed-out"));
-    create_topic(&input, 3);
-    create_topic(&output, 3);
+    tansu().create_topic(&input, 3);
+    tansu().create_topic(&output, 3);
     let spec = FilterSpec::new(&input, &output, dir.path());
     let mut filter = spec.start(dir.path());
     filter.wait_ready(Duration::from_secs(60));
 
     let s = scenario::replay_scenario(10_000, 3, 150, 1);
     assert!(s.replays > 500, "the scenario injects replays ({})", s.replays);
-    scenario::produce(&client(), &input, &s.records, Duration::from_secs(3)).unwrap();
-    wait_committed(&spec.group, &input, &end_offsets(&input, 3), Duration::from_secs(120));
+    scenario::produce(&tansu().client(), &input, &s.records, Duration::from_secs(3)).unwrap();
+    tansu().wait_committed(
+        &spec.group,
+        &input,
+        &tansu().end_offsets(&input, 3),
+        Duration::from_secs(120),
+        || filter.logs(),
+    );
     assert!(filter.terminate().success(), "{}", filter.logs());
     // The test configuration sets consumer-only properties (heartbeat.interval.ms): the producer
     // does not get them, so librdkafka has nothing to warn about.
     let logs = filter.logs();
     assert!(!logs.contains("CONFWARN"), "{logs}");
 
-    let out = read_values(&client(), &output, 3, Duration::from_secs(60)).unwrap();
+    let out = read_values(&tansu().client(), &output, 3, Duration::from_secs(60)).unwrap();
     let v = scenario::verify(&s.records, &out);
     if !v.ok() {
         let mut seen = std::collections::HashMap::new();
@@ -45,9 +51,12 @@ fn seed_scenario_on_three_partitions() {
     }
     assert!(v.ok(), "{v:?}");
     assert_eq!(v.output_records, 10_000);
-    let all: std::collections::BTreeSet<u64> = out.values().flatten().copied().collect();
-    assert_eq!(all, (0..10_000).collect());
-    let _: BTreeMap<i32, Vec<u64>> = out;
+    for (p, values) in &out {
+        assert!(
+            values.iter().all(|v| v % 3 == *p as u64),
+            "output partition {p} holds only values written to input partition {p}"
+        );
+    }
 }
 
 const CONSUMED: &str = "kafka_dedup_records_consumed_total";
@@ -68,8 +77,8 @@ fn text_values(out: &BTreeMap<i32, Vec<Raw>>, p: i32) -> Vec<String> {
 fn retried_batch_drops_exactly_the_repeats() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("retry-in"), unique("retry-out"));
-    create_topic(&input, 1);
-    create_topic(&output, 1);
+    tansu().create_topic(&input, 1);
+    tansu().create_topic(&output, 1);
     let rec = |i: u32| {
         raw(
             Some(&format!("k{i}")),
@@ -80,7 +89,7 @@ fn retried_batch_drops_exactly_the_repeats() {
     let mut records: Vec<Raw> = (1..=500).map(rec).collect();
     records.extend((401..=500).map(rec));
     records.extend((501..=1000).map(rec));
-    produce_raw(&client(), &input, 0, &records);
+    tansu().produce_raw(&input, 0, &records);
 
     let spec = FilterSpec::new(&input, &output, dir.path());
     let mut filter = spec.start(dir.path());
@@ -92,7 +101,7 @@ fn retried_batch_drops_exactly_the_repeats() {
     assert_eq!(metric(&scrape, DROPPED, &[]), 100.0, "{scrape}");
     assert!(filter.terminate().success());
 
-    let out = read_records(&client(), &output, 1);
+    let out = tansu().read_records(&output, 1);
     let expected: Vec<String> = (1..=1000).map(|i| i.to_string()).collect();
     assert_eq!(text_values(&out, 0), expected);
     // Key and headers are kept.
@@ -105,16 +114,16 @@ fn retried_batch_drops_exactly_the_repeats() {
 fn header_selected_identity() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output, dlq) = (unique("hdr-in"), unique("hdr-out"), unique("hdr-dlq"));
-    create_topic(&input, 1);
-    create_topic(&output, 1);
-    create_topic(&dlq, 1);
+    tansu().create_topic(&input, 1);
+    tansu().create_topic(&output, 1);
+    tansu().create_topic(&dlq, 1);
     let records = vec![
         raw(None, Some("same"), &[("event-id", "A")]),
         raw(None, Some("same"), &[("event-id", "B")]),
         raw(None, Some("different"), &[("retry", "1"), ("event-id", "A")]),
         raw(None, Some("no header"), &[("other", "x")]),
     ];
-    produce_raw(&client(), &input, 0, &records);
+    tansu().produce_raw(&input, 0, &records);
 
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.fingerprint = "[fingerprint]\nsource = \"header:event-id\"\n".into();
@@ -129,7 +138,7 @@ fn header_selected_identity() {
         "{scrape}"
     );
     assert!(filter.terminate().success());
-    let out = read_records(&client(), &output, 1);
+    let out = tansu().read_records(&output, 1);
     assert_eq!(
         out[&0],
         vec![records[0].clone(), records[1].clone(), records[3].clone()]
@@ -138,7 +147,7 @@ fn header_selected_identity() {
     // The same input with on_missing = dead_letter: the header-less record goes to the DLQ.
     let dir2 = tempfile::tempdir().unwrap();
     let output2 = unique("hdr-out2");
-    create_topic(&output2, 1);
+    tansu().create_topic(&output2, 1);
     let mut spec2 = FilterSpec::new(&input, &output2, dir2.path());
     spec2.fingerprint = format!(
         "[fingerprint]\nsource = \"header:event-id\"\non_missing = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n"
@@ -153,9 +162,9 @@ fn header_selected_identity() {
         Duration::from_secs(10),
     );
     assert!(filter2.terminate().success());
-    let out2 = read_records(&client(), &output2, 1);
+    let out2 = tansu().read_records(&output2, 1);
     assert_eq!(out2[&0], vec![records[0].clone(), records[1].clone()]);
-    let dead = read_records(&client(), &dlq, 1);
+    let dead = tansu().read_records(&dlq, 1);
     assert_eq!(dead[&0].len(), 1);
     assert_eq!(dead[&0][0].value.as_deref(), Some(&b"no header"[..]));
     let reason = dead[&0][0]
@@ -178,8 +187,8 @@ fn header_selected_identity() {
 fn tombstones_and_empty_values() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("tomb-in"), unique("tomb-out"));
-    create_topic(&input, 1);
-    create_topic(&output, 1);
+    tansu().create_topic(&input, 1);
+    tansu().create_topic(&output, 1);
     let records = vec![
         raw(Some("k1"), Some("v1"), &[]),
         raw(Some("k1"), None, &[]),
@@ -187,7 +196,7 @@ fn tombstones_and_empty_values() {
         raw(Some("k1"), None, &[]),
         raw(Some("k1"), Some(""), &[]),
     ];
-    produce_raw(&client(), &input, 0, &records);
+    tansu().produce_raw(&input, 0, &records);
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.fingerprint = "[fingerprint]\nsource = \"key_value\"\n".into();
     let mut filter = spec.start(dir.path());
@@ -195,7 +204,7 @@ fn tombstones_and_empty_values() {
     filter.wait_metric(FORWARDED, &[], 4.0, Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), DROPPED, &[]), 1.0);
     assert!(filter.terminate().success());
-    let out = read_records(&client(), &output, 1);
+    let out = tansu().read_records(&output, 1);
     assert_eq!(
         out[&0],
         vec![
@@ -213,12 +222,12 @@ fn tombstones_and_empty_values() {
 #[test]
 fn transaction_markers_do_not_stall_the_committed_position() {
     use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-    let bootstrap = tx_broker();
+    let kafka = Broker::transactional();
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("gap-in"), unique("gap-out"));
-    create_topic_on(&bootstrap, &input, 2, &[]);
-    create_topic_on(&bootstrap, &output, 2, &[]);
-    let mut c = client_for(&bootstrap);
+    kafka.create_topic(&input, 2);
+    kafka.create_topic(&output, 2);
+    let mut c = kafka.client();
     c.set("transactional.id", unique("upstream"));
     let producer: ThreadedProducer<_> = c.create().unwrap();
     producer.init_transactions(Duration::from_secs(30)).unwrap();
@@ -237,11 +246,11 @@ fn transaction_markers_do_not_stall_the_committed_position() {
         }
         producer.commit_transaction(Duration::from_secs(30)).unwrap();
     }
-    let ends = end_offsets_on(&bootstrap, &input, 2);
+    let ends = kafka.end_offsets(&input, 2);
     assert!(ends.values().all(|e| *e > 15), "markers take offsets: {ends:?}");
 
     let mut spec = FilterSpec::new(&input, &output, dir.path());
-    spec.broker = bootstrap.clone();
+    spec.broker = kafka.clone();
     // The transaction-capable tansu (calfkit) completes a new group's first rebalance after half
     // the session timeout (measured: 23 s with librdkafka's 45 s), long enough for
     // `wait_metric` to bring in a second member, which then forwards part of the input. It
@@ -250,7 +259,7 @@ fn transaction_markers_do_not_stall_the_committed_position() {
     let mut filter = spec.start(dir.path());
     filter.wait_metric(FORWARDED, &[], 30.0, Duration::from_secs(90));
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let committed = committed_on(&bootstrap, &spec.group, &input, 2);
+    let committed = kafka.committed(&spec.group, &input, 2);
     for (p, end) in &ends {
         assert_eq!(
             committed[p].0,
@@ -259,8 +268,9 @@ fn transaction_markers_do_not_stall_the_committed_position() {
             committed[p]
         );
     }
-    let out = scenario::read_values(&client_for(&bootstrap), &output, 2, Duration::from_secs(30)).unwrap();
-    assert!(scenario::verify(&written, &out).ok());
+    let out = kafka.read_values(&output, 2);
+    let v = scenario::verify(&written, &out);
+    assert!(v.ok(), "{v:?}");
     assert_eq!(out.values().map(Vec::len).sum::<usize>(), 30);
 
     // Restart: after a checkpoint, nothing was consumed or forwarded again.
@@ -283,26 +293,34 @@ fn transaction_markers_do_not_stall_the_committed_position() {
 fn graceful_restart_mid_stream() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("restart-in"), unique("restart-out"));
-    create_topic(&input, 3);
-    create_topic(&output, 3);
+    tansu().create_topic(&input, 3);
+    tansu().create_topic(&output, 3);
     let spec = FilterSpec::new(&input, &output, dir.path());
     let mut filter = spec.start(dir.path());
     filter.wait_ready(Duration::from_secs(60));
     let s = scenario::replay_scenario(6000, 3, 150, 2);
     let writer = {
         let (records, input) = (s.records.clone(), input.clone());
-        std::thread::spawn(move || scenario::produce(&client(), &input, &records, Duration::from_secs(6)).unwrap())
+        std::thread::spawn(move || {
+            scenario::produce(&tansu().client(), &input, &records, Duration::from_secs(6)).unwrap()
+        })
     };
     // Stop while records are flowing, then start again on the same store.
     filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let stopped_at = committed(&spec.group, &input, 3);
+    let stopped_at = tansu().committed(&spec.group, &input, 3);
     let mut filter = spec.start(dir.path());
     writer.join().unwrap();
-    wait_committed(&spec.group, &input, &end_offsets(&input, 3), Duration::from_secs(120));
+    tansu().wait_committed(
+        &spec.group,
+        &input,
+        &tansu().end_offsets(&input, 3),
+        Duration::from_secs(120),
+        || filter.logs(),
+    );
     assert!(filter.terminate().success(), "{}", filter.logs());
 
-    let out = read_values(&client(), &output, 3, Duration::from_secs(60)).unwrap();
+    let out = read_values(&tansu().client(), &output, 3, Duration::from_secs(60)).unwrap();
     let v = scenario::verify(&s.records, &out);
     if !v.ok() {
         let mut seen = std::collections::HashMap::new();
@@ -331,12 +349,12 @@ fn graceful_restart_mid_stream() {
 fn compressed_input() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("codec-in"), unique("codec-out"));
-    create_topic(&input, 2);
-    create_topic(&output, 2);
+    tansu().create_topic(&input, 2);
+    tansu().create_topic(&output, 2);
     let s = scenario::replay_scenario(4000, 2, 100, 3);
     let quarter = s.records.len() / 4 + 1; // four batches of codecs
     for (chunk, codec) in s.records.chunks(quarter).zip(["zstd", "lz4", "gzip", "zstd"]) {
-        let mut c = client();
+        let mut c = tansu().client();
         c.set("compression.type", codec).set("linger.ms", "20");
         scenario::produce(&c, &input, chunk, Duration::ZERO).unwrap();
     }
@@ -346,7 +364,7 @@ fn compressed_input() {
     filter.wait_metric(FORWARDED, &[], 4000.0, Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), DROPPED, &[]), s.replays as f64);
     assert!(filter.terminate().success());
-    let out = read_values(&client(), &output, 2, Duration::from_secs(60)).unwrap();
+    let out = read_values(&tansu().client(), &output, 2, Duration::from_secs(60)).unwrap();
     let v = scenario::verify(&s.records, &out);
     assert!(v.ok() && v.output_records == 4000, "{v:?}");
 }
@@ -356,9 +374,9 @@ fn compressed_input() {
 fn bad_configs_exit_2_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("badcfg-in"), unique("badcfg-out"));
-    create_topic(&input, 1);
-    create_topic(&output, 1);
-    produce_raw(&client(), &input, 0, &[raw(None, Some("x"), &[])]);
+    tansu().create_topic(&input, 1);
+    tansu().create_topic(&output, 1);
+    tansu().produce_raw(&input, 0, &[raw(None, Some("x"), &[])]);
     let spec = FilterSpec::new(&input, &output, dir.path());
     let good = spec.toml(free_port());
     let cases: Vec<(String, &str)> = vec![
@@ -412,7 +430,7 @@ fn bad_configs_exit_2_naming_the_key() {
         "{stderr}"
     );
     // Nothing was consumed: the group never committed.
-    let c = committed(&spec.group, &input, 1);
+    let c = tansu().committed(&spec.group, &input, 1);
     assert_eq!(c[&0].0, None, "{c:?}");
     // A good configuration passes check-config and prints the effective settings.
     let path = dir.path().join("good.toml");
@@ -435,8 +453,8 @@ fn bad_configs_exit_2_naming_the_key() {
 fn preserve_needs_enough_output_partitions() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("fewer-in"), unique("fewer-out"));
-    create_topic(&input, 3);
-    create_topic(&output, 2);
+    tansu().create_topic(&input, 3);
+    tansu().create_topic(&output, 2);
     let spec = FilterSpec::new(&input, &output, dir.path());
     let mut filter = spec.start(dir.path());
     let status = filter.wait_exit(Duration::from_secs(60));
@@ -452,8 +470,8 @@ fn preserve_needs_enough_output_partitions() {
 fn missing_side_topic_is_refused_before_the_store_is_touched() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("side-in"), unique("side-out"));
-    create_topic(&input, 1);
-    create_topic(&output, 1);
+    tansu().create_topic(&input, 1);
+    tansu().create_topic(&output, 1);
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     // (By environment: `extra` would repeat the generated [output] table.)
     spec.env

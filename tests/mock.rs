@@ -9,16 +9,19 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::*;
-use kafka_dedup::scenario::{self, read_values};
+use kafka_dedup::scenario;
 use rdkafka::mocking::MockCluster;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
 const CONSUMED: &str = "kafka_dedup_records_consumed_total";
 const FORWARDED: &str = "kafka_dedup_records_forwarded_total";
 
+/// A mock cluster and the broker value for its bootstrap address.
 struct Mock {
+    /// The in-process cluster (fault injection).
     cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
-    bootstrap: String,
+    /// Its brokers, as the test helpers take them.
+    broker: Broker,
 }
 
 fn mock(brokers: i32, topics: &[(&str, i32)]) -> Mock {
@@ -26,8 +29,8 @@ fn mock(brokers: i32, topics: &[(&str, i32)]) -> Mock {
     for (t, p) in topics {
         cluster.create_topic(t, *p, 1).unwrap();
     }
-    let bootstrap = cluster.bootstrap_servers();
-    Mock { cluster, bootstrap }
+    let broker = Broker::at(cluster.bootstrap_servers());
+    Mock { cluster, broker }
 }
 
 /// A filter on the mock cluster, with a 6 s session timeout: the mock's group coordinator gives
@@ -35,40 +38,20 @@ fn mock(brokers: i32, topics: &[(&str, i32)]) -> Mock {
 /// (`rd_kafka_mock_cgrp_rebalance`, librdkafka `rdkafka_mock_cgrp.c`), 44 s with librdkafka's
 /// default. The mock answers heartbeats promptly, so the short session costs nothing here.
 fn spec_on(m: &Mock, input: &str, output: &str, dir: &std::path::Path) -> FilterSpec {
-    let mut spec = FilterSpec::new(input, output, dir);
-    spec.broker = m.bootstrap.clone();
+    let mut spec = FilterSpec::on(m.broker.clone(), input, output, dir);
     spec.session_timeout_ms = Some(6000);
     spec
 }
 
-fn wait_committed_on(
-    m: &Mock,
-    group: &str,
-    topic: &str,
-    partitions: i32,
-    ends: &BTreeMap<i32, i64>,
-    f: &FilterProcess,
-) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let c = committed_on(&m.bootstrap, group, topic, partitions);
-        if ends
-            .iter()
-            .all(|(p, e)| c.get(p).and_then(|x| x.0).is_some_and(|o| o >= *e))
-        {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "committed {c:?}, expected {ends:?}\n{}",
-            f.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+/// Waits (up to 120 s) until `group` committed `topic` up to `ends`.
+fn wait_committed_on(m: &Mock, group: &str, topic: &str, ends: &BTreeMap<i32, i64>, f: &FilterProcess) {
+    m.broker
+        .wait_committed(group, topic, ends, Duration::from_secs(120), || f.logs());
 }
 
-/// Case 5: the brokers go down for 10 s mid-stream and come back → the filter pauses and
-/// resumes; nothing lost, nothing repeated.
+/// Case 5: the brokers go down for 10 s mid-stream and come back → the filter pauses (nothing is
+/// acknowledged, so nothing more is forwarded, and `/readyz` says the brokers are unreachable),
+/// stays up, and resumes; nothing lost, nothing repeated.
 #[test]
 fn brokers_down_for_ten_seconds() {
     let m = mock(1, &[("in", 3), ("out", 3)]);
@@ -81,44 +64,55 @@ fn brokers_down_for_ten_seconds() {
 
     let s = scenario::replay_scenario(20_000, 3, 150, 11);
     let writer = {
-        let (records, bootstrap) = (s.records.clone(), m.bootstrap.clone());
-        std::thread::spawn(move || {
-            scenario::produce(&client_for(&bootstrap), "in", &records, Duration::from_secs(8)).unwrap()
-        })
+        let (records, bootstrap) = (s.records.clone(), m.broker.bootstrap.clone());
+        std::thread::spawn(move || Broker::at(bootstrap).produce_values("in", &records, Duration::from_secs(8)))
     };
     filter.wait_metric(FORWARDED, &[], 3000.0, Duration::from_secs(60));
     m.cluster.broker_down(1).unwrap();
     let down_at = Instant::now();
-    std::thread::sleep(Duration::from_secs(10));
-    let during = metric(&filter.scrape(), CONSUMED, &[]);
+    // Within the outage: a moment for acknowledgements already on the wire, then the forwarded
+    // count must stand still, and /readyz must turn not ready, naming the brokers.
+    std::thread::sleep(Duration::from_secs(1));
+    let forwarded_early = metric(&filter.scrape(), FORWARDED, &[]);
+    let mut unready = None;
+    while down_at.elapsed() < Duration::from_secs(10) {
+        if let Some((503, body)) = http_get(&filter.http, "/readyz") {
+            unready.get_or_insert(body);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let forwarded_late = metric(&filter.scrape(), FORWARDED, &[]);
     assert!(filter.running(), "the filter survives the outage:\n{}", filter.logs());
     m.cluster.broker_up(1).unwrap();
-    eprintln!(
-        "brokers down for {:?}; consumed {during} records by then",
-        down_at.elapsed()
+    assert_eq!(
+        forwarded_early, forwarded_late,
+        "nothing is acknowledged while the brokers are down"
     );
+    let unready = unready.unwrap_or_else(|| panic!("/readyz stayed ready during the outage:\n{}", filter.logs()));
+    assert!(unready.to_lowercase().contains("broker"), "{unready}");
+    eprintln!("brokers down for 10 s: forwarded {forwarded_late} before and during; /readyz {unready}");
+
     writer.join().unwrap();
-    let ends = end_offsets_on(&m.bootstrap, "in", 3);
-    wait_committed_on(&m, &spec.group, "in", 3, &ends, &filter);
+    let ends = m.broker.end_offsets("in", 3);
+    wait_committed_on(&m, &spec.group, "in", &ends, &filter);
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = read_values(&client_for(&m.bootstrap), "out", 3, Duration::from_secs(60)).unwrap();
+    let out = m.broker.read_values("out", 3);
     let v = scenario::verify(&s.records, &out);
     assert!(v.ok() && v.output_records == 20_000, "{v:?}");
 }
 
 /// Produce and offset-commit requests that fail with retriable errors: retried, nothing lost or
-/// repeated.
+/// repeated. The input is written (and its producer gone) before the errors are injected, and
+/// the filter is the only client that produces or commits afterwards, so every injected error
+/// is met by the filter (librdkafka retries both; the start-of-ownership commit takes about a
+/// second longer).
 #[test]
 fn retriable_produce_and_commit_errors() {
     let m = mock(1, &[("in", 2), ("out", 2)]);
     let dir = tempfile::tempdir().unwrap();
     let spec = spec_on(&m, "in", "out", dir.path());
-    let mut filter = spec.start(dir.path());
-    filter.wait_ready(Duration::from_secs(60));
     let s = scenario::replay_scenario(6000, 2, 150, 12);
-    let (first, rest) = s.records.split_at(s.records.len() / 2);
-    scenario::produce(&client_for(&m.bootstrap), "in", first, Duration::ZERO).unwrap();
-    filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
+    m.broker.produce_values("in", &s.records, Duration::ZERO);
     m.cluster.request_errors(
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 5],
@@ -127,13 +121,64 @@ fn retriable_produce_and_commit_errors() {
         RDKafkaApiKey::OffsetCommit,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE; 5],
     );
-    scenario::produce(&client_for(&m.bootstrap), "in", rest, Duration::from_secs(2)).unwrap();
-    let ends = end_offsets_on(&m.bootstrap, "in", 2);
-    wait_committed_on(&m, &spec.group, "in", 2, &ends, &filter);
+    let filter = spec.start(dir.path());
+    let ends = m.broker.end_offsets("in", 2);
+    wait_committed_on(&m, &spec.group, "in", &ends, &filter);
+    let mut filter = filter;
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = read_values(&client_for(&m.bootstrap), "out", 2, Duration::from_secs(60)).unwrap();
+    let out = m.broker.read_values("out", 2);
     let v = scenario::verify(&s.records, &out);
     assert!(v.ok() && v.output_records == 6000, "{v:?}");
+}
+
+/// Rule: an input offset is committed only after its record is acknowledged by the output
+/// topic. The output partition's leader is on broker 2, the input and the group coordinator on
+/// broker 1. After 500 records are forwarded, broker 2 goes down: the filter goes on consuming
+/// (500 more records) but nothing is acknowledged. For five checkpoint intervals the committed
+/// offset must not pass 500 (a checkpoint that committed its target without waiting for the
+/// acknowledgements would commit 1000 within one interval). Then the filter is killed (its
+/// unacknowledged records die with it), broker 2 comes back, and a restart forwards the rest:
+/// every record exactly once, in order.
+#[test]
+fn checkpoint_commits_only_what_the_output_acknowledged() {
+    use rdkafka::mocking::MockCoordinator;
+    let m = mock(2, &[("in", 1), ("out", 1)]);
+    m.cluster.partition_leader("in", 0, Some(1)).unwrap();
+    m.cluster.partition_leader("out", 0, Some(2)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec_on(&m, "in", "out", dir.path());
+    m.cluster
+        .coordinator(MockCoordinator::Group(spec.group.clone()), 1)
+        .unwrap();
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    m.broker.produce_values("in", &values(0..500), Duration::ZERO);
+    filter.wait_metric(FORWARDED, &[], 500.0, Duration::from_secs(60));
+
+    m.cluster.broker_down(2).unwrap();
+    m.broker.produce_values("in", &values(500..1000), Duration::ZERO);
+    filter.wait_metric(CONSUMED, &[], 1000.0, Duration::from_secs(60));
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(5) {
+        let c = m.broker.committed(&spec.group, "in", 1)[&0].0.unwrap_or(0);
+        assert!(
+            c <= 500,
+            "committed {c} while only 500 records were acknowledged by the output:\n{}",
+            filter.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metric(&filter.scrape(), FORWARDED, &[]), 500.0);
+    filter.kill9();
+    m.cluster.broker_up(2).unwrap();
+
+    let mut again = spec.start(dir.path());
+    let ends = m.broker.end_offsets("in", 1);
+    wait_committed_on(&m, &spec.group, "in", &ends, &again);
+    assert!(again.terminate().success(), "{}", again.logs());
+    let out = m.broker.read_values("out", 1);
+    let v = scenario::verify(&values(0..1000), &out);
+    assert!(v.ok() && v.output_records == 1000, "{v:?}\n{}", again.logs());
 }
 
 /// Case 3 (asynchronous variant): the broker refuses produce requests with an error the
@@ -145,7 +190,7 @@ fn permanent_produce_error_stops_and_restart_forwards() {
     let dir = tempfile::tempdir().unwrap();
     let spec = spec_on(&m, "in", "out", dir.path());
     let records = values(0..200);
-    scenario::produce(&client_for(&m.bootstrap), "in", &records, Duration::ZERO).unwrap();
+    m.broker.produce_values("in", &records, Duration::ZERO);
     // The next produce requests, the filter's first ones, fail permanently.
     m.cluster.request_errors(
         RDKafkaApiKey::Produce,
@@ -156,8 +201,8 @@ fn permanent_produce_error_stops_and_restart_forwards() {
     assert_eq!(status.code(), Some(1), "{}", filter.logs());
     let logs = filter.logs();
     assert!(logs.contains("delivery to out failed"), "{logs}");
-    let delivered = read_values(&client_for(&m.bootstrap), "out", 1, Duration::from_secs(30)).unwrap()[&0].len() as i64;
-    let c = committed_on(&m.bootstrap, &spec.group, "in", 1);
+    let delivered = m.broker.read_values("out", 1)[&0].len() as i64;
+    let c = m.broker.committed(&spec.group, "in", 1);
     assert!(
         c[&0].0.unwrap_or(0) <= delivered,
         "nothing committed past what was delivered: {c:?}, {delivered}"
@@ -169,10 +214,10 @@ fn permanent_produce_error_stops_and_restart_forwards() {
     m.cluster.clear_request_errors(RDKafkaApiKey::Produce);
 
     let mut filter = spec.start(dir.path());
-    let ends = end_offsets_on(&m.bootstrap, "in", 1);
-    wait_committed_on(&m, &spec.group, "in", 1, &ends, &filter);
+    let ends = m.broker.end_offsets("in", 1);
+    wait_committed_on(&m, &spec.group, "in", &ends, &filter);
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = read_values(&client_for(&m.bootstrap), "out", 1, Duration::from_secs(60)).unwrap();
+    let out = m.broker.read_values("out", 1);
     let v = scenario::verify(&records, &out);
     assert!(v.ok() && v.output_records == 200, "{v:?}");
 }
@@ -198,10 +243,8 @@ fn revoked_with_records_in_flight() {
     a.wait_ready(Duration::from_secs(60));
     let s = scenario::replay_scenario(12_000, 4, 150, 31);
     let writer = {
-        let (records, bootstrap) = (s.records.clone(), m.bootstrap.clone());
-        std::thread::spawn(move || {
-            scenario::produce(&client_for(&bootstrap), "in", &records, Duration::from_secs(8)).unwrap()
-        })
+        let (records, bootstrap) = (s.records.clone(), m.broker.bootstrap.clone());
+        std::thread::spawn(move || Broker::at(bootstrap).produce_values("in", &records, Duration::from_secs(8)))
     };
     a.wait_metric(FORWARDED, &[], 2000.0, Duration::from_secs(60));
     m.cluster.broker_round_trip_time(1, Duration::from_millis(400)).unwrap();
@@ -214,11 +257,11 @@ fn revoked_with_records_in_flight() {
         "the first instance handed partitions over:\n{alogs}"
     );
     writer.join().unwrap();
-    let ends = end_offsets_on(&m.bootstrap, "in", 4);
-    wait_committed_on(&m, &spec.group, "in", 4, &ends, &b);
+    let ends = m.broker.end_offsets("in", 4);
+    wait_committed_on(&m, &spec.group, "in", &ends, &b);
     assert!(a.terminate().success(), "{}", a.logs());
     assert!(b.terminate().success(), "{}", b.logs());
-    let out = read_values(&client_for(&m.bootstrap), "out", 4, Duration::from_secs(60)).unwrap();
+    let out = m.broker.read_values("out", 4);
     let v = scenario::verify(&s.records, &out);
     assert!(v.ok() && v.output_records == 12_000, "{v:?}");
 }
@@ -261,7 +304,7 @@ fn recovered_partitions_are_fetched_at_once() {
     let spec = spec_on(&m, "in", "out", dir.path());
     let batch = |range: std::ops::Range<u64>| -> Vec<(i32, u64)> { range.map(|v| ((v % 4) as i32, v)).collect() };
     for (run, range) in [("first start", 0..400), ("restart", 400..800)] {
-        scenario::produce(&client_for(&m.bootstrap), "in", &batch(range), Duration::ZERO).unwrap();
+        m.broker.produce_values("in", &batch(range), Duration::ZERO);
         let mut filter = spec.start(dir.path());
         filter.wait_metric(FORWARDED, &[], 400.0, Duration::from_secs(60));
         assert!(filter.terminate().success(), "{}", filter.logs());
@@ -292,21 +335,49 @@ fn stopped_while_the_producer_queue_is_full() {
         "10".into(),
     ));
     let records = values(0..3000);
-    scenario::produce(&client_for(&m.bootstrap), "in", &records, Duration::ZERO).unwrap();
+    m.broker.produce_values("in", &records, Duration::ZERO);
     m.cluster.broker_round_trip_time(1, Duration::from_millis(50)).unwrap();
     let mut filter = spec.start(dir.path());
     filter.wait_metric(FORWARDED, &[], 300.0, Duration::from_secs(60));
     assert!(filter.terminate().success(), "{}", filter.logs());
     m.cluster.broker_round_trip_time(1, Duration::ZERO).unwrap();
     let mut again = spec.start(dir.path());
-    let ends = end_offsets_on(&m.bootstrap, "in", 1);
-    wait_committed_on(&m, &spec.group, "in", 1, &ends, &again);
+    let ends = m.broker.end_offsets("in", 1);
+    wait_committed_on(&m, &spec.group, "in", &ends, &again);
     assert!(again.terminate().success(), "{}", again.logs());
-    let out = read_values(&client_for(&m.bootstrap), "out", 1, Duration::from_secs(30)).unwrap();
+    let out = m.broker.read_values("out", 1);
     let v = scenario::verify(&records, &out);
     assert!(
         v.ok() && v.output_records == 3000,
         "{v:?}\nfirst run:\n{}",
         filter.logs()
     );
+}
+
+/// A checkpoint whose offset commit the group coordinator refuses (here: metadata too large,
+/// which librdkafka does not retry) is counted as failed, so an alert on failing checkpoints
+/// can see it, and nothing is lost: the next checkpoint commits again.
+#[test]
+fn refused_checkpoint_commits_are_counted_and_retried() {
+    const CHECKPOINTS: &str = "kafka_dedup_checkpoints_total";
+    let m = mock(1, &[("in", 1), ("out", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec_on(&m, "in", "out", dir.path());
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    m.broker.produce_values("in", &values(0..100), Duration::ZERO);
+    filter.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(60));
+    assert_eq!(metric(&filter.scrape(), CHECKPOINTS, &["result=\"failed\""]), 0.0);
+    m.cluster.request_errors(
+        RDKafkaApiKey::OffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE; 2],
+    );
+    filter.wait_metric(CHECKPOINTS, &["result=\"failed\""], 2.0, Duration::from_secs(30));
+    assert!(filter.logs().contains("offset commit failed"), "{}", filter.logs());
+    m.broker.produce_values("in", &values(100..200), Duration::ZERO);
+    let ends = m.broker.end_offsets("in", 1);
+    wait_committed_on(&m, &spec.group, "in", &ends, &filter);
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let v = scenario::verify(&values(0..200), &m.broker.read_values("out", 1));
+    assert!(v.ok() && v.output_records == 200, "{v:?}");
 }

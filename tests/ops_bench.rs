@@ -1,10 +1,7 @@
 //! Issue 4, case 4: a scrape loop during a full-speed run does not stall it. A measurement with a
-//! generous bound (the team's rule: speed targets live in benchmarks, not in timed tests), in its
-//! own test binary so that no other test shares the machine while it measures (cargo runs the
-//! tests of one binary in parallel, and binaries one after the other, in name order: this one
-//! runs last, so the records it adds to the broker's growing database slow no other test).
-//!
-//! Figures: `scripts/test.sh --test ops_bench -- --nocapture` (see the test for the knobs).
+//! generous bound, so it is not part of the default run (speed targets live in benchmarks, not in
+//! timed tests): `scripts/test.sh --test ops_bench -- --ignored --nocapture` (see the test for
+//! the knobs). Its own test binary, so that no other test shares the machine while it measures.
 
 mod common;
 
@@ -29,7 +26,7 @@ fn numbered(range: std::ops::Range<u32>) -> Vec<Raw> {
 /// (its end offset, polled every 10 ms), the number of scrapes and the slowest one.
 fn timed_run(input: &str, n: u32, dir: &Path, scraped: Option<Duration>) -> (f64, u64, Duration) {
     let output = unique("ops-bench-out");
-    create_topic(&output, 1);
+    tansu().create_topic(&output, 1);
     let mut spec = FilterSpec::new(input, &output, dir);
     spec.interval = "5s";
     let mut filter = spec.start(dir);
@@ -50,7 +47,7 @@ fn timed_run(input: &str, n: u32, dir: &Path, scraped: Option<Duration>) -> (f64
             (count, slowest)
         })
     });
-    let watermarks: BaseConsumer = client().create().unwrap();
+    let watermarks: BaseConsumer = tansu().client().create().unwrap();
     let deadline = Instant::now() + Duration::from_secs(300);
     let mut first = None;
     let done = loop {
@@ -100,13 +97,14 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// `KAFKA_DEDUP_BENCH_RECORDS` (20,000), `KAFKA_DEDUP_BENCH_ROUNDS` (3),
 /// `KAFKA_DEDUP_BENCH_SCRAPE_MS` (pause between scrapes, 0).
 #[test]
+#[ignore = "a measurement (about 100 s): scripts/test.sh --test ops_bench -- --ignored --nocapture"]
 fn scrape_loop_does_not_stall_a_full_speed_run() {
     let n: u32 = env_or("KAFKA_DEDUP_BENCH_RECORDS", 20_000);
     let rounds: usize = env_or("KAFKA_DEDUP_BENCH_ROUNDS", 3);
     let every = Duration::from_millis(env_or("KAFKA_DEDUP_BENCH_SCRAPE_MS", 0));
     let input = unique("ops-bench-in");
-    create_topic(&input, 1);
-    produce_raw(&client(), &input, 0, &numbered(0..n));
+    tansu().create_topic(&input, 1);
+    tansu().produce_raw(&input, 0, &numbered(0..n));
     let dir = tempfile::tempdir().unwrap();
     let (mut plain, mut scraped) = (Vec::new(), Vec::new());
     let order = [false, true, true, false];

@@ -21,7 +21,7 @@ use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::Instant;
 
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::producer::Producer;
 use rdkafka::{Offset, TopicPartitionList};
@@ -397,16 +397,18 @@ impl Filter {
         };
         if tpl.count() > 0 {
             crate::crash::point("checkpoint-before-commit");
-            if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
+            if let Err(e) = commit_async(consumer, &tpl) {
                 warn!(error = %e, "offset commit could not be sent; the next checkpoint commits again");
-                telemetry::checkpoint(false, 0.0);
+                telemetry::checkpoint_result(false);
                 return;
             }
+        } else {
+            telemetry::checkpoint_result(true); // nothing owned: nothing to confirm
         }
         let secs = ckpt.started.elapsed().as_secs_f64();
-        telemetry::checkpoint(true, secs);
+        telemetry::checkpoint_duration(secs);
         Totals::bump(&self.totals.checkpoints);
-        debug!(partitions = tpl.count(), seconds = secs, "checkpoint committed");
+        debug!(partitions = tpl.count(), seconds = secs, "checkpoint commit sent");
     }
 
     /// Waits for a background store write and commits its checkpoint (before a hand-over).
@@ -459,7 +461,8 @@ impl Filter {
         if continuing {
             self.producer.begin_transaction().map_err(TransactionError::Begin)?;
         }
-        telemetry::checkpoint(true, started.elapsed().as_secs_f64());
+        telemetry::checkpoint_duration(started.elapsed().as_secs_f64());
+        telemetry::checkpoint_result(true);
         Totals::bump(&self.totals.checkpoints);
         Ok(())
     }
@@ -517,6 +520,35 @@ impl Filter {
 /// and, with `partitioning = "preserve"`, the horizon marker: the group's offset on output
 /// partition `p` set to where `p`'s oldest live generation begins. Both go in one OffsetCommit
 /// request. The marker lets recovery find the horizon on brokers that drop offset metadata.
+/// Sends the offset commit `tpl` without waiting for it. The group coordinator's answer comes
+/// back as an offset-commit event on the consumer's own queue, which `poll` hands to
+/// [`FilterContext::commit_callback`](super::context::FilterContext) (a failure is logged and
+/// counted there).
+///
+/// Not `Consumer::commit(.., CommitMode::Async)`: that calls `rd_kafka_commit` without a reply
+/// queue, and librdkafka then drops the result of a manual commit unless an `offset_commit_cb`
+/// is configured (`rd_kafka_cgrp_propagate_commit_result`, rdkafka_cgrp.c), which
+/// rust-rdkafka's event-based consumer never configures: a failed checkpoint commit went
+/// unnoticed. `rd_kafka_commit_queue` posts the answer to the queue it is given.
+fn commit_async(consumer: &FilterConsumer, tpl: &TopicPartitionList) -> KafkaResult<()> {
+    use rdkafka::bindings as rd;
+    let rk = consumer.client().native_ptr();
+    // SAFETY: `rk` is the live consumer's handle and `tpl` a valid list for the duration of
+    // the call (librdkafka copies it); the queue reference taken here is released after the
+    // call, the queue itself lives as long as the consumer.
+    let err = unsafe {
+        let queue = rd::rd_kafka_queue_get_consumer(rk);
+        let err = rd::rd_kafka_commit_queue(rk, tpl.ptr(), queue, None, std::ptr::null_mut());
+        rd::rd_kafka_queue_destroy(queue);
+        err
+    };
+    if err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        Ok(())
+    } else {
+        Err(KafkaError::ConsumerCommit(err.into()))
+    }
+}
+
 pub(super) fn commit_list(cfg: &Config, records: &[&CheckpointRecord]) -> KafkaResult<TopicPartitionList> {
     let mut tpl = TopicPartitionList::new();
     for r in records {

@@ -179,10 +179,18 @@ impl ConsumerContext for FilterContext {
         }
     }
 
+    /// The group coordinator's answer to a checkpoint's offset commit (see
+    /// `checkpoint::commit_async`; synchronous commits do not come here).
     fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
-        if let Err(e) = result {
-            warn!(error = %e, partitions = offsets.count(), "offset commit failed; the next checkpoint commits again");
-            telemetry::checkpoint(false, 0.0);
+        match result {
+            Ok(()) => {
+                telemetry::checkpoint_result(true);
+                crate::crash::point("offsets-committed");
+            }
+            Err(e) => {
+                warn!(error = %e, partitions = offsets.count(), "offset commit failed; the next checkpoint commits again");
+                telemetry::checkpoint_result(false);
+            }
         }
     }
 }

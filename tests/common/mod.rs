@@ -2,6 +2,8 @@
 //! for driving the `kafka-dedup` binary as its own process.
 #![allow(dead_code)]
 
+pub mod proxy;
+
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::TcpListener;
@@ -15,121 +17,190 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-/// Bootstrap address of the test broker. Set by `scripts/test.sh`; a test that needs it fails
-/// with a clear message when it is missing (it is never skipped silently).
-pub fn broker() -> String {
-    std::env::var("KAFKA_DEDUP_TEST_BROKER").expect(
-        "KAFKA_DEDUP_TEST_BROKER is not set: run the tests through scripts/test.sh, which starts the tansu broker",
-    )
+/// A Kafka-protocol broker the tests talk to: the SQLite tansu of `scripts/test.sh`
+/// ([`Broker::tansu`]), the prebuilt tansu that accepts transactions ([`Broker::transactional`]),
+/// librdkafka's mock cluster or a broker a test started itself ([`Broker::at`]). Every helper
+/// that talks to a broker is a method, so a test names its broker once.
+#[derive(Clone, Debug)]
+pub struct Broker {
+    /// `host:port` for `bootstrap.servers`.
+    pub bootstrap: String,
 }
 
-/// A client configuration for the test broker.
-pub fn client() -> ClientConfig {
-    client_for(&broker())
+/// The SQLite tansu started by `scripts/test.sh` (the default broker of the tests).
+pub fn tansu() -> Broker {
+    Broker::tansu()
 }
 
-/// A client configuration for a given bootstrap address.
-pub fn client_for(bootstrap: &str) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", bootstrap);
-    c
-}
+impl Broker {
+    /// The SQLite tansu started by `scripts/test.sh` (`KAFKA_DEDUP_TEST_BROKER`). A test that
+    /// needs it fails with a clear message when it is missing (it is never skipped silently).
+    pub fn tansu() -> Self {
+        Broker::at(std::env::var("KAFKA_DEDUP_TEST_BROKER").expect(
+            "KAFKA_DEDUP_TEST_BROKER is not set: run the tests through scripts/test.sh, which starts the tansu broker",
+        ))
+    }
 
-/// Bootstrap address of the second test broker, the prebuilt tansu that accepts transactions
-/// (in-memory; see scripts/test.sh).
-pub fn tx_broker() -> String {
-    std::env::var("KAFKA_DEDUP_TEST_TX_BROKER")
-        .expect("KAFKA_DEDUP_TEST_TX_BROKER is not set: run the tests through scripts/test.sh")
+    /// The prebuilt tansu that accepts transactions (in-memory; `KAFKA_DEDUP_TEST_TX_BROKER`).
+    pub fn transactional() -> Self {
+        Broker::at(
+            std::env::var("KAFKA_DEDUP_TEST_TX_BROKER")
+                .expect("KAFKA_DEDUP_TEST_TX_BROKER is not set: run the tests through scripts/test.sh"),
+        )
+    }
+
+    /// The broker at `bootstrap`.
+    pub fn at(bootstrap: impl Into<String>) -> Self {
+        Broker {
+            bootstrap: bootstrap.into(),
+        }
+    }
+
+    /// A client configuration for this broker.
+    pub fn client(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap);
+        c
+    }
+
+    /// Creates a topic with `partitions` partitions and waits until its metadata shows them.
+    pub fn create_topic(&self, name: &str, partitions: i32) {
+        self.create_topic_with(name, partitions, &[]);
+    }
+
+    /// Creates a topic with topic configs (for example `max.message.bytes`).
+    pub fn create_topic_with(&self, name: &str, partitions: i32, configs: &[(&str, &str)]) {
+        let admin: AdminClient<DefaultClientContext> = self.client().create().expect("admin client");
+        let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        for (k, v) in configs {
+            topic = topic.set(k, v);
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let res = rt
+            .block_on(admin.create_topics(
+                &[topic],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            ))
+            .expect("create_topics request");
+        for r in res {
+            r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
+        }
+        let consumer: BaseConsumer = self.client().create().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(md) = consumer.fetch_metadata(Some(name), Duration::from_secs(5)) {
+                if md
+                    .topics()
+                    .iter()
+                    .any(|t| t.name() == name && t.partitions().len() == partitions as usize)
+                {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "topic {name} did not appear");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    // No helper deletes topics: on tansu 0.6 (SQLite engine) one DeleteTopics request removed
+    // every topic and record on the broker (seen by a new user on this project's test broker),
+    // and the tests share one broker. Tests use fresh, uniquely named topics instead.
+
+    /// Committed offsets (and metadata) of `group` for `topic`'s partitions.
+    pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, (Option<i64>, String)> {
+        let mut c = self.client();
+        c.set("group.id", group);
+        let consumer: BaseConsumer = c.create().unwrap();
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+        let got = consumer
+            .committed_offsets(tpl, Duration::from_secs(10))
+            .expect("committed offsets");
+        got.elements()
+            .iter()
+            .map(|e| {
+                let o = match e.offset() {
+                    Offset::Offset(o) => Some(o),
+                    _ => None,
+                };
+                (e.partition(), (o, e.metadata().to_string()))
+            })
+            .collect()
+    }
+
+    /// End offsets (high watermarks) of a topic's partitions. Only for positions, never to count
+    /// records.
+    pub fn end_offsets(&self, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+        let consumer: BaseConsumer = self.client().create().unwrap();
+        (0..partitions)
+            .map(|p| {
+                (
+                    p,
+                    consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap().1,
+                )
+            })
+            .collect()
+    }
+
+    /// Waits until `group`'s committed offsets reach `ends` (per partition), i.e. the filter has
+    /// checkpointed everything; `context` (logs) goes into the failure message.
+    pub fn wait_committed(
+        &self,
+        group: &str,
+        topic: &str,
+        ends: &BTreeMap<i32, i64>,
+        timeout: Duration,
+        context: impl Fn() -> String,
+    ) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let c = self.committed(group, topic, ends.len() as i32);
+            if ends
+                .iter()
+                .all(|(p, end)| c.get(p).and_then(|x| x.0).is_some_and(|o| o >= *end))
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "committed {c:?}, expected {ends:?}\n{}",
+                context()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Writes `records` (partition, value) with [`scenario::produce`], spread over `duration`.
+    pub fn produce_values(&self, topic: &str, records: &[(i32, u64)], duration: Duration) {
+        kafka_dedup::scenario::produce(&self.client(), topic, records, duration).expect("produce the input");
+    }
+
+    /// The decimal values of every record of `topic`, per partition in offset order
+    /// ([`scenario::read_values`], read_committed).
+    pub fn read_values(&self, topic: &str, partitions: i32) -> BTreeMap<i32, Vec<u64>> {
+        kafka_dedup::scenario::read_values(&self.client(), topic, partitions, Duration::from_secs(120))
+            .unwrap_or_else(|e| panic!("reading {topic}: {e}"))
+    }
+
+    /// Every record of `topic` from the beginning to the end, per partition in offset order.
+    pub fn read_records(&self, topic: &str, partitions: i32) -> BTreeMap<i32, Vec<Raw>> {
+        read_records(&self.client(), topic, partitions)
+    }
+
+    /// Produces records (key, value, headers) to one partition, in order, and waits for them.
+    pub fn produce_raw(&self, topic: &str, partition: i32, records: &[Raw]) {
+        produce_raw(&self.client(), topic, partition, records)
+    }
 }
 
 /// A unique name for a topic or group: `prefix-<random>`.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:08x}", rand::random::<u32>())
-}
-
-/// Creates a topic with `partitions` partitions and waits until its metadata shows them.
-pub fn create_topic(name: &str, partitions: i32) {
-    create_topic_with(name, partitions, &[]);
-}
-
-/// Creates a topic with topic configs (for example `max.message.bytes`).
-pub fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) {
-    create_topic_on(&broker(), name, partitions, configs)
-}
-
-/// Creates a topic on the broker at `bootstrap`.
-pub fn create_topic_on(bootstrap: &str, name: &str, partitions: i32, configs: &[(&str, &str)]) {
-    let admin: AdminClient<DefaultClientContext> = client_for(bootstrap).create().expect("admin client");
-    let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
-    for (k, v) in configs {
-        topic = topic.set(k, v);
-    }
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let res = rt
-        .block_on(admin.create_topics(
-            &[topic],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
-        ))
-        .expect("create_topics request");
-    for r in res {
-        r.unwrap_or_else(|(t, e)| panic!("create topic {t}: {e}"));
-    }
-    let consumer: BaseConsumer = client_for(bootstrap).create().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Ok(md) = consumer.fetch_metadata(Some(name), Duration::from_secs(5)) {
-            if md
-                .topics()
-                .iter()
-                .any(|t| t.name() == name && t.partitions().len() == partitions as usize)
-            {
-                return;
-            }
-        }
-        assert!(Instant::now() < deadline, "topic {name} did not appear");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-// No helper deletes topics: on tansu 0.6 (SQLite engine) one DeleteTopics request removed every
-// topic and record on the broker (seen by a new user on this project's test broker), and the
-// tests share one broker. Tests use fresh, uniquely named topics instead.
-
-/// Committed offsets (and metadata) of `group` for `topic`'s partitions.
-pub fn committed(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, (Option<i64>, String)> {
-    committed_on(&broker(), group, topic, partitions)
-}
-
-/// As [`committed`], on the broker at `bootstrap`.
-pub fn committed_on(
-    bootstrap: &str,
-    group: &str,
-    topic: &str,
-    partitions: i32,
-) -> BTreeMap<i32, (Option<i64>, String)> {
-    let mut c = client_for(bootstrap);
-    c.set("group.id", group);
-    let consumer: BaseConsumer = c.create().unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
-    }
-    let got = consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .expect("committed offsets");
-    got.elements()
-        .iter()
-        .map(|e| {
-            let o = match e.offset() {
-                Offset::Offset(o) => Some(o),
-                _ => None,
-            };
-            (e.partition(), (o, e.metadata().to_string()))
-        })
-        .collect()
 }
 
 /// A free TCP port on 127.0.0.1.
@@ -151,8 +222,8 @@ pub struct FilterProcess {
 /// Settings of a filter process under test.
 #[derive(Clone)]
 pub struct FilterSpec {
-    /// Bootstrap address (default: the sqlite tansu of `scripts/test.sh`).
-    pub broker: String,
+    /// The broker (default: the sqlite tansu of `scripts/test.sh`).
+    pub broker: Broker,
     pub input: String,
     pub output: String,
     pub group: String,
@@ -162,6 +233,8 @@ pub struct FilterSpec {
     /// Extra TOML appended to the generated configuration (whole sections).
     pub extra: String,
     pub interval: &'static str,
+    /// `output.fence_wait` (default 1 s).
+    pub fence_wait: &'static str,
     /// `session.timeout.ms`; `None` (the default): librdkafka's default, 45 s. [`Self::killable`]
     /// sets 6 s.
     pub session_timeout_ms: Option<u32>,
@@ -182,8 +255,13 @@ impl FilterSpec {
     /// `ops::retried_batch_horizon_diagnostics`, a single member reading 1,100 records. Only a
     /// test that kills a member needs the group to notice quickly: [`Self::killable`].
     pub fn new(input: &str, output: &str, dir: &Path) -> Self {
+        Self::on(Broker::tansu(), input, output, dir)
+    }
+
+    /// As [`Self::new`], on `broker`.
+    pub fn on(broker: Broker, input: &str, output: &str, dir: &Path) -> Self {
         FilterSpec {
-            broker: broker(),
+            broker,
             input: input.into(),
             output: output.into(),
             group: unique("group"),
@@ -191,6 +269,7 @@ impl FilterSpec {
             store: dir.join("store"),
             extra: String::new(),
             interval: "1s",
+            fence_wait: "1s",
             session_timeout_ms: None,
             fingerprint: "[fingerprint]\nsource = \"value\"\n".into(),
             env: Vec::new(),
@@ -230,7 +309,7 @@ group_instance_id = "{instance}"
 
 [output]
 topic = "{output}"
-fence_wait = "1s"
+fence_wait = "{fence_wait}"
 
 {fingerprint}
 [checkpoint]
@@ -243,7 +322,8 @@ path = "{store}"
 listen = "127.0.0.1:{port}"
 {extra}
 "#,
-            broker = self.broker,
+            broker = self.broker.bootstrap,
+            fence_wait = self.fence_wait,
             session = self
                 .session_timeout_ms
                 .map(|ms| format!("\"session.timeout.ms\" = {ms}\n"))
@@ -330,7 +410,7 @@ impl FilterProcess {
     /// Sends SIGTERM and waits for the exit.
     pub fn terminate(&mut self) -> ExitStatus {
         let child = self.child.as_mut().unwrap();
-        unsafe_kill(child.id(), "TERM");
+        signal(child.id(), libc::SIGTERM);
         let status = wait_timeout(child, Duration::from_secs(90))
             .unwrap_or_else(|| panic!("no exit after SIGTERM:\n{}", self.logs()));
         self.child = None;
@@ -360,9 +440,9 @@ impl FilterProcess {
             .is_some_and(|c| c.try_wait().ok().flatten().is_none())
     }
 
-    /// Sends a signal (`STOP`, `CONT`, `TERM`, ...) without waiting.
-    pub fn signal(&self, sig: &str) {
-        unsafe_kill(self.pid(), sig);
+    /// Sends a signal (`libc::SIGSTOP`, `libc::SIGCONT`, ...) without waiting.
+    pub fn signal(&self, sig: libc::c_int) {
+        signal(self.pid(), sig);
     }
 
     /// Process id.
@@ -380,67 +460,24 @@ impl Drop for FilterProcess {
     }
 }
 
-fn unsafe_kill(pid: u32, signal: &str) {
-    let _ = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status();
+/// Sends `sig` to process `pid`.
+fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own child's.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    assert_eq!(rc, 0, "kill({pid}, {sig}): {}", std::io::Error::last_os_error());
 }
 
+/// Waits up to `timeout` for `child` to exit.
 fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(s) = child.try_wait().ok().flatten() {
-            return Some(s);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Waits until the group's committed offsets reach `ends` (per partition), i.e. the filter has
-/// checkpointed everything.
-pub fn wait_committed(group: &str, topic: &str, ends: &BTreeMap<i32, i64>, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let c = committed(group, topic, ends.len() as i32);
-        if ends
-            .iter()
-            .all(|(p, end)| c.get(p).and_then(|x| x.0).is_some_and(|o| o >= *end))
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "committed {c:?}, expected {ends:?}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// End offsets (high watermarks) of a topic's partitions. Only for positions, never to count
-/// records.
-pub fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    end_offsets_on(&broker(), topic, partitions)
-}
-
-/// As [`end_offsets`], on the broker at `bootstrap`.
-pub fn end_offsets_on(bootstrap: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
-    let consumer: BaseConsumer = client_for(bootstrap).create().unwrap();
-    (0..partitions)
-        .map(|p| {
-            (
-                p,
-                consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap().1,
-            )
-        })
-        .collect()
+    use wait_timeout::ChildExt;
+    child.wait_timeout(timeout).expect("waiting for a child process")
 }
 
 /// A record as read back: key, value, headers.
 pub type Raw = kafka_dedup::fingerprint::OwnedRecord;
 
 /// Reads every record of `topic` from the beginning to the end, per partition in offset order.
-pub fn read_records(config: &ClientConfig, topic: &str, partitions: i32) -> BTreeMap<i32, Vec<Raw>> {
+fn read_records(config: &ClientConfig, topic: &str, partitions: i32) -> BTreeMap<i32, Vec<Raw>> {
     use rdkafka::message::{Headers, Message};
     let mut c = config.clone();
     c.set("group.id", unique("reader"))
@@ -483,7 +520,7 @@ pub fn read_records(config: &ClientConfig, topic: &str, partitions: i32) -> BTre
 }
 
 /// Produces records (key, value, headers) to one partition, in order, and waits for them.
-pub fn produce_raw(config: &ClientConfig, topic: &str, partition: i32, records: &[Raw]) {
+fn produce_raw(config: &ClientConfig, topic: &str, partition: i32, records: &[Raw]) {
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
     let producer: ThreadedProducer<_> = config.create().unwrap();
@@ -597,8 +634,8 @@ impl FilterProcess {
 /// rebalances again. The partition then belongs to nobody. Apache Kafka removes expired members
 /// before it answers the JoinGroup. When a lagging partition has been owned by none of `filters`
 /// (per their `/readyz`) for 20 s, well past a [`FilterSpec::killable`] member's 6 s session,
-/// a member that joins and leaves forces a fresh rebalance: a kafka-dedup instance with its own store directory, stopped
-/// gracefully once it runs. At most three nudges; the count is printed.
+/// a member that joins and leaves forces a fresh rebalance ([`nudge_group`]; it does no work of
+/// its own). At most three nudges; the count is returned.
 pub fn wait_drained(
     spec: &FilterSpec,
     partitions: i32,
@@ -606,12 +643,12 @@ pub fn wait_drained(
     timeout: Duration,
     context: impl Fn() -> String,
 ) -> u32 {
-    let ends = end_offsets(&spec.input, partitions);
+    let ends = spec.broker.end_offsets(&spec.input, partitions);
     let deadline = Instant::now() + timeout;
     let mut nudges = 0;
     let mut orphaned_since: Option<Instant> = None;
     loop {
-        let c = committed(&spec.group, &spec.input, partitions);
+        let c = spec.broker.committed(&spec.group, &spec.input, partitions);
         let lagging: Vec<i32> = ends
             .iter()
             .filter(|(p, end)| c.get(p).and_then(|x| x.0).is_none_or(|o| o < **end))
@@ -638,30 +675,36 @@ pub fn wait_drained(
     }
 }
 
-/// Forces a rebalance of `spec.group`: a kafka-dedup member (its own store directory, no crash
-/// point) joins, runs until it owns a partition or 30 s pass, and leaves gracefully. For the
-/// tansu 0.6 quirk described at [`wait_drained`]; `why` and the count `n` are printed.
+/// Forces a rebalance of `spec.group`: a plain consumer (same assignor and session timeout as
+/// the filters) joins the group, waits until it is given a partition or 30 s pass, and leaves
+/// without committing anything, so it never does a filter's work: the records of the partitions
+/// it held are neither forwarded nor committed by it. For the tansu 0.6 quirk described at
+/// [`wait_drained`]; `why` and the count `n` are printed.
 pub fn nudge_group(spec: &FilterSpec, n: u32, why: &str) {
     eprintln!(
-        "{why} for 20 s (tansu 0.6 kept an expired member's assignment); nudge {n}: a member joins \
-         and leaves to force a rebalance"
+        "{why} for 20 s (tansu 0.6 kept an expired member's assignment); nudge {n}: a plain consumer \
+         joins and leaves to force a rebalance"
     );
-    let dir = spec.store.parent().expect("store path has a parent");
-    let mut s = spec.clone();
-    s.store = dir.join(format!("store-nudge-{}", unique("n")));
-    // Its own identity: no crash point, dynamic membership, its own transactional id (the same
-    // one would fence the member under test).
-    s.env.retain(|(k, _)| k != kafka_dedup::crash::ENV);
-    s.instance.clear();
-    for (k, v) in s.env.iter_mut() {
-        if k == "KAFKA_DEDUP__OUTPUT__TRANSACTIONAL_ID" {
-            *v = unique("nudge-txn");
-        }
-    }
-    let mut p = s.start(dir);
+    let strategy = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "KAFKA_DEDUP__KAFKA__PROPERTIES__PARTITION_ASSIGNMENT_STRATEGY")
+        .map_or("cooperative-sticky", |(_, v)| v.as_str());
+    let mut c = spec.broker.client();
+    c.set("group.id", &spec.group)
+        .set("enable.auto.commit", "false")
+        .set("partition.assignment.strategy", strategy)
+        .set("heartbeat.interval.ms", "500")
+        .set(
+            "session.timeout.ms",
+            spec.session_timeout_ms.unwrap_or(45_000).to_string(),
+        );
+    let consumer: BaseConsumer = c.create().expect("nudging consumer");
+    consumer.subscribe(&[&spec.input]).expect("subscribe");
     let until = Instant::now() + Duration::from_secs(30);
-    while p.owned().is_empty() && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(200));
+    while consumer.assignment().map(|a| a.count()).unwrap_or(0) == 0 && Instant::now() < until {
+        let _ = consumer.poll(Duration::from_millis(200));
     }
-    assert!(p.terminate().success(), "nudging member failed:\n{}", p.logs());
+    consumer.unsubscribe();
+    let _ = consumer.poll(Duration::from_millis(200));
 }

@@ -1,0 +1,245 @@
+//! A broker of the test's own behind a TCP proxy that can hold back a process's produce requests,
+//! to put records "in flight" for as long as a test decides.
+//!
+//! [`ProxiedBroker::start`] runs a tansu broker (the SQLite build `scripts/test.sh` installed,
+//! `KAFKA_DEDUP_TEST_TANSU`) that advertises the proxy's port, so every client, the filter's
+//! included, talks to it through [`Proxy`]. The proxy reads the client-to-broker byte stream as
+//! Kafka request frames (`size: i32` then `api_key: i16`, ...): a connection that has carried a
+//! Produce request (api key 0) is a producer's. [`Proxy::hold_producers`] stops forwarding what
+//! those connections send from then on and keeps it; [`Proxy::release`] delivers it, in order,
+//! on the same broker connection. A process killed meanwhile thus has produce requests that
+//! reach the broker after its death, at a moment of the test's choosing: what a slow network or
+//! a busy broker does to a real SIGKILLed producer, made deterministic.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{free_port, Broker};
+
+/// One client connection through the proxy.
+struct Conn {
+    /// Set once the client sent a Produce request on it.
+    producer: AtomicBool,
+    /// Writes to the broker, and what is held back for it.
+    to_broker: Mutex<Forward>,
+}
+
+/// The broker-bound half of a connection.
+struct Forward {
+    /// The broker connection.
+    stream: TcpStream,
+    /// `Some` while held: the frames kept back, in order.
+    held: Option<Vec<u8>>,
+    /// The client closed its side: once nothing is held, the broker side is closed too.
+    client_closed: bool,
+}
+
+impl Forward {
+    fn close_if_done(&mut self) {
+        if self.client_closed && self.held.is_none() {
+            let _ = self.stream.shutdown(Shutdown::Write);
+        }
+    }
+}
+
+/// A TCP proxy to one broker that can hold back producers' requests (see the module doc).
+pub struct Proxy {
+    /// The port clients connect to.
+    pub port: u16,
+    /// Every connection accepted so far.
+    conns: Arc<Mutex<Vec<Arc<Conn>>>>,
+    /// Produce requests held back since the last release.
+    held_produce: Arc<AtomicU64>,
+}
+
+impl Proxy {
+    /// Listens on a free loopback port and forwards each connection to `127.0.0.1:upstream`.
+    pub fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("proxy listens");
+        let port = listener.local_addr().unwrap().port();
+        let conns: Arc<Mutex<Vec<Arc<Conn>>>> = Arc::default();
+        let held_produce = Arc::new(AtomicU64::new(0));
+        let (list, held) = (conns.clone(), held_produce.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(broker) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = broker.set_nodelay(true);
+                let conn = Arc::new(Conn {
+                    producer: AtomicBool::new(false),
+                    to_broker: Mutex::new(Forward {
+                        stream: broker.try_clone().unwrap(),
+                        held: None,
+                        client_closed: false,
+                    }),
+                });
+                list.lock().unwrap().push(conn.clone());
+                let client_reader = client.try_clone().unwrap();
+                let held = held.clone();
+                std::thread::spawn(move || client_to_broker(client_reader, &conn, &held));
+                std::thread::spawn(move || broker_to_client(broker, client));
+            }
+        });
+        Proxy {
+            port,
+            conns,
+            held_produce,
+        }
+    }
+
+    /// From now on, keeps back everything sent on the connections that have carried a Produce
+    /// request so far (connections opened later pass freely). Returns how many were held.
+    pub fn hold_producers(&self) -> usize {
+        let conns = self.conns.lock().unwrap();
+        let mut n = 0;
+        for c in conns.iter().filter(|c| c.producer.load(Ordering::SeqCst)) {
+            let mut f = c.to_broker.lock().unwrap();
+            if !f.client_closed && f.held.is_none() {
+                f.held = Some(Vec::new());
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Produce requests kept back since [`Self::hold_producers`].
+    pub fn held_produce_requests(&self) -> u64 {
+        self.held_produce.load(Ordering::SeqCst)
+    }
+
+    /// Delivers everything held, in order, and stops holding.
+    pub fn release(&self) {
+        for c in self.conns.lock().unwrap().iter() {
+            let mut f = c.to_broker.lock().unwrap();
+            if let Some(bytes) = f.held.take() {
+                let _ = f.stream.write_all(&bytes);
+                f.close_if_done();
+            }
+        }
+        self.held_produce.store(0, Ordering::SeqCst);
+    }
+}
+
+/// Copies request frames from the client to the broker, or into the hold.
+fn client_to_broker(mut client: TcpStream, conn: &Conn, held_produce: &AtomicU64) {
+    let mut size = [0u8; 4];
+    loop {
+        if client.read_exact(&mut size).is_err() {
+            break;
+        }
+        let len = i32::from_be_bytes(size).max(0) as usize;
+        let mut frame = vec![0u8; 4 + len];
+        frame[..4].copy_from_slice(&size);
+        if client.read_exact(&mut frame[4..]).is_err() {
+            break;
+        }
+        let produce = len >= 2 && i16::from_be_bytes([frame[4], frame[5]]) == 0;
+        if produce {
+            conn.producer.store(true, Ordering::SeqCst);
+        }
+        let mut f = conn.to_broker.lock().unwrap();
+        match f.held.as_mut() {
+            Some(held) => {
+                held.extend_from_slice(&frame);
+                if produce {
+                    held_produce.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            None => {
+                if f.stream.write_all(&frame).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let mut f = conn.to_broker.lock().unwrap();
+    f.client_closed = true;
+    f.close_if_done();
+}
+
+/// Copies responses to the client; once the client is gone, keeps reading (and dropping) them
+/// so held requests released later are still answered by the broker.
+fn broker_to_client(mut broker: TcpStream, mut client: TcpStream) {
+    let mut buf = [0u8; 64 * 1024];
+    let mut client_alive = true;
+    loop {
+        match broker.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if client_alive && client.write_all(&buf[..n]).is_err() {
+                    client_alive = false;
+                }
+            }
+        }
+    }
+    let _ = client.shutdown(Shutdown::Both);
+}
+
+/// A tansu broker of this test's own (SQLite storage in a temporary directory) that advertises
+/// a [`Proxy`] in front of it.
+pub struct ProxiedBroker {
+    /// The broker process.
+    child: Child,
+    /// Its working directory (the database) and log.
+    dir: tempfile::TempDir,
+    /// The proxy every client goes through.
+    pub proxy: Proxy,
+}
+
+impl ProxiedBroker {
+    /// Starts tansu on a free port behind a new proxy and waits until it answers metadata.
+    pub fn start() -> ProxiedBroker {
+        let tansu =
+            PathBuf::from(std::env::var("KAFKA_DEDUP_TEST_TANSU").expect(
+                "KAFKA_DEDUP_TEST_TANSU is not set: run the tests through scripts/test.sh, which installs tansu",
+            ));
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let proxy = Proxy::start(port);
+        let log = std::fs::File::create(dir.path().join("tansu.log")).unwrap();
+        let child = Command::new(tansu)
+            .current_dir(dir.path())
+            .args(["broker", "--listener-url"])
+            .arg(format!("tcp://127.0.0.1:{port}"))
+            .arg("--advertised-listener-url")
+            .arg(format!("tcp://127.0.0.1:{}", proxy.port))
+            .args(["--storage-engine", "sqlite://tansu.db"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start tansu");
+        let broker = ProxiedBroker { child, dir, proxy };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let consumer: rdkafka::consumer::BaseConsumer = broker.broker().client().create().unwrap();
+        while rdkafka::consumer::Consumer::fetch_metadata(&consumer, None, Duration::from_secs(2)).is_err() {
+            assert!(Instant::now() < deadline, "tansu did not start:\n{}", broker.logs());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        broker
+    }
+
+    /// The broker as clients see it (through the proxy).
+    pub fn broker(&self) -> Broker {
+        Broker::at(format!("127.0.0.1:{}", self.proxy.port))
+    }
+
+    /// The broker's log so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("tansu.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for ProxiedBroker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
