@@ -797,7 +797,7 @@ impl Filter {
             let _ = consumer.pause(&tpl);
             return self.schedule_retry(p, &format!("seek to {}: {e}", rec.resume));
         }
-        let metrics = PartitionMetrics::new(p, self.cfg.checkpoint.generations as usize);
+        let metrics = PartitionMetrics::new(p, &self.cfg);
         metrics.set_state("running");
         let took = rec.since.elapsed();
         telemetry::recovery(took.as_secs_f64());

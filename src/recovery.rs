@@ -440,7 +440,7 @@ fn scan(
         return Ok((ends, scanned));
     }
     reader.assign(&tpl)?;
-    let metrics = telemetry::PartitionMetrics::new(req.partition, cfg.checkpoint.generations as usize);
+    let metrics = telemetry::PartitionMetrics::new(req.partition, cfg);
     let started = Instant::now();
     let mut last_progress = Instant::now();
     let mut errors = 0u32;
