@@ -1,7 +1,7 @@
 //! Configuration: the TOML file of `--config`, overridden key by key by environment variables
 //! `KAFKA_DEDUP__SECTION__KEY`, validated before anything connects to Kafka.
 //!
-//! The key names are a contract (shared/DESIGN.md, "Interfaces"). Every struct denies unknown
+//! The key names are a contract (README, "Configuration"). Every struct denies unknown
 //! fields, so a typo in a file or an environment variable is an error, not a silently ignored
 //! setting. Every error names the key (`checkpoint.interval`) and the reason; `main` turns it into
 //! exit code 2.
@@ -15,6 +15,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::Source;
+pub use crate::security::is_secret;
+use crate::security::{self, SecurityError};
 
 /// Prefix of the environment variables that override configuration keys:
 /// `KAFKA_DEDUP__CHECKPOINT__INTERVAL=5s` sets `checkpoint.interval`.
@@ -48,7 +50,13 @@ impl ConfigError {
     }
 }
 
-/// The whole configuration (shared/DESIGN.md, "Configuration").
+impl From<SecurityError> for ConfigError {
+    fn from(e: SecurityError) -> Self {
+        ConfigError::key(format!("kafka.properties.{}", e.property), e.reason)
+    }
+}
+
+/// The whole configuration (README, "Configuration").
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -162,6 +170,21 @@ impl KafkaConfig {
         let mut out = BTreeMap::new();
         walk("", &self.properties, &mut out);
         out
+    }
+
+    /// Replaces every property value `file:PATH` by the content of `PATH`
+    /// ([`security::resolve_files`]). Errors name the property and the path.
+    fn resolve_files(&mut self) -> Result<(), ConfigError> {
+        let mut flat = self.flat_properties();
+        if security::resolve_files(&mut flat)? {
+            self.properties = flat.into_iter().map(|(k, v)| (k, PropertyValue::String(v))).collect();
+        }
+        Ok(())
+    }
+
+    /// Valid settings that are probably not what was meant ([`security::warnings`]).
+    pub fn warnings(&self) -> Vec<String> {
+        security::warnings(&self.flat_properties())
     }
 }
 
@@ -398,22 +421,6 @@ impl Default for HttpConfig {
     }
 }
 
-/// librdkafka properties whose values are secrets: never printed or logged. librdkafka's own
-/// sensitive properties (`_RK_SENSITIVE` in rdkafka_conf.c), except those that hold a file path.
-const SECRET_PROPERTIES: &[&str] = &[
-    "sasl.username",
-    "sasl.password",
-    "sasl.oauthbearer.config",
-    "sasl.oauthbearer.client.secret",
-    "sasl.oauthbearer.assertion.private.key.passphrase",
-    "sasl.oauthbearer.assertion.private.key.pem",
-    "ssl.ca.pem",
-    "ssl.key.password",
-    "ssl.key.pem",
-    "ssl.keystore.password",
-    "ssl_key",
-];
-
 impl Config {
     /// Loads `path` (TOML), applies `KAFKA_DEDUP__*` overrides from the process environment,
     /// and validates. Errors name the key and the reason.
@@ -461,17 +468,40 @@ impl Config {
             let (key, reason) = split_serde_error(&path, &inner);
             ConfigError::key(key, reason)
         })?;
-        crate::security::resolve_files(&mut cfg.kafka)?;
+        cfg.kafka.resolve_files()?;
         cfg.validate()?;
         Ok(cfg)
     }
 
-    /// Checks what serde cannot: non-empty names, positive durations, consistent choices.
+    /// Checks what serde cannot: non-empty names, positive durations, consistent choices. The
+    /// first failure is returned, in the order of the sections.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.validate_kafka()?;
+        self.validate_topics()?;
+        self.validate_checkpoint()?;
+        self.validate_delivery()?;
+        if self.store.path.as_os_str().is_empty() {
+            return Err(ConfigError::key("store.path", "must not be empty"));
+        }
+        if !self.http.listen.is_empty() && self.http.listen.parse::<SocketAddr>().is_err() {
+            return Err(ConfigError::key(
+                "http.listen",
+                format!(
+                    "\"{}\" is not a host:port address such as 127.0.0.1:9464",
+                    self.http.listen
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `[kafka]`: brokers named, no property kafka-dedup sets itself, the security checks.
+    fn validate_kafka(&self) -> Result<(), ConfigError> {
         if self.kafka.bootstrap_servers.trim().is_empty() {
             return Err(ConfigError::key("kafka.bootstrap_servers", "must not be empty"));
         }
-        for (name, _) in self.kafka.flat_properties() {
+        let props = self.kafka.flat_properties();
+        for name in props.keys() {
             if name == "bootstrap.servers" || name == "group.id" || name == "transactional.id" {
                 return Err(ConfigError::key(
                     format!("kafka.properties.{name}"),
@@ -479,7 +509,11 @@ impl Config {
                 ));
             }
         }
-        crate::security::validate(&self.kafka)?;
+        Ok(security::validate(&props)?)
+    }
+
+    /// Topics named, distinct, and a dead-letter topic when `on_missing` needs one.
+    fn validate_topics(&self) -> Result<(), ConfigError> {
         if self.input.topic.trim().is_empty() {
             return Err(ConfigError::key(
                 "input.topic",
@@ -512,6 +546,11 @@ impl Config {
                 "required when fingerprint.on_missing = \"dead_letter\"",
             ));
         }
+        Ok(())
+    }
+
+    /// Bounds of `checkpoint.interval`, `output.fence_wait` and `checkpoint.generations`.
+    fn validate_checkpoint(&self) -> Result<(), ConfigError> {
         // Bounds: below 100 ms the checkpoint (a store write and an offset commit per partition)
         // would be the work; above 7 days the horizon outlives any upstream replay, and instants
         // computed from it could overflow.
@@ -546,6 +585,11 @@ impl Config {
         if self.checkpoint.generations > 64 {
             return Err(ConfigError::key("checkpoint.generations", "must be at most 64"));
         }
+        Ok(())
+    }
+
+    /// Transactional mode needs a stable transactional id.
+    fn validate_delivery(&self) -> Result<(), ConfigError> {
         if self.output.delivery == Delivery::Transactional
             && self.output.transactional_id.is_empty()
             && self.input.group_instance_id.is_empty()
@@ -554,18 +598,6 @@ impl Config {
                 "output.transactional_id",
                 "required with output.delivery = \"transactional\" unless input.group_instance_id is set: \
                  it must be stable across restarts of one replica and differ between replicas",
-            ));
-        }
-        if self.store.path.as_os_str().is_empty() {
-            return Err(ConfigError::key("store.path", "must not be empty"));
-        }
-        if !self.http.listen.is_empty() && self.http.listen.parse::<SocketAddr>().is_err() {
-            return Err(ConfigError::key(
-                "http.listen",
-                format!(
-                    "\"{}\" is not a host:port address such as 127.0.0.1:9464",
-                    self.http.listen
-                ),
             ));
         }
         Ok(())
@@ -593,11 +625,6 @@ impl Config {
             .collect();
         toml::to_string_pretty(&copy).unwrap_or_else(|e| format!("# cannot render configuration: {e}\n"))
     }
-}
-
-/// True for librdkafka property names whose values must never be printed.
-pub fn is_secret(name: &str) -> bool {
-    SECRET_PROPERTIES.contains(&name) || name.contains("password") || name.contains("secret")
 }
 
 /// serde's messages say "unknown field `x`, expected one of ..." for a path like `input`;
@@ -795,5 +822,147 @@ topic = "events.dedup"
             key_of(&format!("{MINIMAL}\n[http]\nlisten = \"nowhere\"\n"), &[]),
             "http.listen"
         );
+    }
+}
+
+#[cfg(test)]
+mod security_tests {
+    //! The checks of [`crate::security`], through loading a configuration.
+    use super::*;
+    use crate::security::SASL_MECHANISMS;
+    use std::collections::HashMap;
+
+    const MINIMAL: &str = "[input]\ntopic = \"a\"\n[output]\ntopic = \"b\"\n";
+
+    fn load(props: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_toml_str(&format!("{MINIMAL}[kafka.properties]\n{props}"), Some(env))
+    }
+
+    fn key_of(props: &str) -> String {
+        load(props, &[]).unwrap_err().key_name().unwrap_or("").to_string()
+    }
+
+    #[test]
+    fn sasl_plain_and_scram_pass() {
+        for m in SASL_MECHANISMS {
+            let c = load(
+                &format!(
+                    "\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanism\" = \"{m}\"\n\
+                     \"sasl.username\" = \"u\"\n\"sasl.password\" = \"p\"\n"
+                ),
+                &[],
+            );
+            assert!(c.is_ok(), "{m}: {:?}", c.err());
+        }
+    }
+
+    #[test]
+    fn misconfigurations_name_the_key() {
+        let sasl = "\"security.protocol\" = \"sasl_ssl\"\n";
+        assert_eq!(
+            key_of(&format!("{sasl}\"sasl.mechanism\" = \"PLAINISH\"\n")),
+            "kafka.properties.sasl.mechanism"
+        );
+        assert_eq!(
+            key_of(&format!("{sasl}\"sasl.mechanisms\" = \"GSSAPI\"\n")),
+            "kafka.properties.sasl.mechanisms"
+        );
+        assert_eq!(key_of(sasl), "kafka.properties.sasl.mechanism");
+        assert_eq!(
+            key_of(&format!(
+                "{sasl}\"sasl.mechanism\" = \"PLAIN\"\n\"sasl.username\" = \"u\"\n"
+            )),
+            "kafka.properties.sasl.password"
+        );
+        assert_eq!(
+            key_of(&format!(
+                "{sasl}\"sasl.mechanism\" = \"PLAIN\"\n\"sasl.username\" = \"u\"\n\"sasl.password\" = \"\"\n"
+            )),
+            "kafka.properties.sasl.password"
+        );
+        assert_eq!(
+            key_of("\"security.protocol\" = \"tls\"\n"),
+            "kafka.properties.security.protocol"
+        );
+        assert_eq!(
+            key_of("\"security.protocol\" = \"ssl\"\n\"ssl.ca.location\" = \"/nonexistent/ca.pem\"\n"),
+            "kafka.properties.ssl.ca.location"
+        );
+        assert_eq!(
+            key_of("\"security.protocol\" = \"ssl\"\n\"ssl.certificate.location\" = \"/\"\n"),
+            "kafka.properties.ssl.certificate.location"
+        );
+        assert_eq!(
+            key_of("\"no.such.property\" = 1\n"),
+            "kafka.properties.no.such.property"
+        );
+        assert_eq!(
+            key_of("\"session.timeout.ms\" = \"soon\"\n"),
+            "kafka.properties.session.timeout.ms"
+        );
+    }
+
+    #[test]
+    fn unused_sasl_and_ssl_properties_are_warned_about() {
+        let c = load("\"sasl.password\" = \"x\"\n\"ssl.ca.location\" = \"probe\"\n", &[]).unwrap();
+        let w = c.kafka.warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].contains("sasl.password") && w[0].contains("no SASL"), "{w:?}");
+        assert!(!w[0].contains("\"x\""), "names keys, never values: {w:?}");
+        assert!(w[1].contains("ssl.ca.location") && w[1].contains("no TLS"), "{w:?}");
+        let c = load(
+            "\"security.protocol\" = \"ssl\"\n\"ssl.ca.location\" = \"probe\"\n",
+            &[],
+        )
+        .unwrap();
+        assert!(c.kafka.warnings().is_empty());
+    }
+
+    #[test]
+    fn ca_location_may_be_a_directory_or_probe() {
+        let dir = tempfile::tempdir().unwrap();
+        for ca in [dir.path().display().to_string(), "probe".to_string()] {
+            let c = load(
+                &format!("\"security.protocol\" = \"ssl\"\n\"ssl.ca.location\" = \"{ca}\"\n"),
+                &[],
+            );
+            assert!(c.is_ok(), "{ca}: {:?}", c.err());
+        }
+    }
+
+    #[test]
+    fn secrets_come_from_files_and_are_never_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("password");
+        std::fs::write(&secret, "from-a-file-42\n").unwrap();
+        let props = "\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanism\" = \"SCRAM-SHA-512\"\n\
+                     \"sasl.username\" = \"dedup\"\n";
+        // From the environment, the usual way to mount a secret.
+        let c = load(
+            props,
+            &[(
+                "KAFKA_DEDUP__KAFKA__PROPERTIES__SASL_PASSWORD",
+                &format!("file:{}", secret.display()),
+            )],
+        )
+        .unwrap();
+        let flat = c.kafka.flat_properties();
+        assert_eq!(flat["sasl.password"], "from-a-file-42", "trailing newline removed");
+        assert_eq!(flat["security.protocol"], "SASL_SSL");
+        let shown = format!("{}\n{:?}", c.to_redacted_toml(), c);
+        assert!(!shown.contains("from-a-file-42"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+        // From the file itself, as a dotted key.
+        let c = load(&format!("{props}sasl.password = \"file:{}\"\n", secret.display()), &[]).unwrap();
+        assert_eq!(c.kafka.flat_properties()["sasl.password"], "from-a-file-42");
+        // A missing file names the key and the path, not a value.
+        let e = load(
+            &format!("{props}\"sasl.password\" = \"file:{}/missing\"\n", dir.path().display()),
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(e.key_name(), Some("kafka.properties.sasl.password"));
+        assert!(e.to_string().contains("missing"), "{e}");
     }
 }

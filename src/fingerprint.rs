@@ -43,17 +43,28 @@ impl fmt::Debug for Fingerprint {
     }
 }
 
+/// Text that is not a fingerprint (32 hex digits).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FingerprintParseError {
+    /// Not 32 characters long (after trimming white space).
+    #[error("a fingerprint is 32 hex digits, got {0} characters")]
+    Length(usize),
+    /// 32 characters, but not all hex digits.
+    #[error("not hex: {0}")]
+    NotHex(std::num::ParseIntError),
+}
+
 impl std::str::FromStr for Fingerprint {
-    type Err = String;
+    type Err = FingerprintParseError;
     /// Parses 32 hex digits (as printed by `Display`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
         if s.len() != 32 {
-            return Err(format!("a fingerprint is 32 hex digits, got {} characters", s.len()));
+            return Err(FingerprintParseError::Length(s.len()));
         }
         u128::from_str_radix(s, 16)
             .map(Fingerprint)
-            .map_err(|e| format!("not hex: {e}"))
+            .map_err(FingerprintParseError::NotHex)
     }
 }
 
@@ -74,9 +85,27 @@ pub enum Source {
     Json(String),
 }
 
+/// A `fingerprint.source` value that names no source. The message is the configuration error's
+/// reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// `header:` without a name.
+    #[error("`header:` needs a header name, e.g. \"header:event-id\"")]
+    NoHeaderName,
+    /// `json:` followed by something that is not a JSON pointer (the whole value).
+    #[error("\"{0}\": a JSON pointer (RFC 6901) starts with '/', e.g. \"json:/id\"")]
+    NotAPointer(String),
+    /// A JSON pointer with a `~` not followed by `0` or `1` (the whole value, the bad escape).
+    #[error("\"{0}\": invalid escape in JSON pointer: {1}")]
+    BadEscape(String, String),
+    /// None of the forms (the whole value).
+    #[error("\"{0}\" is not a fingerprint source; use value | key | key_value | header:NAME | json:/POINTER")]
+    Unknown(String),
+}
+
 impl TryFrom<String> for Source {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = SourceError;
+    fn try_from(s: String) -> Result<Self, SourceError> {
         match s.as_str() {
             "value" => Ok(Source::Value),
             "key" => Ok(Source::Key),
@@ -84,23 +113,19 @@ impl TryFrom<String> for Source {
             _ => {
                 if let Some(name) = s.strip_prefix("header:") {
                     if name.is_empty() {
-                        return Err("`header:` needs a header name, e.g. \"header:event-id\"".into());
+                        return Err(SourceError::NoHeaderName);
                     }
                     Ok(Source::Header(name.to_string()))
                 } else if let Some(ptr) = s.strip_prefix("json:") {
                     if !ptr.is_empty() && !ptr.starts_with('/') {
-                        return Err(format!(
-                            "\"{s}\": a JSON pointer (RFC 6901) starts with '/', e.g. \"json:/id\""
-                        ));
+                        return Err(SourceError::NotAPointer(s));
                     }
                     if let Some(bad) = invalid_escape(ptr) {
-                        return Err(format!("\"{s}\": invalid escape in JSON pointer: {bad}"));
+                        return Err(SourceError::BadEscape(s, bad));
                     }
                     Ok(Source::Json(ptr.to_string()))
                 } else {
-                    Err(format!(
-                        "\"{s}\" is not a fingerprint source; use value | key | key_value | header:NAME | json:/POINTER"
-                    ))
+                    Err(SourceError::Unknown(s))
                 }
             }
         }
@@ -221,6 +246,7 @@ impl RecordFields for OwnedRecord {
 /// Computes fingerprints for one configured source. Cheap to clone; holds the parsed pointer.
 #[derive(Debug, Clone)]
 pub struct Fingerprinter {
+    /// What part of a record it reads.
     source: Source,
     /// Unescaped reference tokens of a JSON pointer (RFC 6901 `~1` -> `/`, `~0` -> `~`).
     pointer: Vec<String>,

@@ -1,5 +1,5 @@
 //! The generations of one input partition: the fingerprint set of the current checkpoint interval
-//! plus `checkpoint.generations - 1` previous ones (shared/DESIGN.md, "What it is for").
+//! plus `checkpoint.generations - 1` previous ones (docs/ARCHITECTURE.md, "Generations").
 //!
 //! A record is a replay when its fingerprint is in any live generation. New fingerprints go into
 //! the current generation. At each checkpoint the current generation is frozen (it becomes

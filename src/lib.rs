@@ -2,25 +2,28 @@
 //!
 //! # Layout: the path of one record
 //!
-//! 1. [`pipeline::run_filter`] polls the group consumer of `input.topic` (one thread), up to
-//!    [`pipeline::BATCH`] records at a time.
-//! 2. [`pipeline::Filter::admit`] computes each record's [`fingerprint`] (xxh3-128 of the
-//!    configured source) and prefetches its slots; [`pipeline::Filter::on_record`] looks it up in
-//!    its partition's [`generations`] (each a [`table::FingerprintTable`]). A hit is a replay:
-//!    counted ([`telemetry`]) and dropped.
-//! 3. A miss is inserted into the current generation and produced to `output.topic` (same
-//!    partition, key, value, headers, timestamp) by the idempotent producer; its input offset is
-//!    tracked in [`partition::InFlight`] until the acknowledgement arrives.
-//! 4. Every `checkpoint.interval`, [`pipeline`] rotates generations, waits for acknowledgements,
-//!    writes the frozen generations to the [`store`] and commits the input offsets with
-//!    [`metadata::CheckpointMeta`] (where each live generation begins in the output).
-//! 5. On assignment, [`recovery`] rebuilds a partition's generations from the store and the
-//!    output topic (the truth) before consuming it; [`partition::Partition`] is its life cycle.
+//! 1. Consume: [`pipeline::run_filter`] polls the group consumer of `input.topic` (one thread),
+//!    up to [`pipeline::BATCH`] records at a time; [`pipeline::context`] brings librdkafka's
+//!    callbacks (rebalances, acknowledgements) to the same [`pipeline::Filter`].
+//! 2. Fingerprint: [`pipeline::Filter::admit`] computes each record's [`fingerprint`] (xxh3-128
+//!    of the configured source) and prefetches its slots in the partition's [`generations`].
+//! 3. Route: [`pipeline::route::route`] decides, as a pure function of the lookup and the
+//!    configuration, whether it is forwarded, dropped as a replay, or handled by `on_missing`.
+//! 4. Produce: [`pipeline::Filter::on_record`] counts it ([`telemetry`]) and produces it to
+//!    `output.topic` (same partition, key, value, headers, timestamp) or a side topic; its input
+//!    offset waits in [`partition::InFlight`].
+//! 5. Acknowledge: the producer's acknowledgement moves the partition's commit position.
+//! 6. Checkpoint: every `checkpoint.interval` generations rotate, the frozen ones go to the
+//!    [`store`], and input offsets are committed with [`metadata::CheckpointMeta`]; transactional
+//!    mode commits a transaction instead.
+//! 7. On assignment, [`recovery`] (read, plan, execute) rebuilds a partition's generations from
+//!    the store and the output topic (the truth) before it runs; [`partition::Partition`] is its
+//!    life cycle, [`state::PartitionState`] its name.
 //!
 //! Around it: [`config`] (TOML + environment), [`security`] (TLS/SASL checks, secrets from
-//! files), [`kafka`] (client settings), [`service`] (signals, HTTP), [`http`] and [`status`]
-//! (`/metrics`, `/healthz`, `/readyz`), [`telemetry`] (every metric name), [`inspect`] and
-//! [`migrate`] (store tools), [`demo`] and [`scenario`] (the seed scenario).
+//! files), [`kafka`] (client settings), [`service`] (signals, HTTP), [`http`] (every route),
+//! [`status`] (`/readyz`), [`inspect`] and [`migrate`] (store tools), [`demo`] and [`scenario`]
+//! (the seed scenario). The design: `docs/ARCHITECTURE.md`.
 
 pub mod config;
 pub mod crash;
@@ -38,6 +41,7 @@ pub mod recovery;
 pub mod scenario;
 pub mod security;
 pub mod service;
+pub mod state;
 pub mod status;
 pub mod store;
 pub mod table;

@@ -1,7 +1,7 @@
 //! The `kafka-dedup` binary: parses the command line and calls the library. Exit codes:
-//! 0 success, 2 configuration or usage error, 1 runtime failure (shared/DESIGN.md).
+//! 0 success, 2 configuration or usage error, 1 runtime failure (docs/ARCHITECTURE.md).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use rdkafka::error::KafkaError;
     about = "Makes an at-least-once Kafka topic effectively-once: drops replayed records"
 )]
 struct Cli {
+    /// The subcommand to run.
     #[command(subcommand)]
     command: Command,
 }
@@ -84,7 +85,7 @@ fn init_logs(default: &str) {
         .try_init();
 }
 
-fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
+fn load(path: &Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|e| {
         eprintln!("kafka-dedup: configuration error: {e}");
         ExitCode::from(2)
@@ -102,80 +103,15 @@ fn store_exit(e: &StoreError) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
-        Command::CheckConfig { config } => {
-            let cfg = match load(&config) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            for w in kafka_dedup::security::warnings(&cfg.kafka) {
-                eprintln!("kafka-dedup: warning: {w}");
-            }
-            print!("{}", cfg.to_redacted_toml());
-            ExitCode::SUCCESS
-        }
-        Command::Run { config } => {
-            init_logs("info");
-            let cfg = match load(&config) {
-                Ok(c) => c,
-                Err(code) => return code,
-            };
-            match service::run(cfg) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("kafka-dedup: {e}");
-                    match &e {
-                        ServiceError::Run(RunError::Topics(_)) => ExitCode::from(2),
-                        // librdkafka refused the client settings (an invalid certificate, ...).
-                        ServiceError::Run(RunError::Kafka(
-                            KafkaError::ClientCreation(_) | KafkaError::ClientConfig(..),
-                        )) => ExitCode::from(2),
-                        ServiceError::Run(RunError::Store(s)) => store_exit(s),
-                        ServiceError::Listen { .. } => ExitCode::from(2),
-                        _ => ExitCode::from(1),
-                    }
-                }
-            }
-        }
+    match Cli::parse().command {
+        Command::CheckConfig { config } => check_config(&config),
+        Command::Run { config } => run(&config),
         Command::Demo {
             records,
             partitions,
             crash_every,
             seed,
-        } => {
-            init_logs("warn");
-            if partitions < 1 || records == 0 {
-                eprintln!("kafka-dedup: demo needs --records > 0 and --partitions > 0");
-                return ExitCode::from(2);
-            }
-            let opts = DemoOptions {
-                records,
-                partitions,
-                crash_every,
-                seed,
-                duration: Duration::from_millis((records / 2).clamp(1000, 20_000)),
-                ..DemoOptions::default()
-            };
-            println!(
-                "kafka-dedup demo: {records} integers over {partitions} partitions on an in-process mock cluster; \
-                 the upstream job crashes about every {crash_every} records and replays since its last checkpoint"
-            );
-            match run_demo(&opts) {
-                Ok(report) => {
-                    println!("{report}");
-                    if report.verdict.ok() && report.forwarded == report.verdict.distinct {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::from(1)
-                    }
-                }
-                Err(e) => {
-                    eprintln!("kafka-dedup demo: {e}");
-                    ExitCode::from(1)
-                }
-            }
-        }
+        } => demo(records, partitions, crash_every, seed),
         Command::Inspect { store, json, command } => {
             init_logs("warn");
             match inspect::run(&store, json, command) {
@@ -190,21 +126,97 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Migrate { store } => {
-            init_logs("info");
-            match migrate::migrate(&store) {
-                Ok(report) => {
-                    println!("{report}");
-                    ExitCode::SUCCESS
+        Command::Migrate { store } => migrate(&store),
+    }
+}
+
+/// `check-config`: the effective configuration, secrets redacted, after its warnings.
+fn check_config(config: &Path) -> ExitCode {
+    let cfg = match load(config) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    for w in cfg.kafka.warnings() {
+        eprintln!("kafka-dedup: warning: {w}");
+    }
+    print!("{}", cfg.to_redacted_toml());
+    ExitCode::SUCCESS
+}
+
+/// `run`: the service until a signal (0) or an error (1, or 2 for what configuration fixes).
+fn run(config: &Path) -> ExitCode {
+    init_logs("info");
+    let cfg = match load(config) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match service::run(cfg) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kafka-dedup: {e}");
+            match &e {
+                ServiceError::Run(RunError::Topics(_)) => ExitCode::from(2),
+                // librdkafka refused the client settings (an invalid certificate, ...).
+                ServiceError::Run(RunError::Kafka(KafkaError::ClientCreation(_) | KafkaError::ClientConfig(..))) => {
+                    ExitCode::from(2)
                 }
-                Err(e) => {
-                    eprintln!("kafka-dedup migrate: {e}");
-                    match &e {
-                        MigrateError::Store(s) => store_exit(s),
-                        MigrateError::NoPath { .. } => ExitCode::from(2),
-                        MigrateError::Step { .. } => ExitCode::from(1),
-                    }
-                }
+                ServiceError::Run(RunError::Store(s)) => store_exit(s),
+                ServiceError::Listen { .. } => ExitCode::from(2),
+                _ => ExitCode::from(1),
+            }
+        }
+    }
+}
+
+/// `demo`: the replay scenario on the mock cluster; 0 when every integer arrived once.
+fn demo(records: u64, partitions: i32, crash_every: u64, seed: u64) -> ExitCode {
+    init_logs("warn");
+    if partitions < 1 || records == 0 {
+        eprintln!("kafka-dedup: demo needs --records > 0 and --partitions > 0");
+        return ExitCode::from(2);
+    }
+    let opts = DemoOptions {
+        records,
+        partitions,
+        crash_every,
+        seed,
+        duration: Duration::from_millis((records / 2).clamp(1000, 20_000)),
+        ..DemoOptions::default()
+    };
+    println!(
+        "kafka-dedup demo: {records} integers over {partitions} partitions on an in-process mock cluster; \
+         the upstream job crashes about every {crash_every} records and replays since its last checkpoint"
+    );
+    match run_demo(&opts) {
+        Ok(report) => {
+            println!("{report}");
+            if report.verdict.ok() && report.forwarded == report.verdict.distinct {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("kafka-dedup demo: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `migrate`: upgrades the store at `store`.
+fn migrate(store: &Path) -> ExitCode {
+    init_logs("info");
+    match migrate::migrate(store) {
+        Ok(report) => {
+            println!("{report}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("kafka-dedup migrate: {e}");
+            match &e {
+                MigrateError::Store(s) => store_exit(s),
+                MigrateError::NoPath { .. } => ExitCode::from(2),
+                MigrateError::Step { .. } => ExitCode::from(1),
             }
         }
     }

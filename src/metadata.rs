@@ -1,5 +1,5 @@
 //! The metadata string committed with each input offset: enough to rebuild a partition's
-//! generations from Kafka alone (shared/DESIGN.md, principle 1 and "Recovery").
+//! generations from Kafka alone (docs/ARCHITECTURE.md, "Principles" and "Recovery").
 //!
 //! It is compact JSON, for example
 //! `{"kd":1,"epoch":7,"ckpt":"5f0c…","gens":[{"0":1200},{"0":1350}],"clean":false}`:

@@ -36,10 +36,14 @@ pub struct Migration {
     /// The document in `migrations/` describing format `to` (for example `0002-....md`).
     pub doc: &'static str,
     /// Rewrites the database from `from` to `to`, resumably (see the module documentation). Must
-    /// not write the format stamps: the framework does, after it returns `Ok`. The error text is
+    /// not write the format stamps: the framework does, after it returns `Ok`. The error is
     /// shown to the operator.
-    pub apply: fn(&Store) -> Result<(), String>,
+    pub apply: fn(&Store) -> Result<(), StepError>,
 }
+
+/// Why a migration step failed: whatever it met (sled, a value that does not parse), shown to
+/// the operator.
+pub type StepError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Every migration, in order. Empty: format 1 is the first (`migrations/0001-initial.md`).
 pub const MIGRATIONS: &[Migration] = &[];
@@ -74,7 +78,7 @@ pub enum MigrateError {
         /// Version it writes.
         to: u32,
         /// The step's error.
-        reason: String,
+        reason: StepError,
     },
 }
 
@@ -231,26 +235,26 @@ mod tests {
     }
 
     /// Test-only format 2: adds key `t:two`. Resumable: inserting again is harmless.
-    fn to_two(store: &Store) -> Result<(), String> {
-        store.db().insert(b"t:two", b"2").map_err(|e| e.to_string())?;
-        store.db().flush().map_err(|e| e.to_string())?;
+    fn to_two(store: &Store) -> Result<(), StepError> {
+        store.db().insert(b"t:two", b"2")?;
+        store.db().flush()?;
         Ok(())
     }
 
     /// Test-only format 3: needs format 2's key. Fails once on a store holding `t:fail` (the
     /// failure is per store, so tests running in parallel do not see each other's).
-    fn to_three(store: &Store) -> Result<(), String> {
-        if store.db().remove(b"t:fail").map_err(|e| e.to_string())?.is_some() {
+    fn to_three(store: &Store) -> Result<(), StepError> {
+        if store.db().remove(b"t:fail")?.is_some() {
             return Err("disk full (simulated)".into());
         }
-        if store.db().get(b"t:two").map_err(|e| e.to_string())?.is_none() {
+        if store.db().get(b"t:two")?.is_none() {
             return Err("format 2's key is missing: steps ran out of order".into());
         }
         let mut batch = sled::Batch::default();
         batch.remove(b"t:two".as_ref());
         batch.insert(b"t:three".as_ref(), b"3".as_ref());
-        store.db().apply_batch(batch).map_err(|e| e.to_string())?;
-        store.db().flush().map_err(|e| e.to_string())?;
+        store.db().apply_batch(batch)?;
+        store.db().flush()?;
         Ok(())
     }
 

@@ -1,5 +1,5 @@
-//! One owner of each input partition's life cycle (shared/STYLE.md: "one owner per partition's
-//! state, with its life cycle written down as one type").
+//! One owner of each input partition's life cycle: its state is one type, [`Partition`], owned
+//! by the pipeline thread (docs/ARCHITECTURE.md, "The partition life cycle").
 //!
 //! ```text
 //!   assigned ──► Recovering ──(generations rebuilt, offset sought)──► Running ──► revoked (removed)
@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::generations::{now_ms, Generations, Positions};
+pub use crate::state::PartitionState;
 use crate::telemetry::PartitionMetrics;
 
 /// Where a taken record went; decides what its acknowledgement means.
@@ -32,10 +33,14 @@ pub enum Target {
     Side,
 }
 
+/// One taken record in [`InFlight`].
 #[derive(Debug, Clone, Copy)]
 struct Entry {
+    /// Its input offset.
     offset: i64,
+    /// Acknowledged, or needed no produce.
     done: bool,
+    /// Where it was produced.
     target: Target,
 }
 
@@ -146,11 +151,6 @@ impl InFlight {
         }
     }
 
-    /// Records produced and not yet acknowledged.
-    pub fn unacknowledged(&self) -> usize {
-        self.entries.iter().filter(|e| !e.done).count()
-    }
-
     /// True when nothing awaits an acknowledgement.
     pub fn is_idle(&self) -> bool {
         self.entries.is_empty()
@@ -186,9 +186,18 @@ pub struct Running {
     pub rotation: Rotation,
     /// When the partition was assigned and how many output records its recovery re-read; logged
     /// with the first record this ownership forwards, then cleared.
-    pub first_forward: Option<(Instant, u64)>,
+    pub first_forward: Option<FirstForward>,
     /// Metric handles.
     pub metrics: PartitionMetrics,
+}
+
+/// What the log line of an ownership's first forwarded record tells.
+#[derive(Debug, Clone, Copy)]
+pub struct FirstForward {
+    /// When the partition was assigned.
+    pub assigned: Instant,
+    /// Output records its recovery re-read.
+    pub rescanned: u64,
 }
 
 /// Decides when a partition's generations rotate, so that the horizon is measured in the input's
@@ -296,19 +305,11 @@ pub enum Partition {
 }
 
 impl Partition {
-    /// State name for `/readyz` and metrics.
-    pub fn state_name(&self) -> &'static str {
+    /// Which state it is in, by name.
+    pub fn state(&self) -> PartitionState {
         match self {
-            Partition::Recovering(_) => "recovering",
-            Partition::Running(_) => "running",
-        }
-    }
-
-    /// The ownership incarnation.
-    pub fn incarnation(&self) -> u64 {
-        match self {
-            Partition::Recovering(r) => r.incarnation,
-            Partition::Running(r) => r.incarnation,
+            Partition::Recovering(_) => PartitionState::Recovering,
+            Partition::Running(_) => PartitionState::Running,
         }
     }
 }

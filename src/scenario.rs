@@ -1,4 +1,4 @@
-//! The seed scenario (shared/DESIGN.md, "What it is for") and its verification, shared by
+//! The seed scenario (docs/ARCHITECTURE.md, "What it is for") and its verification, shared by
 //! `kafka-dedup demo` and the tests.
 //!
 //! An upstream job emits increasing integers (key and value: the decimal text; partition:

@@ -11,8 +11,13 @@
 //!   starting with `file://` is a URL and is left alone.
 //!
 //! Secret values are never printed: `Config::to_redacted_toml` and the start-up log redact every
-//! property for which [`crate::config::is_secret`] holds, `KafkaConfig`'s `Debug` does too, and
-//! the messages of this module name keys and paths, never values.
+//! property for which [`is_secret`] holds, `KafkaConfig`'s `Debug` does too, and the messages of
+//! this module name keys and paths, never values.
+//!
+//! The functions here work on the flattened properties (`name -> value`, as
+//! `KafkaConfig::flat_properties` gives them) and know nothing of the configuration types:
+//! `crate::config` calls them and turns a [`SecurityError`] into its own error for
+//! `kafka.properties.NAME`.
 //!
 //! What [`validate`] checks, each failure naming the key (`kafka.properties.sasl.password`):
 //! - librdkafka accepts every property name and value (its own `rd_kafka_conf_set` check);
@@ -33,7 +38,36 @@ use std::path::Path;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError;
 
-use crate::config::{is_secret, ConfigError, KafkaConfig, PropertyValue};
+/// librdkafka properties whose values are secrets: never printed or logged. librdkafka's own
+/// sensitive properties (`_RK_SENSITIVE` in rdkafka_conf.c), except those that hold a file path.
+const SECRET_PROPERTIES: &[&str] = &[
+    "sasl.username",
+    "sasl.password",
+    "sasl.oauthbearer.config",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.assertion.private.key.passphrase",
+    "sasl.oauthbearer.assertion.private.key.pem",
+    "ssl.ca.pem",
+    "ssl.key.password",
+    "ssl.key.pem",
+    "ssl.keystore.password",
+    "ssl_key",
+];
+
+/// True for librdkafka property names whose values must never be printed.
+pub fn is_secret(name: &str) -> bool {
+    SECRET_PROPERTIES.contains(&name) || name.contains("password") || name.contains("secret")
+}
+
+/// A property that fails a check: its librdkafka name and why (never its value).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("kafka.properties.{property}: {reason}")]
+pub struct SecurityError {
+    /// The librdkafka property name (`sasl.password`), or `(all)` when librdkafka names none.
+    pub property: String,
+    /// Why, naming keys and paths only.
+    pub reason: String,
+}
 
 /// Prefix of a property value read from a file: `sasl.password = "file:/run/secrets/kafka"`.
 pub const FILE_PREFIX: &str = "file:";
@@ -92,21 +126,21 @@ impl Protocol {
     }
 }
 
-fn err(key: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Key {
-        key: format!("kafka.properties.{key}"),
+fn err(key: &str, reason: impl Into<String>) -> SecurityError {
+    SecurityError {
+        property: key.to_string(),
         reason: reason.into(),
     }
 }
 
 /// Replaces every property value of the form `file:PATH` by the content of `PATH` (one trailing
 /// `\n` or `\r\n` removed). Called once by `Config::from_toml_str`, before [`validate`].
+/// Returns true when any value was replaced.
 ///
 /// Errors: a file that cannot be read (or is not UTF-8), naming the property and the path.
-pub fn resolve_files(kafka: &mut KafkaConfig) -> Result<(), ConfigError> {
-    let mut flat = kafka.flat_properties();
+pub fn resolve_files(props: &mut BTreeMap<String, String>) -> Result<bool, SecurityError> {
     let mut changed = false;
-    for (name, value) in flat.iter_mut() {
+    for (name, value) in props.iter_mut() {
         let Some(path) = value.strip_prefix(FILE_PREFIX) else {
             continue;
         };
@@ -122,15 +156,12 @@ pub fn resolve_files(kafka: &mut KafkaConfig) -> Result<(), ConfigError> {
         *value = content.to_string();
         changed = true;
     }
-    if changed {
-        kafka.properties = flat.into_iter().map(|(k, v)| (k, PropertyValue::String(v))).collect();
-    }
-    Ok(())
+    Ok(changed)
 }
 
-/// Checks the security-related properties of `[kafka.properties]` (see the module documentation).
-pub fn validate(kafka: &KafkaConfig) -> Result<(), ConfigError> {
-    let props = kafka.flat_properties();
+/// Checks the security-related properties of `[kafka.properties]`, flattened (see the module
+/// documentation).
+pub fn validate(props: &BTreeMap<String, String>) -> Result<(), SecurityError> {
     let protocol = match props.get("security.protocol") {
         None => Protocol::Plaintext,
         Some(v) => Protocol::parse(v).ok_or_else(|| {
@@ -140,8 +171,8 @@ pub fn validate(kafka: &KafkaConfig) -> Result<(), ConfigError> {
             )
         })?,
     };
-    librdkafka_accepts(&props)?;
-    check_sasl(&props, protocol)?;
+    librdkafka_accepts(props)?;
+    check_sasl(props, protocol)?;
     for key in PATH_PROPERTIES {
         if let Some(path) = props.get(*key) {
             check_readable(key, path)?;
@@ -152,10 +183,9 @@ pub fn validate(kafka: &KafkaConfig) -> Result<(), ConfigError> {
 
 /// Settings that are valid but probably not what was meant: `sasl.*` properties without a SASL
 /// protocol, `ssl.*` properties without a TLS protocol (librdkafka ignores them, and the client
-/// connects without authentication or TLS). `run` logs each at warn level at start, and
-/// `check-config` prints them.
-pub fn warnings(kafka: &KafkaConfig) -> Vec<String> {
-    let props = kafka.flat_properties();
+/// connects without authentication or TLS), in the flattened properties. `run` logs each at
+/// warn level at start, and `check-config` prints them.
+pub fn warnings(props: &BTreeMap<String, String>) -> Vec<String> {
     let shown = props
         .get("security.protocol")
         .map_or("plaintext (the default)", String::as_str);
@@ -195,7 +225,7 @@ pub fn warnings(kafka: &KafkaConfig) -> Vec<String> {
 
 /// librdkafka's own check of each name and value (`rd_kafka_conf_set`): unknown properties and
 /// malformed values. Values of secret properties never appear in the message.
-fn librdkafka_accepts(props: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+fn librdkafka_accepts(props: &BTreeMap<String, String>) -> Result<(), SecurityError> {
     let mut c = ClientConfig::new();
     for (k, v) in props {
         c.set(k, v);
@@ -214,7 +244,8 @@ fn librdkafka_accepts(props: &BTreeMap<String, String>) -> Result<(), ConfigErro
     }
 }
 
-fn check_sasl(props: &BTreeMap<String, String>, protocol: Protocol) -> Result<(), ConfigError> {
+/// With a SASL protocol: a supported mechanism, a user name and a password.
+fn check_sasl(props: &BTreeMap<String, String>, protocol: Protocol) -> Result<(), SecurityError> {
     // `sasl.mechanism` is librdkafka's alias of `sasl.mechanisms`.
     let mechanism = match (props.get("sasl.mechanism"), props.get("sasl.mechanisms")) {
         (Some(a), Some(b)) if a != b => {
@@ -267,7 +298,8 @@ fn check_sasl(props: &BTreeMap<String, String>, protocol: Protocol) -> Result<()
     Ok(())
 }
 
-fn check_readable(key: &str, value: &str) -> Result<(), ConfigError> {
+/// Checks that the file (or CA directory) a path property names can be read.
+fn check_readable(key: &str, value: &str) -> Result<(), SecurityError> {
     let is_ca = key.ends_with(".ca.location");
     if is_ca && value == "probe" {
         return Ok(()); // librdkafka probes the system's usual CA locations
@@ -286,154 +318,28 @@ fn check_readable(key: &str, value: &str) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
-    use std::collections::HashMap;
-
-    const MINIMAL: &str = "[input]\ntopic = \"a\"\n[output]\ntopic = \"b\"\n";
-
-    fn load(props: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Config::from_toml_str(&format!("{MINIMAL}[kafka.properties]\n{props}"), Some(env))
-    }
-
-    fn key_of(props: &str) -> String {
-        load(props, &[]).unwrap_err().key_name().unwrap_or("").to_string()
-    }
-
-    #[test]
-    fn sasl_plain_and_scram_pass() {
-        for m in SASL_MECHANISMS {
-            let c = load(
-                &format!(
-                    "\"security.protocol\" = \"SASL_PLAINTEXT\"\n\"sasl.mechanism\" = \"{m}\"\n\
-                     \"sasl.username\" = \"u\"\n\"sasl.password\" = \"p\"\n"
-                ),
-                &[],
-            );
-            assert!(c.is_ok(), "{m}: {:?}", c.err());
-        }
-    }
-
-    #[test]
-    fn misconfigurations_name_the_key() {
-        let sasl = "\"security.protocol\" = \"sasl_ssl\"\n";
-        assert_eq!(
-            key_of(&format!("{sasl}\"sasl.mechanism\" = \"PLAINISH\"\n")),
-            "kafka.properties.sasl.mechanism"
-        );
-        assert_eq!(
-            key_of(&format!("{sasl}\"sasl.mechanisms\" = \"GSSAPI\"\n")),
-            "kafka.properties.sasl.mechanisms"
-        );
-        assert_eq!(key_of(sasl), "kafka.properties.sasl.mechanism");
-        assert_eq!(
-            key_of(&format!(
-                "{sasl}\"sasl.mechanism\" = \"PLAIN\"\n\"sasl.username\" = \"u\"\n"
-            )),
-            "kafka.properties.sasl.password"
-        );
-        assert_eq!(
-            key_of(&format!(
-                "{sasl}\"sasl.mechanism\" = \"PLAIN\"\n\"sasl.username\" = \"u\"\n\"sasl.password\" = \"\"\n"
-            )),
-            "kafka.properties.sasl.password"
-        );
-        assert_eq!(
-            key_of("\"security.protocol\" = \"tls\"\n"),
-            "kafka.properties.security.protocol"
-        );
-        assert_eq!(
-            key_of("\"security.protocol\" = \"ssl\"\n\"ssl.ca.location\" = \"/nonexistent/ca.pem\"\n"),
-            "kafka.properties.ssl.ca.location"
-        );
-        assert_eq!(
-            key_of("\"security.protocol\" = \"ssl\"\n\"ssl.certificate.location\" = \"/\"\n"),
-            "kafka.properties.ssl.certificate.location"
-        );
-        assert_eq!(
-            key_of("\"no.such.property\" = 1\n"),
-            "kafka.properties.no.such.property"
-        );
-        assert_eq!(
-            key_of("\"session.timeout.ms\" = \"soon\"\n"),
-            "kafka.properties.session.timeout.ms"
-        );
-    }
-
-    #[test]
-    fn unused_sasl_and_ssl_properties_are_warned_about() {
-        let c = load("\"sasl.password\" = \"x\"\n\"ssl.ca.location\" = \"probe\"\n", &[]).unwrap();
-        let w = warnings(&c.kafka);
-        assert_eq!(w.len(), 2, "{w:?}");
-        assert!(w[0].contains("sasl.password") && w[0].contains("no SASL"), "{w:?}");
-        assert!(!w[0].contains("\"x\""), "names keys, never values: {w:?}");
-        assert!(w[1].contains("ssl.ca.location") && w[1].contains("no TLS"), "{w:?}");
-        let c = load(
-            "\"security.protocol\" = \"ssl\"\n\"ssl.ca.location\" = \"probe\"\n",
-            &[],
-        )
-        .unwrap();
-        assert!(warnings(&c.kafka).is_empty());
-    }
-
-    #[test]
-    fn ca_location_may_be_a_directory_or_probe() {
-        let dir = tempfile::tempdir().unwrap();
-        for ca in [dir.path().display().to_string(), "probe".to_string()] {
-            let c = load(
-                &format!("\"security.protocol\" = \"ssl\"\n\"ssl.ca.location\" = \"{ca}\"\n"),
-                &[],
-            );
-            assert!(c.is_ok(), "{ca}: {:?}", c.err());
-        }
-    }
-
-    #[test]
-    fn secrets_come_from_files_and_are_never_shown() {
-        let dir = tempfile::tempdir().unwrap();
-        let secret = dir.path().join("password");
-        std::fs::write(&secret, "from-a-file-42\n").unwrap();
-        let props = "\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanism\" = \"SCRAM-SHA-512\"\n\
-                     \"sasl.username\" = \"dedup\"\n";
-        // From the environment, the usual way to mount a secret.
-        let c = load(
-            props,
-            &[(
-                "KAFKA_DEDUP__KAFKA__PROPERTIES__SASL_PASSWORD",
-                &format!("file:{}", secret.display()),
-            )],
-        )
-        .unwrap();
-        let flat = c.kafka.flat_properties();
-        assert_eq!(flat["sasl.password"], "from-a-file-42", "trailing newline removed");
-        assert_eq!(flat["security.protocol"], "SASL_SSL");
-        let shown = format!("{}\n{:?}", c.to_redacted_toml(), c);
-        assert!(!shown.contains("from-a-file-42"), "{shown}");
-        assert!(shown.contains("<redacted>"), "{shown}");
-        // From the file itself, as a dotted key.
-        let c = load(&format!("{props}sasl.password = \"file:{}\"\n", secret.display()), &[]).unwrap();
-        assert_eq!(c.kafka.flat_properties()["sasl.password"], "from-a-file-42");
-        // A missing file names the key and the path, not a value.
-        let e = load(
-            &format!("{props}\"sasl.password\" = \"file:{}/missing\"\n", dir.path().display()),
-            &[],
-        )
-        .unwrap_err();
-        assert_eq!(e.key_name(), Some("kafka.properties.sasl.password"));
-        assert!(e.to_string().contains("missing"), "{e}");
-    }
 
     #[test]
     fn file_urls_are_not_secret_references() {
-        let mut k = KafkaConfig::default();
-        k.properties.insert(
-            "sasl.oauthbearer.token.endpoint.url".into(),
-            PropertyValue::String("file:///token".into()),
-        );
-        resolve_files(&mut k).unwrap();
-        assert_eq!(
-            k.flat_properties()["sasl.oauthbearer.token.endpoint.url"],
-            "file:///token"
-        );
+        let mut props: BTreeMap<String, String> = [(
+            "sasl.oauthbearer.token.endpoint.url".to_string(),
+            "file:///token".to_string(),
+        )]
+        .into();
+        assert!(!resolve_files(&mut props).unwrap());
+        assert_eq!(props["sasl.oauthbearer.token.endpoint.url"], "file:///token");
+    }
+
+    #[test]
+    fn secret_names() {
+        for name in [
+            "sasl.password",
+            "ssl.key.pem",
+            "ssl.keystore.password",
+            "my.secret.thing",
+        ] {
+            assert!(is_secret(name), "{name}");
+        }
+        assert!(!is_secret("sasl.mechanism"));
     }
 }

@@ -48,16 +48,19 @@ pub enum ServiceError {
     /// The HTTP address cannot be bound.
     #[error("http.listen {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
-    /// The runtime or a thread could not start.
+    /// The async runtime could not start.
     #[error("{0}")]
-    Runtime(String),
+    Runtime(std::io::Error),
+    /// The pipeline thread panicked or was cancelled.
+    #[error("pipeline thread: {0}")]
+    PipelineThread(tokio::task::JoinError),
 }
 
 /// Runs the service until SIGTERM/SIGINT (returns `Ok` after a clean hand-over) or a fatal error.
 pub fn run(cfg: Config) -> Result<(), ServiceError> {
     let cfg = Arc::new(cfg);
     info!(config = %cfg.to_redacted_toml().replace('\n', " "), version = env!("CARGO_PKG_VERSION"), "starting kafka-dedup");
-    for w in crate::security::warnings(&cfg.kafka) {
+    for w in cfg.kafka.warnings() {
         warn!("{w}");
     }
     let prometheus = prometheus();
@@ -67,35 +70,13 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
         .worker_threads(1)
         .enable_all()
         .build()
-        .map_err(|e| ServiceError::Runtime(e.to_string()))?;
+        .map_err(ServiceError::Runtime)?;
     runtime.block_on(async move {
         let (http_stop_tx, http_stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let http_task = if cfg.http.listen.is_empty() {
-            None
-        } else {
-            let listener = tokio::net::TcpListener::bind(&cfg.http.listen)
-                .await
-                .map_err(|source| ServiceError::Listen {
-                    addr: cfg.http.listen.clone(),
-                    source,
-                })?;
-            info!(listen = %cfg.http.listen, "http endpoint: /metrics /healthz /readyz /store/stats /store/lookup");
-            let state = HttpState {
-                status: status.clone(),
-                prometheus: prometheus.clone(),
-            };
-            if let Some(h) = prometheus.clone() {
-                tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(Duration::from_secs(5)).await;
-                        h.run_upkeep();
-                    }
-                });
-            }
-            Some(tokio::spawn(http::serve(listener, state, async move {
-                let _ = http_stop_rx.await;
-            })))
-        };
+        let http_task = start_http(&cfg, &status, prometheus, async move {
+            let _ = http_stop_rx.await;
+        })
+        .await?;
         let signal_shutdown = shutdown.clone();
         tokio::spawn(async move {
             wait_for_signal().await;
@@ -106,9 +87,7 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
             let (cfg, shutdown, status) = (cfg.clone(), shutdown.clone(), status.clone());
             tokio::task::spawn_blocking(move || run_filter(cfg, shutdown, status))
         };
-        let result = pipeline
-            .await
-            .map_err(|e| ServiceError::Runtime(format!("pipeline thread: {e}")))?;
+        let result = pipeline.await.map_err(ServiceError::PipelineThread)?;
         let _ = http_stop_tx.send(());
         if let Some(t) = http_task {
             if let Ok(Err(e)) = t.await {
@@ -117,6 +96,39 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
         }
         result.map_err(ServiceError::from)
     })
+}
+
+/// Binds `http.listen` and serves until `stop` resolves, with the recorder's upkeep every 5 s.
+/// `None` when `http.listen` is empty. Errors: the address cannot be bound.
+async fn start_http(
+    cfg: &Config,
+    status: &Arc<Status>,
+    prometheus: Option<PrometheusHandle>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Option<tokio::task::JoinHandle<std::io::Result<()>>>, ServiceError> {
+    if cfg.http.listen.is_empty() {
+        return Ok(None);
+    }
+    let listener = tokio::net::TcpListener::bind(&cfg.http.listen)
+        .await
+        .map_err(|source| ServiceError::Listen {
+            addr: cfg.http.listen.clone(),
+            source,
+        })?;
+    info!(listen = %cfg.http.listen, "http endpoint: /metrics /healthz /readyz /store/stats /store/lookup");
+    if let Some(h) = prometheus.clone() {
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                h.run_upkeep();
+            }
+        });
+    }
+    let state = HttpState {
+        status: status.clone(),
+        prometheus,
+    };
+    Ok(Some(tokio::spawn(http::serve(listener, state, stop))))
 }
 
 async fn wait_for_signal() {

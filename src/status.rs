@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::inspect::LiveRequest;
+use crate::inspect::live::LiveRequest;
+use crate::state::PartitionState;
 use crate::store::Store;
 use crate::telemetry::{self, Totals};
 
@@ -40,8 +41,8 @@ impl BrokerFailure {
 pub struct Status {
     /// Process totals.
     pub totals: Arc<Totals>,
-    /// Input partition -> state description (`recovering`, `running`, or a retry reason).
-    partitions: Mutex<BTreeMap<i32, String>>,
+    /// Input partition -> its state, and why its recovery is being retried.
+    partitions: Mutex<BTreeMap<i32, Owned>>,
     /// True after the first assignment from the consumer group.
     joined: AtomicBool,
     /// Last broker problem, cleared when statistics show a broker up.
@@ -56,6 +57,25 @@ pub struct Status {
     /// Questions for the pipeline thread (live `/store/*` answers); its receiver is drained by
     /// `Filter::tick`. Sending fails once the pipeline has stopped.
     live: Mutex<Option<Sender<LiveRequest>>>,
+}
+
+/// What the status knows of one owned partition.
+#[derive(Debug, Clone)]
+struct Owned {
+    /// Its life-cycle state.
+    state: PartitionState,
+    /// While recovering: why the last attempt failed (it is retried).
+    retrying: Option<String>,
+}
+
+impl Owned {
+    /// As `/readyz` shows it: the state's name, or `recovering (retrying: REASON)`.
+    fn describe(&self) -> String {
+        match &self.retrying {
+            Some(why) => format!("{} (retrying: {why})", self.state),
+            None => self.state.name().to_string(),
+        }
+    }
 }
 
 /// The answer of `/readyz`.
@@ -76,19 +96,24 @@ impl Status {
         Arc::new(Status::default())
     }
 
-    /// Records a partition's state (`recovering` or `running`).
-    pub fn set_partition(&self, p: i32, state: &str) {
+    /// Records a partition's state.
+    pub fn set_partition(&self, p: i32, state: PartitionState) {
         self.partitions
             .lock()
             .expect("not poisoned")
-            .insert(p, state.to_string());
-        telemetry::partition_state(p, Some(if state == "running" { "running" } else { "recovering" }));
+            .insert(p, Owned { state, retrying: None });
+        telemetry::partition_state(p, Some(state));
     }
 
-    /// Records a recovering partition's state with a reason (`recovering (retrying: ...)`).
-    pub fn set_partition_reason(&self, p: i32, reason: String) {
-        self.partitions.lock().expect("not poisoned").insert(p, reason);
-        telemetry::partition_state(p, Some("recovering"));
+    /// Records that a partition's recovery failed with `why` and is retried (`/readyz` shows
+    /// `recovering (retrying: WHY)`).
+    pub fn set_retrying(&self, p: i32, why: &str) {
+        let owned = Owned {
+            state: PartitionState::Recovering,
+            retrying: Some(why.to_string()),
+        };
+        self.partitions.lock().expect("not poisoned").insert(p, owned);
+        telemetry::partition_state(p, Some(PartitionState::Recovering));
     }
 
     /// Forgets a released partition; its state and lag gauges go to 0, so that sums over the
@@ -166,19 +191,28 @@ impl Status {
         self.live.lock().expect("not poisoned").clone()
     }
 
-    /// States of the owned partitions.
+    /// States of the owned partitions, as `/readyz` shows them (`running`, `recovering`, or
+    /// `recovering (retrying: REASON)`).
     pub fn partitions(&self) -> BTreeMap<i32, String> {
-        self.partitions.lock().expect("not poisoned").clone()
+        let owned = self.partitions.lock().expect("not poisoned");
+        owned.iter().map(|(p, o)| (*p, o.describe())).collect()
     }
 
     /// True when every owned partition is running and the group was joined.
     pub fn all_running(&self) -> bool {
-        self.joined.load(Ordering::SeqCst) && self.partitions().values().all(|s| s == "running")
+        self.joined.load(Ordering::SeqCst)
+            && (self.partitions.lock().expect("not poisoned").values()).all(|o| o.state == PartitionState::Running)
+    }
+
+    /// True when partition `p` is owned.
+    pub fn owns(&self, p: i32) -> bool {
+        self.partitions.lock().expect("not poisoned").contains_key(&p)
     }
 
     /// The `/readyz` answer.
     pub fn readiness(&self) -> Readiness {
-        let partitions = self.partitions();
+        let owned = self.partitions.lock().expect("not poisoned").clone();
+        let partitions = owned.iter().map(|(p, o)| (*p, o.describe())).collect();
         let reason = if let Some(f) = self.fatal.lock().expect("not poisoned").clone() {
             Some(format!("stopped: {f}"))
         } else if let Some((kind, detail)) = self.broker_failure.lock().expect("not poisoned").clone() {
@@ -188,10 +222,10 @@ impl Status {
         } else if !self.joined.load(Ordering::SeqCst) {
             Some("waiting for a partition assignment from the consumer group".to_string())
         } else {
-            let recovering: Vec<String> = partitions
+            let recovering: Vec<String> = owned
                 .iter()
-                .filter(|(_, s)| s.as_str() != "running")
-                .map(|(p, s)| format!("{p}: {s}"))
+                .filter(|(_, o)| o.state != PartitionState::Running)
+                .map(|(p, o)| format!("{p}: {}", o.describe()))
                 .collect();
             (!recovering.is_empty()).then(|| format!("recovering partitions ({})", recovering.join(", ")))
         };
@@ -224,11 +258,16 @@ mod tests {
         );
         s.set_broker(true, None);
         s.set_joined();
-        s.set_partition(0, "recovering");
-        s.set_partition(1, "running");
+        s.set_partition(0, PartitionState::Recovering);
+        s.set_partition(1, PartitionState::Running);
         let r = s.readiness();
         assert_eq!(r.reason.as_deref(), Some("recovering partitions (0: recovering)"));
-        s.set_partition(0, "running");
+        s.set_retrying(0, "metadata: timed out");
+        assert_eq!(
+            s.readiness().reason.as_deref(),
+            Some("recovering partitions (0: recovering (retrying: metadata: timed out))")
+        );
+        s.set_partition(0, PartitionState::Running);
         assert!(s.readiness().ready);
         s.set_fatal("delivery failed".into());
         assert_eq!(s.readiness().reason.as_deref(), Some("stopped: delivery failed"));

@@ -1,6 +1,6 @@
 //! Telemetry in one place: every metric name, its help text, and the handles the hot path uses.
 //!
-//! Names follow shared/DESIGN.md ("Metrics"): prefix `kafka_dedup_`, base units (seconds, bytes),
+//! Names follow docs/ARCHITECTURE.md ("Metrics"): prefix `kafka_dedup_`, base units (seconds, bytes),
 //! `_total` on counters, a `partition` label where per-partition, never a key or a fingerprint as
 //! a label. Handles are registered once per partition ([`PartitionMetrics::new`]) so the per-record
 //! cost is an atomic add.
@@ -18,6 +18,7 @@ use metrics::{
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::config::{Config, OnMissing};
+use crate::state::PartitionState;
 
 /// `kafka_dedup_records_consumed_total{partition}`: records read from the input topic.
 pub const RECORDS_CONSUMED: &str = "kafka_dedup_records_consumed_total";
@@ -71,11 +72,9 @@ pub const RECOVERY_DURATION: &str = "kafka_dedup_recovery_duration_seconds";
 /// librdkafka statistics.
 pub const CONSUMER_LAG: &str = "kafka_dedup_consumer_lag_records";
 /// `kafka_dedup_partition_state{partition,state}`: 1 for the partition's current life-cycle state
-/// (one of [`PARTITION_STATES`]), 0 for the others; all 0 once the partition is released (and
-/// left out of the scrape: [`render`]).
+/// (the `state` label is a [`PartitionState::name`]), 0 for the others; all 0 once the partition
+/// is released (and left out of the scrape: [`render`]).
 pub const PARTITION_STATE: &str = "kafka_dedup_partition_state";
-/// The values of the `state` label of [`PARTITION_STATE`] ([`crate::partition::Partition`]).
-pub const PARTITION_STATES: [&str; 2] = ["recovering", "running"];
 /// `kafka_dedup_ready`: 1 when `/readyz` answers ready, else 0; set at each scrape, so an alert
 /// can say what an orchestrator's readiness probe sees.
 pub const READY: &str = "kafka_dedup_ready";
@@ -252,6 +251,7 @@ pub struct PartitionMetrics {
     unfingerprintable: [Counter; 3],
     /// The configured `fingerprint.on_missing`, the `action` label of `unfingerprintable`.
     on_missing: OnMissing,
+    /// The `partition` label value, for the state gauge and a label value registered on use.
     partition: String,
 }
 
@@ -303,7 +303,7 @@ impl PartitionMetrics {
     }
 
     /// Sets the life-cycle state gauge: 1 for `state`, 0 for the others.
-    pub fn set_state(&self, state: &'static str) {
+    pub fn set_state(&self, state: PartitionState) {
         set_partition_state(&self.partition, Some(state));
     }
 
@@ -317,17 +317,17 @@ impl PartitionMetrics {
     }
 }
 
-fn set_partition_state(partition: &str, state: Option<&str>) {
-    for s in PARTITION_STATES {
+fn set_partition_state(partition: &str, state: Option<PartitionState>) {
+    for s in PartitionState::ALL {
         let v = if Some(s) == state { 1.0 } else { 0.0 };
-        gauge!(PARTITION_STATE, "partition" => partition.to_string(), "state" => s).set(v);
+        gauge!(PARTITION_STATE, "partition" => partition.to_string(), "state" => s.name()).set(v);
     }
 }
 
 /// Sets partition `partition`'s state gauge ([`PARTITION_STATE`]): 1 for `state`, 0 for the
-/// other [`PARTITION_STATES`]; `None` (released) zeroes them all. Called by
-/// [`crate::status::Status`] on every state change, so the gauge and `/readyz` agree.
-pub fn partition_state(partition: i32, state: Option<&str>) {
+/// other states; `None` (released) zeroes them all. Called by [`crate::status::Status`] on every
+/// state change, so the gauge and `/readyz` agree.
+pub fn partition_state(partition: i32, state: Option<PartitionState>) {
     set_partition_state(&partition.to_string(), state);
 }
 

@@ -1,7 +1,7 @@
 //! The local fingerprint store: a sled database that caches each owned partition's generations
 //! as of its last checkpoint, so a restart need not re-read two intervals of the output topic.
 //!
-//! It is a cache of the output topic (shared/DESIGN.md, principle 1): a snapshot is used only when
+//! It is a cache of the output topic (docs/ARCHITECTURE.md, "Principles"): a snapshot is used only when
 //! its checkpoint id equals the one in the committed offset's metadata; anything else (missing,
 //! behind, ahead, from another deployment, corrupt) is rebuilt from the output topic.
 //!
@@ -24,16 +24,25 @@
 //! format file is read first and every refusal (not a store, newer format, older format) is
 //! decided before sled is touched. Once the database is open, `m:format` decides: a migration
 //! ([`crate::migrate`]) writes it with its data, and rewrites the format file after it.
+//!
+//! The rooms: `codec` (keys and chunk values), `open` (what a directory holds, and opening
+//! it for `run`, `inspect` and `migrate`), and this file (the types, reading and writing).
+
+mod codec;
+mod open;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use xxhash_rust::xxh3::xxh3_64;
 
 use crate::generations::{now_ms, Generation, Positions};
 use crate::table::FingerprintTable;
+
+use codec::{chunk_key, chunk_prefix, snapshot_key, KEY_FORMAT, KEY_IDENTITY};
+pub use codec::{decode_chunk, encode_chunk, ChunkError, StoreKey};
+pub use open::{format_file_version, FormatFileError};
+use open::{in_use_hint, open_sled_waiting, write_format_file, LOCK_GRACE};
 
 /// The store format this build reads and writes. See `migrations/`.
 pub const FORMAT_VERSION: u32 = 1;
@@ -42,11 +51,6 @@ pub const FORMAT_VERSION: u32 = 1;
 /// one leaf page and reads and caches a page whole, so the chunk size bounds the memory one read
 /// takes (with 65,536-entry chunks a page reached 22 MB, and reading it peaked near 3x that).
 pub const CHUNK_ENTRIES: usize = 4_096;
-
-const KEY_FORMAT: &[u8] = b"m:format";
-const KEY_IDENTITY: &[u8] = b"m:identity";
-const CHUNK_MAGIC: &[u8; 4] = b"KDG1";
-const ENTRY_BYTES: usize = 20;
 /// File in the store directory naming the HTTP address (`http.listen`) of the `run` process
 /// that has it open; read for the hint of [`StoreError::InUse`]. Removed when `run` stops.
 pub const LIVE_FILE: &str = "kafka-dedup.live";
@@ -174,503 +178,7 @@ pub struct PartitionWrite<'a> {
     pub clean: bool,
 }
 
-fn snapshot_key(p: i32) -> Vec<u8> {
-    let mut k = b"s".to_vec();
-    k.extend_from_slice(&(p as u32).to_be_bytes());
-    k
-}
-
-fn chunk_key(p: i32, epoch: u64, chunk: u32) -> Vec<u8> {
-    let mut k = b"g".to_vec();
-    k.extend_from_slice(&(p as u32).to_be_bytes());
-    k.extend_from_slice(&epoch.to_be_bytes());
-    k.extend_from_slice(&chunk.to_be_bytes());
-    k
-}
-
-/// A store key, classified by the layout (see the module documentation).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreKey {
-    /// `m:format`.
-    Format,
-    /// `m:identity`.
-    Identity,
-    /// `s` + partition: a [`PartitionSnapshot`].
-    Snapshot(i32),
-    /// `g` + partition + epoch + chunk: a chunk of a generation's fingerprints.
-    Chunk {
-        /// Input partition.
-        partition: i32,
-        /// Generation epoch.
-        epoch: u64,
-        /// Chunk index, from 0.
-        chunk: u32,
-    },
-    /// Anything else (not written by this format).
-    Unknown(Vec<u8>),
-}
-
-impl StoreKey {
-    /// Classifies a raw key.
-    pub fn parse(k: &[u8]) -> StoreKey {
-        match k {
-            KEY_FORMAT => StoreKey::Format,
-            KEY_IDENTITY => StoreKey::Identity,
-            [b's', rest @ ..] if rest.len() == 4 => {
-                StoreKey::Snapshot(u32::from_be_bytes(rest.try_into().expect("4 bytes")) as i32)
-            }
-            [b'g', rest @ ..] if rest.len() == 16 => StoreKey::Chunk {
-                partition: u32::from_be_bytes(rest[..4].try_into().expect("4 bytes")) as i32,
-                epoch: u64::from_be_bytes(rest[4..12].try_into().expect("8 bytes")),
-                chunk: u32::from_be_bytes(rest[12..].try_into().expect("4 bytes")),
-            },
-            _ => StoreKey::Unknown(k.to_vec()),
-        }
-    }
-}
-
-fn chunk_prefix(p: i32) -> Vec<u8> {
-    let mut k = b"g".to_vec();
-    k.extend_from_slice(&(p as u32).to_be_bytes());
-    k
-}
-
-/// Encodes entries as one chunk value.
-pub fn encode_chunk(entries: &[(u128, u32)]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(8 + entries.len() * ENTRY_BYTES + 8);
-    v.extend_from_slice(CHUNK_MAGIC);
-    v.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-    for (fp, off) in entries {
-        v.extend_from_slice(&fp.to_le_bytes());
-        v.extend_from_slice(&off.to_le_bytes());
-    }
-    let sum = xxh3_64(&v);
-    v.extend_from_slice(&sum.to_le_bytes());
-    v
-}
-
-/// Decodes a chunk value, verifying its magic, length and checksum.
-pub fn decode_chunk(v: &[u8]) -> Result<Vec<(u128, u32)>, String> {
-    if v.len() < 16 || &v[..4] != CHUNK_MAGIC {
-        return Err("chunk header missing".into());
-    }
-    let (body, sum) = v.split_at(v.len() - 8);
-    if xxh3_64(body).to_le_bytes() != sum {
-        return Err("chunk checksum mismatch".into());
-    }
-    let count = u32::from_le_bytes(body[4..8].try_into().expect("4 bytes")) as usize;
-    if body.len() != 8 + count * ENTRY_BYTES {
-        return Err(format!("chunk length {} does not fit {count} entries", body.len()));
-    }
-    Ok(body[8..]
-        .chunks_exact(ENTRY_BYTES)
-        .map(|e| {
-            (
-                u128::from_le_bytes(e[..16].try_into().expect("16 bytes")),
-                u32::from_le_bytes(e[16..].try_into().expect("4 bytes")),
-            )
-        })
-        .collect())
-}
-
-/// What a directory holds, judged from its file names and the format file alone: sled writes to
-/// its log and snapshot files whenever it opens a database, even to read it, so every refusal
-/// is decided here, before sled is touched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Found {
-    /// No such path.
-    Missing,
-    /// An empty directory.
-    Empty,
-    /// A format file with this version and the sled files beside it.
-    Store(u32),
-    /// A format file with this version but no sled database (creation was interrupted).
-    FormatOnly(u32),
-}
-
-/// Why a directory is not a store (a [`StoreError::NotAStore`] reason), or what it holds.
-fn examine(path: &Path) -> Result<Found, StoreError> {
-    let not = |reason: String| StoreError::NotAStore {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let meta = match std::fs::metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),
-        Err(e) => return Err(not(format!("cannot read it: {e}"))),
-    };
-    if !meta.is_dir() {
-        return Err(not("it is a file, not a directory".into()));
-    }
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(path).map_err(|e| not(format!("cannot list it: {e}")))? {
-        let entry = entry.map_err(|e| not(format!("cannot list it: {e}")))?;
-        names.push(entry.file_name().to_string_lossy().into_owned());
-    }
-    if names.is_empty() {
-        return Ok(Found::Empty);
-    }
-    let sled_files = names.iter().any(|n| n == "db" || n == "conf");
-    match read_format_file(path) {
-        Ok(Some(v)) if sled_files => Ok(Found::Store(v)),
-        Ok(Some(v)) => Ok(Found::FormatOnly(v)),
-        Ok(None) if sled_files => Err(not(format!(
-            "it holds a sled database but no `{FORMAT_FILE}` (a database of another program, or a store \
-             written before kafka-dedup stamped its format; a store is a cache of the output topic, so such \
-             a directory can be deleted and the next start rebuilds it)"
-        ))),
-        Ok(None) => {
-            names.sort();
-            let shown: Vec<&str> = names.iter().take(5).map(String::as_str).collect();
-            Err(not(format!(
-                "it holds other files ({}{}) and no `{FORMAT_FILE}`; point store.path at an empty or new directory",
-                shown.join(", "),
-                if names.len() > shown.len() { ", ..." } else { "" }
-            )))
-        }
-        Err(reason) => Err(not(reason)),
-    }
-}
-
-/// Reads the format file: `Ok(None)` when absent, `Err(reason)` when it holds no version.
-fn read_format_file(dir: &Path) -> Result<Option<u32>, String> {
-    match std::fs::read_to_string(dir.join(FORMAT_FILE)) {
-        Ok(text) => text.trim().parse::<u32>().map(Some).map_err(|_| {
-            format!(
-                "`{FORMAT_FILE}` does not hold a format version (found {:?})",
-                text.trim()
-            )
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("`{FORMAT_FILE}` cannot be read: {e}")),
-    }
-}
-
-/// Writes the format file atomically (a temporary file renamed over it, then the directory synced).
-fn write_format_file(dir: &Path, version: u32) -> std::io::Result<()> {
-    use std::io::Write as _;
-    let tmp = dir.join(format!("{FORMAT_FILE}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    writeln!(f, "{version}")?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(FORMAT_FILE))?;
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
-}
-
-/// The format version stamped in a store's format file (`kafka-dedup.format`), without opening
-/// the store. `Ok(None)` when the file is absent; `Err` with the reason when it is unreadable.
-pub fn format_file_version(dir: &Path) -> Result<Option<u32>, String> {
-    read_format_file(dir)
-}
-
-/// sled's page cache for `run`: bytes.
-const RUN_CACHE_BYTES: u64 = 64 * 1024 * 1024;
-/// sled's page cache for `inspect` and `migrate`: small, so `dump` of any store size stays in
-/// bounded memory (chunks are read one at a time).
-const TOOL_CACHE_BYTES: u64 = 8 * 1024 * 1024;
-
-/// Opens sled, turning sled's panics on mangled files into errors.
-fn open_sled(path: &Path, cache_bytes: u64) -> Result<sled::Db, String> {
-    let path = path.to_path_buf();
-    let result = std::panic::catch_unwind(move || {
-        sled::Config::new()
-            .path(&path)
-            .cache_capacity(cache_bytes)
-            .flush_every_ms(None)
-            .open()
-    });
-    match result {
-        Ok(Ok(db)) => Ok(db),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(panic) => Err(format!(
-            "sled panicked while opening: {}",
-            panic
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| panic.downcast_ref::<&str>().copied())
-                .unwrap_or("?")
-        )),
-    }
-}
-
-/// True for sled's error when another process holds the database's file lock.
-fn is_lock_error(e: &str) -> bool {
-    e.contains("could not acquire lock")
-}
-
-/// How long an open retries while sled's file lock is held: 1 s. A lock outlives its holder for
-/// a moment when the holder was this process: sled's background tasks keep the file open after
-/// the last handle is dropped, and a child process spawned meanwhile holds a copy of the
-/// descriptor until it execs. A lock held by another running process is reported after this.
-const LOCK_GRACE: Duration = Duration::from_secs(1);
-
-/// [`open_sled`], retried while the lock is held, for up to `grace`.
-fn open_sled_waiting(path: &Path, cache_bytes: u64, grace: Duration) -> Result<sled::Db, String> {
-    let deadline = Instant::now() + grace;
-    loop {
-        match open_sled(path, cache_bytes) {
-            Err(e) if is_lock_error(&e) && Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            result => return result,
-        }
-    }
-}
-
-/// The HTTP address written by [`Store::write_live_file`], made usable from this host: an
-/// unspecified listen address (`0.0.0.0`, `[::]`) becomes the loopback address.
-fn live_address(path: &Path) -> Option<String> {
-    let addr = std::fs::read_to_string(path.join(LIVE_FILE)).ok()?;
-    let addr = addr.trim();
-    if addr.is_empty() {
-        return None;
-    }
-    Some(if let Some(port) = addr.strip_prefix("0.0.0.0:") {
-        format!("127.0.0.1:{port}")
-    } else if let Some(port) = addr.strip_prefix("[::]:") {
-        format!("[::1]:{port}")
-    } else {
-        addr.to_string()
-    })
-}
-
-fn in_use_hint(path: &Path) -> String {
-    match live_address(path) {
-        Some(addr) => format!(
-            "; ask it over HTTP instead: http://{addr}/store/stats, http://{addr}/store/lookup?value=TEXT \
-             (or ?key=, ?header=NAME=VALUE, ?fingerprint=HEX)"
-        ),
-        None => "; ask it over HTTP instead: GET /store/stats and /store/lookup on its http.listen address \
-                 (it did not write its address into the store directory, so http.listen may be disabled)"
-            .to_string(),
-    }
-}
-
-fn check_version(path: &Path, found: u32) -> Result<(), StoreError> {
-    if found > FORMAT_VERSION {
-        Err(StoreError::NewerFormat {
-            path: path.to_path_buf(),
-            found,
-            supported: FORMAT_VERSION,
-        })
-    } else if found < FORMAT_VERSION {
-        Err(StoreError::OlderFormat {
-            path: path.to_path_buf(),
-            found,
-            supported: FORMAT_VERSION,
-        })
-    } else {
-        Ok(())
-    }
-}
-
 impl Store {
-    /// The refusals of [`Store::open_for_run`] that need no Kafka and touch nothing (not a store,
-    /// a newer or an older format), checked on their own so that `run` can refuse such a
-    /// directory before it contacts the brokers, yet check the topics before the store changes.
-    pub fn precheck_for_run(path: &Path) -> Result<(), StoreError> {
-        match examine(path)? {
-            Found::Missing | Found::Empty => Ok(()),
-            Found::Store(v) | Found::FormatOnly(v) => check_version(path, v),
-        }
-    }
-
-    /// Opens the store of a deployment for `kafka-dedup run`, creating it if needed.
-    ///
-    /// - no directory or an empty one: a new store ([`Opened::Created`]): the format file first,
-    ///   then the sled database;
-    /// - a directory without the format file (other files, another program's sled database), a
-    ///   newer or an older format: refused before sled opens, nothing touched. An older format is
-    ///   not migrated here: the error names `kafka-dedup migrate` (see `migrations/README.md`);
-    /// - held by another process: [`StoreError::InUse`], with the HTTP address of that process;
-    /// - sled fails to open it (truncated or garbled files): the directory is moved to
-    ///   `<path>.corrupt` (replacing an older one) and a new store is created ([`Opened::Replaced`]);
-    ///   if the new one fails too, the error is returned: no crash loop on a bad disk;
-    /// - a store of another deployment (different [`Identity`]), or whose stamps inside the
-    ///   database are missing or unreadable: cleared ([`Opened::Replaced`]).
-    pub fn open_for_run(path: &Path, identity: &Identity) -> Result<(Store, Opened), StoreError> {
-        let io = |e: std::io::Error| StoreError::Sled {
-            path: path.to_path_buf(),
-            source: sled::Error::Io(e),
-        };
-        let mut opened = Opened::Existing;
-        match examine(path)? {
-            Found::Missing | Found::Empty => {
-                std::fs::create_dir_all(path).map_err(io)?;
-                write_format_file(path, FORMAT_VERSION).map_err(io)?;
-                opened = Opened::Created;
-            }
-            Found::Store(v) => check_version(path, v)?,
-            Found::FormatOnly(v) => {
-                check_version(path, v)?;
-                opened = Opened::Created;
-            }
-        }
-        let db = match open_sled_waiting(path, RUN_CACHE_BYTES, LOCK_GRACE) {
-            Ok(db) => db,
-            Err(e) if is_lock_error(&e) => {
-                return Err(StoreError::InUse {
-                    path: path.to_path_buf(),
-                    hint: in_use_hint(path),
-                })
-            }
-            Err(e) => {
-                let aside = PathBuf::from(format!("{}.corrupt", path.display()));
-                let _ = std::fs::remove_dir_all(&aside);
-                std::fs::rename(path, &aside).map_err(|io| StoreError::Corrupt {
-                    path: path.to_path_buf(),
-                    reason: format!("{e}; moving it aside to {} failed: {io}", aside.display()),
-                })?;
-                opened = Opened::Replaced {
-                    reason: "corrupt",
-                    detail: format!("sled could not open it ({e}); moved to {}", aside.display()),
-                };
-                std::fs::create_dir_all(path).map_err(io)?;
-                write_format_file(path, FORMAT_VERSION).map_err(io)?;
-                open_sled(path, RUN_CACHE_BYTES).map_err(|e2| StoreError::Corrupt {
-                    path: path.to_path_buf(),
-                    reason: format!("a new store cannot be created either: {e2}"),
-                })?
-            }
-        };
-        let store = Store {
-            db,
-            path: Arc::new(path.to_path_buf()),
-            cache_bytes: RUN_CACHE_BYTES,
-        };
-        // The stamp inside the database decides once it is open: a migration writes it in the
-        // same step as the data, and the format file after it.
-        match store.format_version() {
-            Ok(Some(v)) => check_version(path, v)?,
-            Ok(None) if store.db.is_empty() => {}
-            Ok(None) | Err(_) => {
-                store.db.clear().map_err(|e| store.sled_err(e))?;
-                opened = Opened::Replaced {
-                    reason: "corrupt",
-                    detail: "the database holds no readable format version; cleared".into(),
-                };
-            }
-        }
-        match store.identity() {
-            Ok(Some(id)) if &id == identity => {}
-            Ok(Some(id)) => {
-                store.db.clear().map_err(|e| store.sled_err(e))?;
-                opened = Opened::Replaced {
-                    reason: "other_deployment",
-                    detail: format!(
-                        "it belonged to group {} ({} -> {}, source {}); cleared",
-                        id.group_id, id.input_topic, id.output_topic, id.source
-                    ),
-                };
-            }
-            Ok(None) => {}
-            Err(e) => {
-                store.db.clear().map_err(|e| store.sled_err(e))?;
-                opened = Opened::Replaced {
-                    reason: "corrupt",
-                    detail: format!("{e}; cleared"),
-                };
-            }
-        }
-        store
-            .db
-            .insert(KEY_FORMAT, &FORMAT_VERSION.to_be_bytes())
-            .map_err(|e| store.sled_err(e))?;
-        store
-            .db
-            .insert(KEY_IDENTITY, serde_json::to_vec(identity).expect("identity serializes"))
-            .map_err(|e| store.sled_err(e))?;
-        store.db.flush().map_err(|e| store.sled_err(e))?;
-        if read_format_file(path) != Ok(Some(FORMAT_VERSION)) {
-            write_format_file(path, FORMAT_VERSION).map_err(io)?;
-        }
-        Ok((store, opened))
-    }
-
-    /// Opens an existing store of this build's format for reading (`inspect`). Refuses, before
-    /// sled opens and without touching anything: a missing or empty directory, a directory that
-    /// is not a store (no format file), a newer format ([`StoreError::NewerFormat`]) and an older
-    /// one ([`StoreError::OlderFormat`], whose message names `kafka-dedup migrate`). Then refuses a
-    /// store held by a running process ([`StoreError::InUse`], naming its HTTP address). sled
-    /// itself may rewrite its log and snapshot files when it opens a database; the store's
-    /// content is not changed. Uses a small page cache (`TOOL_CACHE_BYTES`, 8 MiB).
-    pub fn open_existing(path: &Path) -> Result<Store, StoreError> {
-        let (store, found) = Self::open_tool(path, FORMAT_VERSION, FORMAT_VERSION)?;
-        check_version(path, found)?;
-        Ok(store)
-    }
-
-    /// Opens a store for `migrate` to format `target` (normally [`FORMAT_VERSION`]), returning the
-    /// version stamped inside the database (the format file's when the database holds none yet).
-    /// Refuses what [`Store::open_existing`] refuses, except that only a format file newer than
-    /// `target` is refused; comparing the returned version is the caller's job.
-    pub fn open_for_migration(path: &Path, target: u32) -> Result<(Store, u32), StoreError> {
-        Self::open_tool(path, 0, target)
-    }
-
-    /// Opens a store whose format file says a version in `oldest..=newest` (anything else is
-    /// refused before sled opens) and returns the version stamped inside the database.
-    fn open_tool(path: &Path, oldest: u32, newest: u32) -> Result<(Store, u32), StoreError> {
-        let not = |reason: &str| StoreError::NotAStore {
-            path: path.to_path_buf(),
-            reason: reason.to_string(),
-        };
-        let file_version =
-            match examine(path)? {
-                Found::Missing => return Err(not("no such directory")),
-                Found::Empty => return Err(not("the directory is empty")),
-                Found::FormatOnly(_) => return Err(not(
-                    "it holds a format file but no database (its creation was interrupted before anything was stored)",
-                )),
-                Found::Store(v) => v,
-            };
-        // Refuse before sled opens it: a later build may lay the directory out differently, and
-        // sled writes to its files when it opens them.
-        if file_version > newest {
-            return Err(StoreError::NewerFormat {
-                path: path.to_path_buf(),
-                found: file_version,
-                supported: newest,
-            });
-        }
-        if file_version < oldest {
-            return Err(StoreError::OlderFormat {
-                path: path.to_path_buf(),
-                found: file_version,
-                supported: oldest,
-            });
-        }
-        let db = match open_sled_waiting(path, TOOL_CACHE_BYTES, LOCK_GRACE) {
-            Ok(db) => db,
-            Err(e) if is_lock_error(&e) => {
-                return Err(StoreError::InUse {
-                    path: path.to_path_buf(),
-                    hint: in_use_hint(path),
-                })
-            }
-            Err(e) => {
-                return Err(StoreError::Corrupt {
-                    path: path.to_path_buf(),
-                    reason: e,
-                })
-            }
-        };
-        let store = Store {
-            db,
-            path: Arc::new(path.to_path_buf()),
-            cache_bytes: TOOL_CACHE_BYTES,
-        };
-        let found = match store.format_version()? {
-            Some(v) => v,
-            None if store.db.is_empty() => file_version,
-            None => return Err(store.corrupt("the database holds data but no format version")),
-        };
-        Ok((store, found))
-    }
-
     /// Closes sled and opens the same directory again, with the same cache size: the only way
     /// to release sled 0.34's page cache, which keeps every page a one-pass scan reads (its LRU
     /// evicts only after 64 accesses to one of its 256 shards). For the scans of `inspect`
@@ -683,13 +191,13 @@ impl Store {
         // This process just released the lock; sled's background tasks may hold it a moment.
         match open_sled_waiting(&path, cache_bytes, 5 * LOCK_GRACE) {
             Ok(db) => Ok(Store { db, path, cache_bytes }),
-            Err(e) if is_lock_error(&e) => Err(StoreError::InUse {
+            Err(e) if e.is_lock() => Err(StoreError::InUse {
                 hint: in_use_hint(&path),
                 path: path.to_path_buf(),
             }),
             Err(e) => Err(StoreError::Corrupt {
                 path: path.to_path_buf(),
-                reason: e,
+                reason: e.to_string(),
             }),
         }
     }
@@ -906,86 +414,56 @@ impl Store {
             let old = self.snapshot_unguarded(w.partition).ok().flatten();
             let mut metas = Vec::with_capacity(w.generations.len());
             for g in &w.generations {
-                let count = g.len();
-                let chunks = count.div_ceil(CHUNK_ENTRIES) as u32;
                 let old_meta = old
                     .as_ref()
                     .and_then(|o| o.generations.iter().find(|m| m.epoch == g.epoch));
-                if !(g.is_stored() && old_meta.is_some_and(|m| m.count == count as u64)) {
-                    let mut entries: Vec<(u128, u32)> = Vec::with_capacity(CHUNK_ENTRIES.min(count));
-                    let mut c = 0u32;
-                    for e in g.table.iter() {
-                        entries.push(e);
-                        if entries.len() == CHUNK_ENTRIES {
-                            batch.insert(chunk_key(w.partition, g.epoch, c), encode_chunk(&entries));
-                            entries.clear();
-                            c += 1;
-                        }
-                    }
-                    if !entries.is_empty() {
-                        batch.insert(chunk_key(w.partition, g.epoch, c), encode_chunk(&entries));
-                        c += 1;
-                    }
-                    debug_assert_eq!(c, chunks);
-                    if let Some(m) = old_meta {
-                        for stale in chunks..m.chunks {
-                            batch.remove(chunk_key(w.partition, g.epoch, stale));
-                        }
-                    }
+                let meta = GenerationMeta::of(g);
+                if !(g.is_stored() && old_meta.is_some_and(|m| m.count == meta.count)) {
+                    write_chunks(&mut batch, w.partition, g, old_meta);
                     written.push(g);
                 }
-                metas.push(GenerationMeta {
-                    epoch: g.epoch,
-                    created_at_ms: g.created_at_ms,
-                    in_start: g.in_start,
-                    out_start: g.out_start.clone(),
-                    count: count as u64,
-                    chunks,
-                });
+                metas.push(meta);
             }
-            // Chunks of generations that are no longer live.
-            match &old {
-                Some(o) => {
-                    for m in &o.generations {
-                        if !w.generations.iter().any(|g| g.epoch == m.epoch) {
-                            for c in 0..m.chunks {
-                                batch.remove(chunk_key(w.partition, m.epoch, c));
-                            }
-                        }
-                    }
-                }
-                None => {
-                    // No readable snapshot: remove whatever chunks the partition has that are
-                    // not being written now.
-                    for kv in self.db.scan_prefix(chunk_prefix(w.partition)) {
-                        let (k, _) = kv.map_err(|e| self.sled_err(e))?;
-                        if k.len() == 17 {
-                            let epoch = u64::from_be_bytes(k[5..13].try_into().expect("8 bytes"));
-                            if !w.generations.iter().any(|g| g.epoch == epoch) {
-                                batch.remove(k);
-                            }
-                        }
-                    }
-                }
-            }
-            let snap = PartitionSnapshot {
-                epoch: w.epoch,
-                ckpt: w.ckpt.clone(),
-                committed_offset: w.committed_offset,
-                out_covered: w.out_covered.clone(),
-                generations: metas,
-                written_at_ms: now_ms(),
-                clean: w.clean,
-            };
+            self.remove_dropped(&mut batch, w, old.as_ref())?;
             batch.insert(
                 snapshot_key(w.partition),
-                serde_json::to_vec(&snap).expect("snapshot serializes"),
+                serde_json::to_vec(&w.snapshot(metas)).expect("snapshot serializes"),
             );
         }
         self.db.apply_batch(batch).map_err(|e| self.sled_err(e))?;
         self.db.flush().map_err(|e| self.sled_err(e))?;
         for g in written {
             g.mark_stored();
+        }
+        Ok(())
+    }
+
+    /// Removes the chunks of generations that are no longer live: those the old snapshot lists
+    /// and `w` does not, or, without a readable snapshot, every chunk of the partition not being
+    /// written now.
+    fn remove_dropped(
+        &self,
+        batch: &mut sled::Batch,
+        w: &PartitionWrite<'_>,
+        old: Option<&PartitionSnapshot>,
+    ) -> Result<(), StoreError> {
+        let live = |epoch: u64| w.generations.iter().any(|g| g.epoch == epoch);
+        if let Some(o) = old {
+            for m in o.generations.iter().filter(|m| !live(m.epoch)) {
+                for c in 0..m.chunks {
+                    batch.remove(chunk_key(w.partition, m.epoch, c));
+                }
+            }
+            return Ok(());
+        }
+        for kv in self.db.scan_prefix(chunk_prefix(w.partition)) {
+            let (k, _) = kv.map_err(|e| self.sled_err(e))?;
+            if k.len() == 17 {
+                let epoch = u64::from_be_bytes(k[5..13].try_into().expect("8 bytes"));
+                if !live(epoch) {
+                    batch.remove(k);
+                }
+            }
         }
         Ok(())
     }
@@ -1006,6 +484,63 @@ impl Store {
     }
 }
 
+/// Adds generation `g` of partition `p` to `batch` as chunks of [`CHUNK_ENTRIES`], removing
+/// chunks beyond its new count that `old` (its stored description, if any) had.
+fn write_chunks(batch: &mut sled::Batch, p: i32, g: &Generation, old: Option<&GenerationMeta>) {
+    let count = g.len();
+    let chunks = count.div_ceil(CHUNK_ENTRIES) as u32;
+    let mut entries: Vec<(u128, u32)> = Vec::with_capacity(CHUNK_ENTRIES.min(count));
+    let mut c = 0u32;
+    for e in g.table.iter() {
+        entries.push(e);
+        if entries.len() == CHUNK_ENTRIES {
+            batch.insert(chunk_key(p, g.epoch, c), encode_chunk(&entries));
+            entries.clear();
+            c += 1;
+        }
+    }
+    if !entries.is_empty() {
+        batch.insert(chunk_key(p, g.epoch, c), encode_chunk(&entries));
+        c += 1;
+    }
+    debug_assert_eq!(c, chunks);
+    if let Some(m) = old {
+        for stale in chunks..m.chunks {
+            batch.remove(chunk_key(p, g.epoch, stale));
+        }
+    }
+}
+
+impl GenerationMeta {
+    /// The description of generation `g` as stored now.
+    fn of(g: &Generation) -> Self {
+        let count = g.len();
+        GenerationMeta {
+            epoch: g.epoch,
+            created_at_ms: g.created_at_ms,
+            in_start: g.in_start,
+            out_start: g.out_start.clone(),
+            count: count as u64,
+            chunks: count.div_ceil(CHUNK_ENTRIES) as u32,
+        }
+    }
+}
+
+impl PartitionWrite<'_> {
+    /// The snapshot this write stores, with its generations described by `generations`.
+    fn snapshot(&self, generations: Vec<GenerationMeta>) -> PartitionSnapshot {
+        PartitionSnapshot {
+            epoch: self.epoch,
+            ckpt: self.ckpt.clone(),
+            committed_offset: self.committed_offset,
+            out_covered: self.out_covered.clone(),
+            generations,
+            written_at_ms: now_ms(),
+            clean: self.clean,
+        }
+    }
+}
+
 /// The identity the unit tests of the store and its tools use.
 #[cfg(test)]
 pub(crate) fn test_identity() -> Identity {
@@ -1022,6 +557,7 @@ mod tests {
     use super::*;
     use crate::generations::pos;
     use test_identity as identity;
+    use xxhash_rust::xxh3::xxh3_64;
 
     #[test]
     fn save_load_round_trip_and_rotation_cleanup() {

@@ -1,0 +1,567 @@
+//! Checkpoints: what makes the state of the running partitions durable.
+//!
+//! Idempotent mode, every `checkpoint.interval`, in stages that never stop consumption:
+//! 1. rotate the generations of every running partition whose input advanced by an interval of
+//!    record time ([`Rotation`](crate::partition::Rotation): a stalled or lagging filter does not
+//!    shorten the horizon) and note each partition's target offset (the consumer's position:
+//!    everything taken so far, plus transaction markers librdkafka skipped);
+//! 2. [`Stage::Delivering`]: wait until every record before each target is acknowledged;
+//! 3. [`Stage::Persisting`]: write the frozen generations and positions to the store in one
+//!    atomic sled batch and flush, on a background thread;
+//! 4. commit the targets with their [`CheckpointMeta`] (epoch, output start of each live
+//!    generation) and the horizon markers ([`commit_list`]).
+//!
+//! Transactional mode: a checkpoint commits the producer's transaction with the offsets in it
+//! ([`Filter::commit_transaction`]), then stores the partitions' state.
+//!
+//! Every commit and store write of one partition derives from one [`CheckpointRecord`].
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::{self, Receiver, TryRecvError};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rdkafka::consumer::Consumer;
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::producer::Producer;
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::{debug, warn};
+
+use super::context::FilterConsumer;
+use super::filter::Filter;
+use super::mode::Mode;
+use super::{Fatal, KAFKA_TIMEOUT};
+use crate::config::{Config, Partitioning};
+use crate::generations::{Generation, Generations, Positions};
+use crate::metadata::{new_checkpoint_id, CheckpointMeta, METADATA_VERSION};
+use crate::partition::{Partition, Running};
+use crate::store::{PartitionWrite, StoreError};
+use crate::telemetry::{self, Totals};
+
+/// One partition's checkpoint: the input offset committed and what recovery needs to know about
+/// it. The offset metadata ([`CheckpointRecord::meta`]) and the store write
+/// ([`CheckpointRecord::write`], from which the store derives its snapshot) are made from it.
+#[derive(Debug, Clone)]
+pub(crate) struct CheckpointRecord {
+    /// Input partition.
+    pub partition: i32,
+    /// Input offset committed: the next record to consume.
+    pub offset: i64,
+    /// Epoch of the current generation.
+    pub epoch: u64,
+    /// Checkpoint id, naming the store snapshot written for this commit.
+    pub ckpt: String,
+    /// Output start positions of the live generations, oldest first.
+    pub gens: Vec<Positions>,
+    /// True when committed by a clean hand-over (every delivery acknowledged).
+    pub clean: bool,
+    /// Transactional mode: output positions just past the committed transaction.
+    pub out_end: Option<Positions>,
+}
+
+impl CheckpointRecord {
+    /// The checkpoint of partition `partition` at input `offset`, with generations `gens`.
+    pub fn new(
+        partition: i32,
+        offset: i64,
+        gens: &Generations,
+        ckpt: String,
+        clean: bool,
+        out_end: Option<Positions>,
+    ) -> Self {
+        CheckpointRecord {
+            partition,
+            offset,
+            epoch: gens.current().epoch,
+            ckpt,
+            gens: gens.out_starts(),
+            clean,
+            out_end,
+        }
+    }
+
+    /// The checkpoint of running partition `p` at its commit position (the watermark), under a
+    /// new checkpoint id. `transactional`: with the output end of the committed transaction.
+    fn of_running(p: i32, run: &mut Running, clean: bool, transactional: bool) -> Self {
+        run.ckpt = new_checkpoint_id();
+        let out_end = transactional.then(|| run.out_positions.clone());
+        Self::new(p, run.inflight.watermark(), &run.gens, run.ckpt.clone(), clean, out_end)
+    }
+
+    /// The metadata committed with the offset.
+    pub fn meta(&self) -> CheckpointMeta {
+        CheckpointMeta {
+            kd: METADATA_VERSION,
+            epoch: self.epoch,
+            ckpt: self.ckpt.clone(),
+            gens: self.gens.clone(),
+            clean: self.clean,
+            out_end: self.out_end.clone(),
+        }
+    }
+
+    /// The store write: `generations` (oldest first), holding every forwarded record's
+    /// fingerprint up to the output positions `out_covered`.
+    pub fn write<'a>(&self, out_covered: Positions, generations: Vec<&'a Generation>) -> PartitionWrite<'a> {
+        PartitionWrite {
+            partition: self.partition,
+            epoch: self.epoch,
+            ckpt: self.ckpt.clone(),
+            committed_offset: self.offset,
+            out_covered,
+            generations,
+            clean: self.clean,
+        }
+    }
+}
+
+/// One partition's part of a checkpoint in progress.
+pub(super) struct CheckpointPart {
+    /// Ownership the checkpoint was taken for.
+    incarnation: u64,
+    /// What is committed; its offset is the target: every record before it must be
+    /// acknowledged first.
+    record: CheckpointRecord,
+    /// Frozen generations after the rotation, oldest first.
+    frozen: Vec<Arc<Generation>>,
+    /// The current generation as of the rotation, stored empty: records taken since are
+    /// re-learned from the output.
+    current: Generation,
+}
+
+/// What the background store write of a checkpoint needs for one partition.
+struct PersistJob {
+    /// What is committed.
+    record: CheckpointRecord,
+    /// The frozen live generations, oldest first.
+    frozen: Vec<Arc<Generation>>,
+    /// The current generation, empty.
+    current: Generation,
+}
+
+/// Where a checkpoint in progress is.
+pub(super) enum Stage {
+    /// Waiting for acknowledgements up to each target.
+    Delivering,
+    /// The store write runs on a background thread; its result arrives here.
+    Persisting(Receiver<Result<(), StoreError>>),
+}
+
+/// A checkpoint in progress (at most one at a time, idempotent mode).
+pub(super) struct Checkpoint {
+    /// When it began (the duration metric).
+    started: Instant,
+    /// The partitions it covers.
+    pub(super) parts: BTreeMap<i32, CheckpointPart>,
+    /// Where it is.
+    stage: Stage,
+}
+
+/// A transaction step that failed (transactional mode). The pipeline stops.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TransactionError {
+    /// The producer could not flush its queue.
+    #[error("flush: {0}")]
+    Flush(KafkaError),
+    /// Acknowledgements were still missing at the timeout, or a delivery failed.
+    #[error("deliveries did not complete before the transaction commit")]
+    Deliveries,
+    /// The offsets to commit could not be listed.
+    #[error(transparent)]
+    Offsets(KafkaError),
+    /// The consumer has no group metadata to send the offsets with.
+    #[error("no consumer group metadata")]
+    NoGroupMetadata,
+    /// The offsets could not be added to the transaction.
+    #[error("send offsets to transaction: {0}")]
+    SendOffsets(KafkaError),
+    /// The commit failed.
+    #[error("commit transaction: {0}")]
+    Commit(KafkaError),
+    /// The next transaction could not begin.
+    #[error("begin transaction: {0}")]
+    Begin(KafkaError),
+}
+
+impl Filter {
+    /// Starts, advances or finishes the periodic checkpoint. Errors (transactional mode) stop
+    /// the pipeline.
+    pub(super) fn drive_checkpoint(&mut self, consumer: &FilterConsumer) -> Result<(), Fatal> {
+        match self.mode {
+            Mode::Transactional => self.drive_transaction(consumer),
+            Mode::Idempotent { .. } => {
+                self.drive_stages(consumer);
+                Ok(())
+            }
+        }
+    }
+
+    /// True (and the next one scheduled) when a periodic checkpoint is due.
+    fn checkpoint_due(&mut self) -> bool {
+        if Instant::now() < self.next_checkpoint {
+            return false;
+        }
+        self.next_checkpoint = Instant::now() + self.cfg.checkpoint.interval;
+        true
+    }
+
+    /// Transactional mode: commits the transaction when a checkpoint is due.
+    fn drive_transaction(&mut self, consumer: &FilterConsumer) -> Result<(), Fatal> {
+        if !self.checkpoint_due() {
+            return Ok(());
+        }
+        let parts = self.partitions.len();
+        match self.commit_transaction(consumer, true, &[], true) {
+            Ok(()) => {
+                debug!(partitions = parts, "checkpoint committed (transaction)");
+                Ok(())
+            }
+            Err(e) => {
+                let e = Fatal::from(e);
+                self.failure = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Idempotent mode: begins a checkpoint when due, or moves the one in progress on.
+    fn drive_stages(&mut self, consumer: &FilterConsumer) {
+        let Filter { mode, partitions, .. } = self;
+        let Mode::Idempotent { checkpoint } = mode else { return };
+        let Some(ckpt) = checkpoint.as_mut() else {
+            if self.checkpoint_due() {
+                self.begin_checkpoint(consumer);
+            }
+            return;
+        };
+        match &ckpt.stage {
+            Stage::Delivering => {
+                ckpt.parts.retain(|p, part| matches!(partitions.get(p), Some(Partition::Running(r)) if r.incarnation == part.incarnation));
+                let delivered = ckpt.parts.iter().all(|(p, part)| match partitions.get(p) {
+                    Some(Partition::Running(r)) => r.inflight.watermark() >= part.record.offset,
+                    _ => true,
+                });
+                if delivered {
+                    self.persist_checkpoint();
+                }
+            }
+            Stage::Persisting(rx) => match rx.try_recv() {
+                Ok(result) => {
+                    if let Err(e) = result {
+                        warn!(error = %e, "store write failed at checkpoint; committing anyway, a restart rebuilds from the output topic");
+                    }
+                    self.commit_checkpoint(consumer);
+                }
+                Err(TryRecvError::Empty) => {}
+                Err(TryRecvError::Disconnected) => self.commit_checkpoint(consumer),
+            },
+        }
+    }
+
+    /// The running partitions.
+    pub(super) fn running(&self) -> Vec<i32> {
+        self.partitions
+            .iter()
+            .filter(|(_, s)| matches!(s, Partition::Running(_)))
+            .map(|(p, _)| *p)
+            .collect()
+    }
+
+    /// Moves each running partition of `parts` past records the consumer skipped without
+    /// returning them (transaction markers, aborted records): reads the consumer's position and
+    /// applies [`InFlight::skip_to`](crate::partition::InFlight::skip_to).
+    pub(super) fn skip_to_positions(&mut self, consumer: &FilterConsumer, parts: &[i32]) {
+        let positions = consumer.position().ok();
+        let topic = &self.cfg.input.topic;
+        for p in parts {
+            let Some(Partition::Running(run)) = self.partitions.get_mut(p) else {
+                continue;
+            };
+            if let Some(Offset::Offset(o)) = positions
+                .as_ref()
+                .and_then(|t| t.find_partition(topic, *p))
+                .map(|e| e.offset())
+            {
+                run.inflight.skip_to(o);
+            }
+        }
+    }
+
+    /// Step 1: rotate every running partition and note its commit target.
+    fn begin_checkpoint(&mut self, consumer: &FilterConsumer) {
+        let running = self.running();
+        self.skip_to_positions(consumer, &running);
+        let interval = self.cfg.checkpoint.interval;
+        let mut parts = BTreeMap::new();
+        for (p, state) in self.partitions.iter_mut() {
+            let Partition::Running(run) = state else { continue };
+            let target = run.inflight.next_offset();
+            if run.rotation.due(interval) {
+                run.rotation.rotated();
+                let frozen = run.gens.rotate(target, run.out_positions.clone());
+                debug!(
+                    partition = p,
+                    epoch = frozen.epoch + 1,
+                    target,
+                    frozen = frozen.len(),
+                    "generation rotated"
+                );
+            }
+            run.ckpt = new_checkpoint_id();
+            let cur = run.gens.current();
+            parts.insert(
+                *p,
+                CheckpointPart {
+                    incarnation: run.incarnation,
+                    record: CheckpointRecord::new(*p, target, &run.gens, run.ckpt.clone(), false, None),
+                    frozen: run.gens.frozen().cloned().collect(),
+                    current: Generation::new(cur.epoch, cur.in_start, cur.out_start.clone(), 0),
+                },
+            );
+        }
+        self.mode = Mode::Idempotent {
+            checkpoint: Some(Checkpoint {
+                started: Instant::now(),
+                parts,
+                stage: Stage::Delivering,
+            }),
+        };
+    }
+
+    /// Step 3: write the frozen generations on a background thread.
+    fn persist_checkpoint(&mut self) {
+        let Mode::Idempotent { checkpoint: Some(ckpt) } = &mut self.mode else {
+            return;
+        };
+        let store = self.store.clone();
+        let jobs: Vec<PersistJob> = ckpt
+            .parts
+            .values()
+            .map(|part| PersistJob {
+                record: part.record.clone(),
+                frozen: part.frozen.clone(),
+                current: Generation::new(
+                    part.current.epoch,
+                    part.current.in_start,
+                    part.current.out_start.clone(),
+                    0,
+                ),
+            })
+            .collect();
+        let (tx, rx) = mpsc::channel();
+        crate::crash::point("checkpoint-before-store");
+        std::thread::spawn(move || {
+            let writes: Vec<PartitionWrite<'_>> = jobs
+                .iter()
+                .map(|job| {
+                    let gens = job
+                        .frozen
+                        .iter()
+                        .map(|g| g.as_ref())
+                        .chain(std::iter::once(&job.current));
+                    job.record.write(job.current.out_start.clone(), gens.collect())
+                })
+                .collect();
+            let started = Instant::now();
+            let result = store.save(&writes);
+            debug!(
+                partitions = writes.len(),
+                seconds = started.elapsed().as_secs_f64(),
+                ok = result.is_ok(),
+                "checkpoint stored"
+            );
+            let _ = tx.send(result);
+        });
+        ckpt.stage = Stage::Persisting(rx);
+    }
+
+    /// Step 4: commit the targets with their metadata (asynchronously).
+    fn commit_checkpoint(&mut self, consumer: &FilterConsumer) {
+        let Mode::Idempotent { checkpoint } = &mut self.mode else {
+            return;
+        };
+        let Some(ckpt) = checkpoint.take() else { return };
+        // Only partitions still owned by the same incarnation.
+        let records: Vec<&CheckpointRecord> = ckpt
+            .parts
+            .iter()
+            .filter(|(p, part)| matches!(self.partitions.get(p), Some(Partition::Running(r)) if r.incarnation == part.incarnation))
+            .map(|(_, part)| &part.record)
+            .collect();
+        let tpl = match commit_list(&self.cfg, &records) {
+            Ok(t) => t,
+            Err(e) => {
+                warn!(error = %e, "cannot build the offset commit");
+                return;
+            }
+        };
+        if tpl.count() > 0 {
+            crate::crash::point("checkpoint-before-commit");
+            if let Err(e) = commit_async(consumer, &tpl) {
+                warn!(error = %e, "offset commit could not be sent; the next checkpoint commits again");
+                telemetry::checkpoint_result(false);
+                return;
+            }
+        } else {
+            telemetry::checkpoint_result(true); // nothing owned: nothing to confirm
+        }
+        let secs = ckpt.started.elapsed().as_secs_f64();
+        telemetry::checkpoint_duration(secs);
+        Totals::bump(&self.totals.checkpoints);
+        debug!(partitions = tpl.count(), seconds = secs, "checkpoint commit sent");
+    }
+
+    /// Waits for a background store write and commits its checkpoint (before a hand-over).
+    pub(super) fn finish_persisting(&mut self, consumer: &FilterConsumer) {
+        if let Mode::Idempotent {
+            checkpoint:
+                Some(Checkpoint {
+                    stage: Stage::Persisting(rx),
+                    ..
+                }),
+        } = &self.mode
+        {
+            let _ = rx.recv();
+            self.commit_checkpoint(consumer);
+        }
+    }
+
+    /// Transactional mode: rotates (periodic checkpoint) or not (hand-over), flushes, commits
+    /// the transaction with the offsets of every running partition, stores their state, and
+    /// begins the next transaction when `continuing`. `clean_for` get `clean = true`.
+    pub(super) fn commit_transaction(
+        &mut self,
+        consumer: &FilterConsumer,
+        rotate: bool,
+        clean_for: &[i32],
+        continuing: bool,
+    ) -> Result<(), TransactionError> {
+        let started = Instant::now();
+        if rotate {
+            self.rotate_running(consumer);
+        }
+        self.producer.flush(KAFKA_TIMEOUT).map_err(TransactionError::Flush)?;
+        let running = self.running();
+        if !self.wait_deliveries(&running, Instant::now() + KAFKA_TIMEOUT) {
+            return Err(TransactionError::Deliveries);
+        }
+        self.skip_to_positions(consumer, &running);
+        let records = self.records(&running, |p| clean_for.contains(&p), true);
+        if !records.is_empty() {
+            let tpl = commit_list(&self.cfg, &records.iter().collect::<Vec<_>>()).map_err(TransactionError::Offsets)?;
+            let group = consumer.group_metadata().ok_or(TransactionError::NoGroupMetadata)?;
+            self.producer
+                .send_offsets_to_transaction(&tpl, &group, KAFKA_TIMEOUT)
+                .map_err(TransactionError::SendOffsets)?;
+        }
+        self.producer
+            .commit_transaction(KAFKA_TIMEOUT)
+            .map_err(TransactionError::Commit)?;
+        self.store_partitions(&running, &records);
+        if continuing {
+            self.producer.begin_transaction().map_err(TransactionError::Begin)?;
+        }
+        telemetry::checkpoint_duration(started.elapsed().as_secs_f64());
+        telemetry::checkpoint_result(true);
+        Totals::bump(&self.totals.checkpoints);
+        Ok(())
+    }
+
+    /// Transactional mode, periodic checkpoint: rotates each running partition that is due, at
+    /// its next offset.
+    fn rotate_running(&mut self, consumer: &FilterConsumer) {
+        let running = self.running();
+        self.skip_to_positions(consumer, &running);
+        let interval = self.cfg.checkpoint.interval;
+        for state in self.partitions.values_mut() {
+            if let Partition::Running(run) = state {
+                let target = run.inflight.next_offset();
+                if run.rotation.due(interval) {
+                    run.rotation.rotated();
+                    run.gens.rotate(target, run.out_positions.clone());
+                }
+            }
+        }
+    }
+
+    /// Checkpoint records of the running partitions among `parts`, each at its commit position
+    /// under a new checkpoint id; `clean(p)` says which hand over cleanly.
+    pub(super) fn records(
+        &mut self,
+        parts: &[i32],
+        clean: impl Fn(i32) -> bool,
+        transactional: bool,
+    ) -> Vec<CheckpointRecord> {
+        let mut out = Vec::new();
+        for p in parts {
+            if let Some(Partition::Running(run)) = self.partitions.get_mut(p) {
+                out.push(CheckpointRecord::of_running(*p, run, clean(*p), transactional));
+            }
+        }
+        out
+    }
+
+    /// Synchronously stores the full state (every generation, the current one included) of the
+    /// partitions of `records`. A failure is logged: the next owner rebuilds from the output.
+    pub(super) fn store_partitions(&mut self, parts: &[i32], records: &[CheckpointRecord]) {
+        let mut writes = Vec::new();
+        for record in records {
+            if let Some(Partition::Running(run)) = self.partitions.get(&record.partition) {
+                writes.push(record.write(run.out_positions.clone(), run.gens.iter().collect()));
+            }
+        }
+        if let Err(e) = self.store.save(&writes) {
+            warn!(partitions = ?parts, error = %e, "store write failed; the next owner rebuilds from the output topic");
+        }
+    }
+}
+
+/// The offset commit of a checkpoint: each input partition's offset with its [`CheckpointMeta`],
+/// and, with `partitioning = "preserve"`, the horizon marker: the group's offset on output
+/// partition `p` set to where `p`'s oldest live generation begins. Both go in one OffsetCommit
+/// request. The marker lets recovery find the horizon on brokers that drop offset metadata.
+/// Sends the offset commit `tpl` without waiting for it. The group coordinator's answer comes
+/// back as an offset-commit event on the consumer's own queue, which `poll` hands to
+/// [`FilterContext::commit_callback`](super::context::FilterContext) (a failure is logged and
+/// counted there).
+///
+/// Not `Consumer::commit(.., CommitMode::Async)`: that calls `rd_kafka_commit` without a reply
+/// queue, and librdkafka then drops the result of a manual commit unless an `offset_commit_cb`
+/// is configured (`rd_kafka_cgrp_propagate_commit_result`, rdkafka_cgrp.c), which
+/// rust-rdkafka's event-based consumer never configures: a failed checkpoint commit went
+/// unnoticed. `rd_kafka_commit_queue` posts the answer to the queue it is given.
+fn commit_async(consumer: &FilterConsumer, tpl: &TopicPartitionList) -> KafkaResult<()> {
+    use rdkafka::bindings as rd;
+    let rk = consumer.client().native_ptr();
+    // SAFETY: `rk` is the live consumer's handle and `tpl` a valid list for the duration of
+    // the call (librdkafka copies it); the queue reference taken here is released after the
+    // call, the queue itself lives as long as the consumer.
+    let err = unsafe {
+        let queue = rd::rd_kafka_queue_get_consumer(rk);
+        let err = rd::rd_kafka_commit_queue(rk, tpl.ptr(), queue, None, std::ptr::null_mut());
+        rd::rd_kafka_queue_destroy(queue);
+        err
+    };
+    if err == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        Ok(())
+    } else {
+        Err(KafkaError::ConsumerCommit(err.into()))
+    }
+}
+
+pub(super) fn commit_list(cfg: &Config, records: &[&CheckpointRecord]) -> KafkaResult<TopicPartitionList> {
+    let mut tpl = TopicPartitionList::new();
+    for r in records {
+        let p = r.partition;
+        tpl.add_partition_offset(&cfg.input.topic, p, Offset::Offset(r.offset))?;
+        if let Some(mut e) = tpl.find_partition(&cfg.input.topic, p) {
+            e.set_metadata(r.meta().encode());
+        }
+        if cfg.output.partitioning == Partitioning::Preserve {
+            if let Some(start) = r.gens.first().and_then(|g| g.get(&p)) {
+                tpl.add_partition_offset(&cfg.output.topic, p, Offset::Offset(*start))?;
+            }
+        }
+    }
+    Ok(tpl)
+}

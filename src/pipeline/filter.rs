@@ -1,0 +1,365 @@
+//! The [`Filter`]: the pipeline's state (partitions, producer, store, delivery mode), and what
+//! happens to one record ([`Filter::admit`], [`Filter::on_record`]) and between two batches
+//! ([`Filter::tick`]).
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::message::BorrowedMessage;
+use rdkafka::producer::{Producer, ThreadedProducer};
+use rdkafka::Message;
+use tracing::warn;
+
+use super::context::{DeliveryContext, FilterConsumer};
+use super::mode::Mode;
+use super::ownership::Recoveries;
+use super::produce::{encode_opaque, provenance, send, DeliveryEvent, Destination, Refused};
+use super::route::{route, Policy, Route};
+use super::{Fatal, RunError, Shutdown, TopicCounts, KAFKA_TIMEOUT};
+use crate::config::Config;
+use crate::fingerprint::{Fingerprint, Fingerprinter, Unfingerprintable};
+use crate::generations::Generation;
+use crate::inspect::live::{LiveRequest, PartitionView};
+use crate::kafka;
+use crate::partition::{Partition, Running, Target};
+use crate::status::Status;
+use crate::store::Store;
+use crate::telemetry::{self, Totals};
+
+/// How often gauges are refreshed and the idle warning is considered.
+const GAUGE_EVERY: Duration = Duration::from_secs(1);
+/// How long an instance owns no partition before it says so, and how often it repeats it.
+const IDLE_WARN_AFTER: Duration = Duration::from_secs(60);
+/// See [`IDLE_WARN_AFTER`].
+const IDLE_WARN_EVERY: Duration = Duration::from_secs(600);
+
+/// The pipeline state: partitions, producer, store, checkpoint. Owned by
+/// [`FilterContext`](super::FilterContext).
+pub struct Filter {
+    /// The configuration.
+    pub(super) cfg: Arc<Config>,
+    /// The parts of the configuration that decide each record's route.
+    policy: Policy,
+    /// Computes fingerprints from the configured source (records, recovery, live lookups).
+    pub(super) fingerprinter: Fingerprinter,
+    /// Writes the output and side topics.
+    pub(super) producer: ThreadedProducer<DeliveryContext>,
+    /// Acknowledgements from the producer thread.
+    pub(super) deliveries: Receiver<DeliveryEvent>,
+    /// The local store: checkpoints write it, recoveries read it.
+    pub(super) store: Store,
+    /// Owned input partitions and their life-cycle state.
+    pub(super) partitions: BTreeMap<i32, Partition>,
+    /// Recovery workers: their results, and the counter of ownership incarnations.
+    pub(super) recoveries: Recoveries,
+    /// The delivery mode and its state (the checkpoint in progress in idempotent mode).
+    pub(super) mode: Mode,
+    /// When the next checkpoint starts.
+    pub(super) next_checkpoint: Instant,
+    /// Set when the pipeline must stop; nothing is committed or stored afterwards.
+    pub(super) failure: Option<Fatal>,
+    /// Partition counts of the topics (key partitioning's recovery, out-of-scope diagnostics).
+    pub(super) topics: TopicCounts,
+    /// Partition states for `/readyz` and the demo; shared with HTTP.
+    pub(super) status: Arc<Status>,
+    /// Process totals (the demo and tests read them).
+    pub(super) totals: Arc<Totals>,
+    /// Stop request; checked while waiting for producer queue space.
+    shutdown: Shutdown,
+    /// Last time gauges were refreshed.
+    last_gauges: Instant,
+    /// Whether and since when this instance owns no partition.
+    idle: Idle,
+    /// Questions of the live `/store/*` routes, answered in [`Filter::tick`] from this thread's
+    /// partition state.
+    live: Receiver<LiveRequest>,
+}
+
+/// Since when an instance owns no partition, and when it last said so.
+#[derive(Debug, Default)]
+struct Idle {
+    /// Since when no partition is owned; `None` while some is.
+    since: Option<Instant>,
+    /// When the idle warning was last logged.
+    warned: Option<Instant>,
+}
+
+impl Filter {
+    /// The state of a pipeline that owns no partition yet: creates the producer (in
+    /// transactional mode, fences its predecessor and begins the first transaction) and the
+    /// channel of the live `/store/*` questions. Errors: the producer cannot be created or its
+    /// transactions cannot be initialised.
+    pub(super) fn start(
+        cfg: Arc<Config>,
+        store: Store,
+        shutdown: Shutdown,
+        status: Arc<Status>,
+        topics: TopicCounts,
+    ) -> Result<Filter, RunError> {
+        let (live_tx, live) = mpsc::channel();
+        status.set_live(live_tx);
+        let (dtx, deliveries) = mpsc::channel();
+        let producer: ThreadedProducer<DeliveryContext> =
+            kafka::producer_config(&cfg).create_with_context(DeliveryContext::new(dtx, status.clone()))?;
+        let mode = Mode::of(&cfg);
+        if let Mode::Transactional = mode {
+            // Fences a previous producer with the same transactional.id and aborts its open transaction.
+            producer.init_transactions(KAFKA_TIMEOUT)?;
+            producer.begin_transaction()?;
+        }
+        Ok(Filter {
+            policy: Policy::of(&cfg),
+            fingerprinter: Fingerprinter::new(cfg.fingerprint.source.clone()),
+            producer,
+            deliveries,
+            store,
+            partitions: BTreeMap::new(),
+            recoveries: Recoveries::new(),
+            mode,
+            next_checkpoint: Instant::now() + cfg.checkpoint.interval,
+            failure: None,
+            topics,
+            totals: status.totals.clone(),
+            status,
+            shutdown,
+            last_gauges: Instant::now(),
+            idle: Idle::default(),
+            live,
+            cfg,
+        })
+    }
+
+    /// Takes a record the consumer just returned into the current batch (see
+    /// [`BATCH`](super::BATCH)): computes its fingerprint, starts loading its home slots in the
+    /// partition's generations, and notes it returned, so that a hand-over run by a rebalance
+    /// callback before [`Self::on_record`] handles it does not commit past it
+    /// ([`InFlight::skip_to`](crate::partition::InFlight::skip_to)).
+    pub fn admit(&mut self, msg: &BorrowedMessage<'_>) -> Result<Fingerprint, Unfingerprintable> {
+        let fp = self.fingerprinter.fingerprint(msg);
+        if let Some(Partition::Running(run)) = self.partitions.get_mut(&msg.partition()) {
+            run.inflight.returned(msg.offset());
+            if let Ok(f) = &fp {
+                run.gens.prefetch(f.0);
+            }
+        }
+        fp
+    }
+
+    /// Handles one consumed record, [admitted](Self::admit) with its fingerprint `fp`: decides
+    /// its [`Route`], counts it, and produces it (or not). Errors stop the pipeline (see
+    /// [`Fatal`]).
+    pub fn on_record(
+        &mut self,
+        msg: &BorrowedMessage<'_>,
+        fp: Result<Fingerprint, Unfingerprintable>,
+    ) -> Result<(), Fatal> {
+        let (p, offset) = (msg.partition(), msg.offset());
+        let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
+            // Recovering (fetched again after the seek) or no longer ours: never forwarded.
+            return Ok(());
+        };
+        run.inflight.returned(offset);
+        if offset < run.inflight.next_offset() {
+            return Ok(()); // handed over again after a seek
+        }
+        consumed(run, msg, self.topics.input, &self.totals);
+        let hit = fp.as_ref().ok().and_then(|f| run.gens.lookup(f.0));
+        let decided = route(&self.policy, p, offset, fp, hit);
+        count(run, &decided, &self.totals);
+        let Some((to, learn)) = destination(&self.cfg, p, offset, &decided)? else {
+            run.inflight.take(offset, Target::None);
+            return Ok(());
+        };
+        let topic = to.topic.to_string();
+        let seq = run
+            .inflight
+            .take(offset, to.target)
+            .expect("produced records are tracked");
+        match send(&self.producer, &self.shutdown, to, msg, encode_opaque(p, seq)) {
+            Ok(()) => {}
+            Err(Refused::Stopping) => {
+                // Not taken: nothing past it is committed, the next owner processes it.
+                run.inflight.untake(offset);
+                return Ok(());
+            }
+            Err(Refused::Kafka(error)) => {
+                run.inflight.untake(offset);
+                return Err(Fatal::Delivery {
+                    partition: p,
+                    offset,
+                    topic,
+                    error,
+                });
+            }
+        }
+        // Only once the producer accepted it: a refused record must not suppress itself.
+        if let Some(fp) = learn {
+            run.gens.insert(fp.0, Some(offset));
+        }
+        crate::crash::point("after-produce");
+        Ok(())
+    }
+
+    /// Applies acknowledgements, installs recovered partitions, drives the checkpoint.
+    /// Call after every poll. Errors stop the pipeline.
+    pub fn tick(&mut self, consumer: &FilterConsumer) -> Result<(), Fatal> {
+        self.drain_deliveries();
+        if let Some(f) = self.failure.clone() {
+            return Err(f);
+        }
+        while let Ok(finished) = self.recoveries.rx.try_recv() {
+            self.on_recovered(consumer, finished);
+        }
+        self.retry_recoveries();
+        self.drive_checkpoint(consumer)?;
+        if self.last_gauges.elapsed() >= GAUGE_EVERY {
+            self.last_gauges = Instant::now();
+            self.refresh_gauges();
+            self.warn_if_idle();
+        }
+        self.answer_live();
+        Ok(())
+    }
+
+    /// Records a fatal error: nothing is committed or stored from now on.
+    pub(super) fn fail(&mut self, e: Fatal) {
+        self.failure = Some(e);
+    }
+
+    /// An instance that owns no partition is ready (a replica beyond the partition count is idle
+    /// by design), but one that stays so may also mean the group coordinator left partitions with
+    /// a member that is gone: after a minute it says so, then every 10 minutes.
+    fn warn_if_idle(&mut self) {
+        if !self.partitions.is_empty() {
+            self.idle = Idle::default();
+            return;
+        }
+        let since = *self.idle.since.get_or_insert_with(Instant::now);
+        let due = match self.idle.warned {
+            None => since.elapsed() >= IDLE_WARN_AFTER,
+            Some(last) => last.elapsed() >= IDLE_WARN_EVERY,
+        };
+        if due {
+            self.idle.warned = Some(Instant::now());
+            warn!(
+                input = %self.cfg.input.topic,
+                partitions = self.topics.input,
+                idle_seconds = since.elapsed().as_secs(),
+                "this instance owns no input partition: fine if the group has more members than the topic \
+                 has partitions; otherwise check the group's assignment (kafka-consumer-groups --describe)"
+            );
+        }
+    }
+
+    /// Answers the live `/store/*` questions from the owned partitions' in-memory state (see
+    /// [`crate::inspect::live`]): running partitions with their generations, recovering ones as such.
+    fn answer_live(&self) {
+        while let Ok(request) = self.live.try_recv() {
+            let view: BTreeMap<i32, PartitionView<'_>> = self
+                .partitions
+                .iter()
+                .map(|(p, state)| {
+                    let v = match state {
+                        Partition::Recovering(_) => PartitionView::Recovering,
+                        Partition::Running(r) => PartitionView::Running {
+                            gens: &r.gens,
+                            next_offset: r.inflight.next_offset(),
+                            output_position: &r.out_positions,
+                        },
+                    };
+                    (*p, v)
+                })
+                .collect();
+            request.answer(&view, &self.fingerprinter);
+        }
+    }
+
+    /// Sets the fingerprints-held gauges of every running partition and the store size gauge.
+    fn refresh_gauges(&self) {
+        for state in self.partitions.values() {
+            if let Partition::Running(run) = state {
+                let gens: Vec<&Generation> = run.gens.iter().collect();
+                for (age, g) in gens.iter().rev().enumerate() {
+                    if let Some(h) = run.metrics.held.get(age) {
+                        h.set(g.len() as f64);
+                    }
+                }
+            }
+        }
+        telemetry::store_size(self.store.size_on_disk());
+    }
+}
+
+/// Counts a record taken from the consumer, its clock, and whether its replays could land in
+/// another partition (null key, or a key a default partitioner places elsewhere).
+fn consumed(run: &mut Running, msg: &BorrowedMessage<'_>, input_partitions: usize, totals: &Totals) {
+    run.rotation.took(msg.timestamp().to_millis());
+    run.metrics.consumed.increment(1);
+    match msg.key() {
+        None => run.metrics.null_key.increment(1),
+        Some(k) if !kafka::key_placed_in(k, msg.partition(), input_partitions) => {
+            run.metrics.key_elsewhere.increment(1)
+        }
+        Some(_) => {}
+    }
+    Totals::bump(&totals.consumed);
+}
+
+/// Counts a routed record: replays by age and distance, records without fingerprint by action
+/// and reason.
+fn count(run: &Running, decided: &Route, totals: &Totals) {
+    if let Route::DropReplay { age, distance, .. } = decided {
+        if let Some(c) = run.metrics.duplicates.get(*age) {
+            c.increment(1);
+        }
+        if let Some(d) = distance {
+            run.metrics.distance.record(*d as f64);
+        }
+        Totals::bump(&totals.duplicates);
+    }
+    if let Some((action, why)) = decided.unfingerprintable() {
+        run.metrics.unfingerprintable(action, why.reason());
+        Totals::bump(&totals.unfingerprintable);
+    }
+}
+
+/// Where the record at input `p`/`offset` is produced for route `decided`, and the fingerprint to
+/// learn once the producer took it. `Ok(None)`: nowhere (dropped). `Err`: the pipeline stops
+/// (`on_missing = "fail"`).
+fn destination<'c>(
+    cfg: &'c Config,
+    p: i32,
+    offset: i64,
+    decided: &Route,
+) -> Result<Option<(Destination<'c>, Option<Fingerprint>)>, Fatal> {
+    let side = |topic: &'c str, reason: &str| Destination {
+        topic,
+        partition: None,
+        extra: Some(provenance(&cfg.input.topic, p, offset, reason)),
+        target: Target::Side,
+    };
+    let output = |partition: Option<i32>| Destination {
+        topic: &cfg.output.topic,
+        partition,
+        extra: None,
+        target: Target::Output,
+    };
+    Ok(match decided {
+        Route::Forward { fingerprint, partition } => Some((output(*partition), Some(*fingerprint))),
+        Route::ForwardUnfingerprintable { partition, .. } => Some((output(*partition), None)),
+        Route::DropReplay { copy_to_side, .. } => {
+            copy_to_side.then(|| (side(&cfg.output.duplicates_topic, "duplicate"), None))
+        }
+        Route::DropUnfingerprintable { .. } => None,
+        Route::DeadLetter { why } => Some((side(&cfg.fingerprint.dead_letter_topic, why.reason()), None)),
+        Route::Fail { why } => {
+            return Err(Fatal::Unfingerprintable {
+                partition: p,
+                offset,
+                reason: why.clone(),
+            })
+        }
+    })
+}

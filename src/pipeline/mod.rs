@@ -1,0 +1,293 @@
+//! The pipeline: consume → fingerprint → route → produce → acknowledge → checkpoint.
+//!
+//! One thread runs the consumer's poll loop ([`run_filter`]). It takes records in batches of up
+//! to [`BATCH`]: each is [admitted](Filter::admit) (fingerprinted, its lookup prefetched) as it
+//! arrives, then handled in order by [`Filter::on_record`], which asks [`route::route`] what
+//! happens to it and carries that out. Producer acknowledgements arrive from librdkafka's
+//! producer thread through a channel and are applied by [`Filter::tick`] (once per batch), which
+//! also installs recovered partitions and drives checkpoints. Rebalance callbacks run inside
+//! `poll` on the same thread and reach the same [`Filter`] through the consumer context, so
+//! exactly one owner touches partition state.
+//!
+//! The rooms:
+//! - this file: start-up and the poll loop, [`Shutdown`], [`RunError`], [`Fatal`];
+//! - [`context`]: the librdkafka client contexts and their callbacks;
+//! - `filter`: the [`Filter`] (the pipeline's state) and what happens to one record;
+//! - [`route`]: the pure decision of where one record goes;
+//! - `produce`: producing a record, and applying its acknowledgement;
+//! - `mode`: the delivery mode as a value carrying its own state;
+//! - `checkpoint`: periodic checkpoints (idempotent stages, or a transaction commit);
+//! - `ownership`: assignment, recovery results, revocation, hand-over, shutdown.
+//!
+//! docs/ARCHITECTURE.md ("Checkpoint", "The partition life cycle") tells the whole story.
+
+mod checkpoint;
+pub mod context;
+mod filter;
+mod mode;
+mod ownership;
+mod produce;
+pub mod route;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use tracing::{debug, error, info, warn};
+
+use crate::config::Config;
+use crate::fingerprint::{Fingerprint, Unfingerprintable};
+use crate::kafka::{self, TopicError};
+use crate::status::Status;
+use crate::store::{Identity, Opened, Store, StoreError};
+use crate::telemetry;
+
+pub use checkpoint::TransactionError;
+pub use context::{DeliveryContext, FilterConsumer, FilterContext};
+pub use filter::Filter;
+pub use ownership::HandoverError;
+
+use context::StartupContext;
+use rdkafka::message::BorrowedMessage;
+
+/// Timeout of synchronous Kafka calls on the poll thread (commit, seek, transaction steps).
+const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Records taken from the consumer per turn of the poll loop, at most: after the first (waited
+/// for up to 100 ms), whatever the consumer already holds, without waiting. Each is
+/// [admitted](Filter::admit) as it arrives (its fingerprint's home slots start loading), then all
+/// are handled in order; with millions of fingerprints held, the lookups' cache misses overlap
+/// instead of adding up (`generations/miss_insert_batched` in `benches/table.rs`). Acknowledgements
+/// and checkpoints are driven once per batch. 32 records take a few tens of microseconds.
+pub const BATCH: usize = 32;
+
+/// How long the poll loop waits for the first record of a batch.
+const POLL_WAIT: Duration = Duration::from_millis(100);
+
+/// A stop request shared by the signal handler, the HTTP server and the pipeline thread.
+#[derive(Clone, Default)]
+pub struct Shutdown(Arc<AtomicBool>);
+
+impl Shutdown {
+    /// A new, untriggered signal.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Asks the pipeline to finish its checkpoint and stop.
+    pub fn trigger(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    /// True once triggered.
+    pub fn is_triggered(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Why the filter stopped with an error. `main` maps these to exit codes.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The topics do not fit the configuration (exit 2).
+    #[error(transparent)]
+    Topics(#[from] TopicError),
+    /// The store cannot be used (exit 1; 2 when it is not a store or needs a migration).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A Kafka client could not be created or a required call failed (exit 1).
+    #[error("kafka: {0}")]
+    Kafka(#[from] KafkaError),
+    /// The pipeline stopped; nothing was committed past the failed record (exit 1).
+    #[error(transparent)]
+    Fatal(#[from] Fatal),
+}
+
+/// A condition that stops the pipeline. Offsets are not committed past the record concerned, so
+/// the next start processes it again.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Fatal {
+    /// A record could not be delivered (after librdkafka's retries) or was refused.
+    #[error("partition {partition} offset {offset}: delivery to {topic} failed: {error}")]
+    Delivery {
+        /// Input partition of the record.
+        partition: i32,
+        /// Input offset of the record (for an acknowledgement error: the partition's commit
+        /// position, the oldest record not acknowledged).
+        offset: i64,
+        /// The topic it was produced to.
+        topic: String,
+        /// librdkafka's error.
+        error: KafkaError,
+    },
+    /// `fingerprint.on_missing = "fail"` met a record without fingerprint.
+    #[error("partition {partition} offset {offset}: no fingerprint ({reason}) and fingerprint.on_missing = \"fail\"")]
+    Unfingerprintable {
+        /// Input partition of the record.
+        partition: i32,
+        /// Input offset of the record.
+        offset: i64,
+        /// Why it has no fingerprint.
+        reason: Unfingerprintable,
+    },
+    /// A transaction step failed (transactional mode).
+    #[error("transaction: {0}")]
+    Transaction(#[from] TransactionError),
+}
+
+/// The identity a store must have to be used with `cfg`.
+pub fn identity_of(cfg: &Config) -> Identity {
+    Identity {
+        group_id: cfg.input.group_id.clone(),
+        input_topic: cfg.input.topic.clone(),
+        output_topic: cfg.output.topic.clone(),
+        source: cfg.fingerprint.source.to_string(),
+    }
+}
+
+/// Runs the filter until `shutdown` is triggered (then hands over cleanly and returns `Ok`) or
+/// a fatal error (returns it; nothing committed past the failed record). Blocking: call it from
+/// a dedicated thread. `status` is updated for `/readyz` and the demo.
+pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> Result<(), RunError> {
+    // A directory that is not a store, or of another format, is refused without Kafka. Then the
+    // topics must exist and fit, checked before the store may change (a typo in a topic name must
+    // not cost a store rebuild); a broker that cannot be reached yet is waited for.
+    Store::precheck_for_run(&cfg.store.path)?;
+    let Some(topics) = wait_for_topics(&cfg, &shutdown, &status)? else {
+        return Ok(());
+    };
+    let store = open_store(&cfg)?;
+    status.set_store(store.clone());
+    let filter = Filter::start(cfg.clone(), store.clone(), shutdown.clone(), status.clone(), topics)?;
+    let consumer: FilterConsumer =
+        kafka::consumer_config(&cfg).create_with_context(FilterContext::new(filter, status.clone(), &cfg))?;
+    consumer.subscribe(&[&cfg.input.topic])?;
+    info!(input = %cfg.input.topic, output = %cfg.output.topic, group = %cfg.input.group_id, "filter started");
+
+    let result = poll_loop(&consumer, &shutdown);
+    stop(&consumer, &result, &status);
+    consumer.unsubscribe();
+    drop(consumer);
+    store.remove_live_file();
+    result.map_err(RunError::from)
+}
+
+/// Partition counts of the input and output topics, as checked at start.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TopicCounts {
+    /// Partitions of `input.topic` (for the out-of-scope diagnostics).
+    pub input: usize,
+    /// Partitions of `output.topic` (`key` partitioning's recovery re-reads all of them).
+    pub output: usize,
+}
+
+/// Checks that the topics exist and fit, retrying while the brokers cannot be reached. `None`
+/// when a stop was requested meanwhile.
+fn wait_for_topics(cfg: &Config, shutdown: &Shutdown, status: &Arc<Status>) -> Result<Option<TopicCounts>, RunError> {
+    let metadata: BaseConsumer<StartupContext> =
+        kafka::reader_config(cfg).create_with_context(StartupContext::new(status.clone()))?;
+    loop {
+        match kafka::check_topics(&metadata, cfg, Duration::from_secs(10)) {
+            Ok((input, output)) => return Ok(Some(TopicCounts { input, output })),
+            Err(TopicError::Kafka(e)) => {
+                status.set_broker(false, Some(format!("metadata: {e}")));
+                warn!(error = %e, "cannot reach the brokers; retrying");
+                if shutdown.is_triggered() {
+                    return Ok(None);
+                }
+                // Serves the client's error callbacks (an authentication failure reaches
+                // /readyz from there) while waiting a second.
+                let _ = metadata.poll(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Opens (or creates, or replaces) the store for this deployment, and says so in the log.
+fn open_store(cfg: &Config) -> Result<Store, RunError> {
+    let (store, opened) = Store::open_for_run(&cfg.store.path, &identity_of(cfg))?;
+    match &opened {
+        Opened::Replaced { reason, detail } => {
+            warn!(path = %cfg.store.path.display(), reason, "local store replaced: {detail}; partitions rebuild from the output topic");
+            telemetry::store_rebuild(reason);
+        }
+        Opened::Created => info!(path = %cfg.store.path.display(), "new local store"),
+        Opened::Existing => info!(path = %cfg.store.path.display(), "local store opened"),
+    }
+    if !cfg.http.listen.is_empty() {
+        store.write_live_file(&cfg.http.listen);
+    }
+    Ok(store)
+}
+
+/// A record taken from the consumer and its fingerprint, computed when it was admitted.
+type Admitted<'c> = (BorrowedMessage<'c>, Result<Fingerprint, Unfingerprintable>);
+
+/// Polls, handles and ticks until a stop is requested (`Ok`) or a fatal error.
+fn poll_loop(consumer: &FilterConsumer, shutdown: &Shutdown) -> Result<(), Fatal> {
+    let mut batch = Vec::with_capacity(BATCH);
+    loop {
+        if shutdown.is_triggered() {
+            return Ok(());
+        }
+        take_batch(consumer, &mut batch);
+        let mut f = consumer.context().lock();
+        if let Err(e) = handle_batch(&mut f, &mut batch, shutdown) {
+            f.fail(e.clone());
+            return Err(e);
+        }
+        f.tick(consumer)?;
+    }
+}
+
+/// Fills `batch` with up to [`BATCH`] records: the first waited for up to [`POLL_WAIT`], the
+/// rest only if the consumer already holds them. Polls without holding the filter: rebalance
+/// callbacks run inside `poll` and take it.
+fn take_batch<'c>(consumer: &'c FilterConsumer, batch: &mut Vec<Admitted<'c>>) {
+    batch.clear();
+    let mut wait = POLL_WAIT;
+    while batch.len() < BATCH {
+        match consumer.poll(wait) {
+            Some(Ok(msg)) => {
+                let fp = consumer.context().lock().admit(&msg);
+                batch.push((msg, fp));
+                wait = Duration::ZERO;
+            }
+            Some(Err(e)) => {
+                debug!(error = %e, "consumer error");
+                break;
+            }
+            None => break,
+        }
+    }
+}
+
+/// Handles the records of `batch` in order; stops at the first fatal error.
+fn handle_batch(f: &mut Filter, batch: &mut Vec<Admitted<'_>>, shutdown: &Shutdown) -> Result<(), Fatal> {
+    for (msg, fp) in batch.drain(..) {
+        // Once stopping, nothing more is taken: the producer refuses records then
+        // (`Refused::Stopping`), and taking a later record of the same partition would let
+        // the commit pass the refused one. Records left untaken are re-read by the next owner.
+        if shutdown.is_triggered() {
+            break;
+        }
+        f.on_record(&msg, fp)?;
+    }
+    Ok(())
+}
+
+/// After the loop: a clean hand-over of every partition, or, after an error, an abort.
+fn stop(consumer: &FilterConsumer, result: &Result<(), Fatal>, status: &Status) {
+    let mut f = consumer.context().lock();
+    match result {
+        Ok(()) => {
+            info!("stopping: handing over every partition");
+            f.shutdown(consumer);
+        }
+        Err(e) => {
+            error!(error = %e, "stopping on error");
+            status.set_fatal(e.to_string());
+            f.abort();
+        }
+    }
+}

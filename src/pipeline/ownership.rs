@@ -1,0 +1,407 @@
+//! Ownership of input partitions: assignment (pause, start the recovery), the recovery's result
+//! (commit, resume, seek, run), revocation (a clean hand-over unless the assignment was lost),
+//! release, shutdown, and the abort after a fatal error. See docs/ARCHITECTURE.md, "The
+//! partition life cycle", and [`crate::partition`].
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::Producer;
+use rdkafka::{Offset, TopicPartitionList};
+use tracing::{debug, error, info, warn};
+
+use super::checkpoint::{commit_list, CheckpointRecord, TransactionError};
+use super::context::FilterConsumer;
+use super::filter::Filter;
+use super::mode::Mode;
+use super::{Fatal, KAFKA_TIMEOUT};
+use crate::partition::{FirstForward, InFlight, Partition, Recovering, Rotation, Running};
+use crate::recovery::{recover, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest};
+use crate::telemetry::{self, PartitionMetrics};
+
+/// How long a revocation or shutdown waits for in-flight deliveries before giving up on a clean
+/// hand-over (the next owner then waits `output.fence_wait` instead).
+const HANDOVER_TIMEOUT: Duration = Duration::from_secs(60);
+/// Delay before retrying a recovery that failed (broker unreachable, ...).
+const RECOVERY_RETRY: Duration = Duration::from_secs(2);
+
+/// A recovery worker's result, sent to the pipeline thread.
+pub(super) struct Finished {
+    /// Input partition.
+    partition: i32,
+    /// The ownership the recovery ran for; a result for an older one is ignored.
+    incarnation: u64,
+    /// The recovered partition, or why not.
+    result: Result<Recovered, RecoveryError>,
+}
+
+/// The recovery workers' side of the [`Filter`].
+pub(super) struct Recoveries {
+    /// Finished recoveries, drained by [`Filter::tick`].
+    pub(super) rx: Receiver<Finished>,
+    /// Cloned into every worker.
+    tx: Sender<Finished>,
+    /// Counter of ownership incarnations: each assignment of a partition gets the next.
+    incarnations: u64,
+}
+
+impl Recoveries {
+    /// No recovery yet.
+    pub(super) fn new() -> Self {
+        let (tx, rx) = mpsc::channel();
+        Recoveries {
+            rx,
+            tx,
+            incarnations: 0,
+        }
+    }
+}
+
+/// Why a clean hand-over failed; the next owner then recovers from the output topic.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoverError {
+    /// Transactional mode: the final transaction did not commit.
+    #[error(transparent)]
+    Transaction(#[from] TransactionError),
+    /// The pipeline had already failed.
+    #[error(transparent)]
+    Failed(Fatal),
+    /// Acknowledgements were still missing after the hand-over timeout.
+    #[error("deliveries still in flight after the hand-over timeout")]
+    Timeout,
+    /// The offsets could not be listed or committed.
+    #[error(transparent)]
+    Commit(#[from] KafkaError),
+}
+
+/// Why a recovered partition could not start running; its recovery is retried.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    /// Idempotent mode: the start-of-ownership commit failed.
+    #[error("commit before resuming: {0}")]
+    Commit(KafkaError),
+    /// The consumer did not resume the partition.
+    #[error("resume: {0}")]
+    Resume(KafkaError),
+    /// The consumer did not seek the partition to the offset to resume at.
+    #[error("seek to {offset}: {error}")]
+    Seek {
+        /// The input offset to resume at.
+        offset: i64,
+        /// librdkafka's error.
+        error: KafkaError,
+    },
+}
+
+impl Filter {
+    /// New partitions: pause them and start their recovery.
+    pub fn assign(&mut self, consumer: &FilterConsumer, parts: &[i32]) {
+        let mut tpl = TopicPartitionList::new();
+        for p in parts {
+            tpl.add_partition(&self.cfg.input.topic, *p);
+        }
+        if let Err(e) = consumer.pause(&tpl) {
+            warn!(error = %e, "pausing newly assigned partitions failed");
+        }
+        for &p in parts {
+            if self.partitions.contains_key(&p) {
+                continue;
+            }
+            self.recoveries.incarnations += 1;
+            let rec = Recovering {
+                incarnation: self.recoveries.incarnations,
+                since: Instant::now(),
+                cancel: Arc::new(AtomicBool::new(false)),
+                retry_at: None,
+            };
+            info!(partition = p, "partition assigned; recovering its generations");
+            self.spawn_recovery(p, &rec);
+            self.install(p, Partition::Recovering(rec));
+        }
+    }
+
+    /// Starts a worker thread recovering partition `p` for ownership `rec`.
+    fn spawn_recovery(&self, p: i32, rec: &Recovering) {
+        let env = RecoveryEnv {
+            cfg: self.cfg.clone(),
+            store: self.store.clone(),
+            fingerprinter: self.fingerprinter.clone(),
+            output_partitions: self.topics.output,
+            totals: self.totals.clone(),
+        };
+        let req = RecoveryRequest {
+            partition: p,
+            incarnation: rec.incarnation,
+            since: rec.since,
+            cancel: rec.cancel.clone(),
+        };
+        let tx = self.recoveries.tx.clone();
+        let spawned = std::thread::Builder::new().name(format!("recover-{p}")).spawn(move || {
+            let result = recover(&env, &req);
+            let _ = tx.send(Finished {
+                partition: req.partition,
+                incarnation: req.incarnation,
+                result,
+            });
+        });
+        if let Err(e) = spawned {
+            error!(partition = p, error = %e, "cannot start a recovery thread");
+        }
+    }
+
+    /// Restarts the recoveries whose retry time has come.
+    pub(super) fn retry_recoveries(&mut self) {
+        let now = Instant::now();
+        let due: Vec<i32> = self
+            .partitions
+            .iter()
+            .filter_map(|(p, s)| match s {
+                Partition::Recovering(r) if r.retry_at.is_some_and(|t| t <= now) => Some(*p),
+                _ => None,
+            })
+            .collect();
+        for p in due {
+            if let Some(Partition::Recovering(r)) = self.partitions.get_mut(&p) {
+                r.retry_at = None;
+                let snapshot = Recovering {
+                    incarnation: r.incarnation,
+                    since: r.since,
+                    cancel: r.cancel.clone(),
+                    retry_at: None,
+                };
+                self.spawn_recovery(p, &snapshot);
+            }
+        }
+    }
+
+    /// A recovery step of partition `p` failed: retry in [`RECOVERY_RETRY`].
+    fn schedule_retry(&mut self, p: i32, why: &str) {
+        if let Some(Partition::Recovering(r)) = self.partitions.get_mut(&p) {
+            warn!(partition = p, error = why, "recovery failed; retrying");
+            self.status.set_retrying(p, why);
+            r.retry_at = Some(Instant::now() + RECOVERY_RETRY);
+        }
+    }
+
+    /// A recovery worker finished: installs the partition as running (idempotent mode: after a
+    /// start-of-ownership commit), resumes and seeks it; or schedules a retry.
+    pub(super) fn on_recovered(&mut self, consumer: &FilterConsumer, finished: Finished) {
+        let Finished {
+            partition: p,
+            incarnation: inc,
+            result,
+        } = finished;
+        match self.partitions.get(&p) {
+            Some(Partition::Recovering(r)) if r.incarnation == inc => {}
+            _ => return, // revoked meanwhile, or an older attempt
+        }
+        let rec = match result {
+            Ok(rec) => rec,
+            Err(RecoveryError::Cancelled) => return,
+            Err(e) => return self.schedule_retry(p, &e.to_string()),
+        };
+        if let Mode::Idempotent { .. } = self.mode {
+            if let Err(e) = self.commit_ownership(consumer, p, &rec) {
+                return self.schedule_retry(p, &StartError::Commit(e).to_string());
+            }
+        }
+        if let Err(e) = resume_at(consumer, &self.cfg.input.topic, p, rec.resume) {
+            return self.schedule_retry(p, &e.to_string());
+        }
+        self.run(p, inc, rec);
+    }
+
+    /// Idempotent mode: tells later owners that someone produces for this partition now
+    /// (`clean = false`), and makes sure a crash before the first checkpoint still leaves
+    /// metadata to recover from.
+    fn commit_ownership(&self, consumer: &FilterConsumer, p: i32, rec: &Recovered) -> Result<(), KafkaError> {
+        let record = CheckpointRecord::new(p, rec.resume, &rec.gens, rec.ckpt.clone(), false, None);
+        let t = Instant::now();
+        let committed = commit_list(&self.cfg, &[&record]).and_then(|tpl| consumer.commit(&tpl, CommitMode::Sync));
+        debug!(
+            partition = p,
+            seconds = t.elapsed().as_secs_f64(),
+            "start-of-ownership commit"
+        );
+        committed
+    }
+
+    /// Installs recovered partition `p` (ownership `inc`) as running.
+    fn run(&mut self, p: i32, inc: u64, rec: Recovered) {
+        let metrics = PartitionMetrics::new(p, &self.cfg);
+        metrics.set_state(crate::state::PartitionState::Running);
+        let took = rec.since.elapsed();
+        telemetry::recovery(took.as_secs_f64());
+        info!(
+            partition = p,
+            offset = rec.resume,
+            generations = rec.gens.iter().count(),
+            fingerprints = rec.gens.total_len(),
+            rescanned = rec.scanned,
+            fresh = rec.fresh,
+            seconds = took.as_secs_f64(),
+            "partition running"
+        );
+        let run = Running {
+            incarnation: inc,
+            gens: rec.gens,
+            inflight: InFlight::new(rec.resume),
+            out_positions: rec.out_positions,
+            ckpt: rec.ckpt,
+            rotation: Rotation::new(),
+            first_forward: Some(FirstForward {
+                assigned: rec.since,
+                rescanned: rec.scanned,
+            }),
+            metrics,
+        };
+        self.install(p, Partition::Running(Box::new(run)));
+    }
+
+    /// Makes `state` partition `p`'s state, and says so in the status.
+    fn install(&mut self, p: i32, state: Partition) {
+        self.status.set_partition(p, state.state());
+        self.partitions.insert(p, state);
+    }
+
+    /// Partitions taken away: finish them cleanly unless the assignment was lost.
+    pub fn revoke(&mut self, consumer: &FilterConsumer, parts: &[i32], lost: bool) {
+        for p in parts {
+            if let Some(Partition::Recovering(r)) = self.partitions.get(p) {
+                r.cancel.store(true, Ordering::Relaxed);
+                self.partitions.remove(p);
+                self.status.remove_partition(*p);
+            }
+        }
+        let running: Vec<i32> = parts
+            .iter()
+            .copied()
+            .filter(|p| self.partitions.contains_key(p))
+            .collect();
+        if running.is_empty() {
+            return;
+        }
+        if lost {
+            warn!(partitions = ?running, "assignment lost (session timeout or fenced); releasing without commit");
+            self.release(&running);
+            return;
+        }
+        if self.failure.is_some() {
+            self.release(&running);
+            return;
+        }
+        if let Err(e) = self.handover(consumer, &running, true) {
+            warn!(partitions = ?running, error = %e, "clean hand-over failed; the next owner recovers from the output topic");
+        }
+        self.release(&running);
+    }
+
+    /// Forgets `parts`: their metrics, their part of a checkpoint in progress, their status.
+    fn release(&mut self, parts: &[i32]) {
+        for p in parts {
+            if let Some(Partition::Running(r)) = self.partitions.remove(p) {
+                r.metrics.release();
+            }
+            self.mode.forget(*p);
+            self.status.remove_partition(*p);
+            info!(partition = p, "partition released");
+        }
+    }
+
+    /// Finishes `parts` cleanly: waits for their deliveries, stores all their generations (the
+    /// current one included), and commits their offsets with `clean = true`. Transactional mode:
+    /// commits the transaction (and begins the next one when `continuing`).
+    fn handover(&mut self, consumer: &FilterConsumer, parts: &[i32], continuing: bool) -> Result<(), HandoverError> {
+        // A background store write for an earlier checkpoint must land first, or it could
+        // overwrite the newer snapshot written here.
+        self.finish_persisting(consumer);
+        let deadline = Instant::now() + HANDOVER_TIMEOUT;
+        if let Mode::Transactional = self.mode {
+            return Ok(self.commit_transaction(consumer, false, parts, continuing)?);
+        }
+        if !self.wait_deliveries(parts, deadline) {
+            return Err(match &self.failure {
+                Some(f) => HandoverError::Failed(f.clone()),
+                None => HandoverError::Timeout,
+            });
+        }
+        self.skip_to_positions(consumer, parts);
+        let records = self.records(parts, |_| true, false);
+        self.store_partitions(parts, &records);
+        let tpl = commit_list(&self.cfg, &records.iter().collect::<Vec<_>>())?;
+        crate::crash::point("handover-before-commit");
+        consumer.commit(&tpl, CommitMode::Sync)?;
+        info!(partitions = ?parts, "offsets committed for a clean hand-over");
+        Ok(())
+    }
+
+    /// Stops the pipeline cleanly: hands over every partition. Called on SIGTERM/SIGINT.
+    pub fn shutdown(&mut self, consumer: &FilterConsumer) {
+        self.cancel_recoveries();
+        let running = self.running();
+        if !running.is_empty() {
+            if let Err(e) = self.handover(consumer, &running, false) {
+                warn!(error = %e, "shutdown without a clean hand-over; the next start recovers from the output topic")
+            }
+        }
+        let all: Vec<i32> = self.partitions.keys().copied().collect();
+        self.release(&all);
+    }
+
+    /// After a fatal error: abort the open transaction (transactional mode); commit nothing.
+    pub fn abort(&mut self) {
+        if let Mode::Transactional = self.mode {
+            if let Err(e) = self.producer.abort_transaction(KAFKA_TIMEOUT) {
+                warn!(error = %e, "aborting the transaction failed; the next start fences it");
+            }
+        }
+        self.cancel_recoveries();
+        // Released without commit: closing the consumer must not hand anything over.
+        let all: Vec<i32> = self.partitions.keys().copied().collect();
+        self.release(&all);
+    }
+
+    /// Tells every recovery worker to stop.
+    fn cancel_recoveries(&self) {
+        for p in self.partitions.values() {
+            if let Partition::Recovering(r) = p {
+                r.cancel.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Resumes partition `p` and seeks it to `offset`.
+///
+/// Resume, then seek. librdkafka wakes a partition's fetcher only when the partition's fetch
+/// state changes (`rd_kafka_toppar_set_fetch_state`, rdkafka_partition.c): a seek changes it
+/// (offset validation, or the lookup of a logical offset), a resume does not. Seeking first,
+/// while paused, left the fetcher asleep for up to its 1 s idle wait (`rd_kafka_max_block_ms`,
+/// rdkafka_broker.c) after every assignment. Records fetched between the resume and the seek
+/// carry the older op version, and librdkafka discards them. Offset 0 is sought as `Beginning`
+/// (the same records: nothing precedes the log start; and no fall-back to `auto.offset.reset`
+/// if retention moved the log start): an absolute 0 changes no state, the lookup of the log
+/// start does (unless librdkafka answers it from a log start it has cached, and then the
+/// fetcher may idle as before).
+fn resume_at(consumer: &FilterConsumer, topic: &str, p: i32, offset: i64) -> Result<(), StartError> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, p);
+    consumer.resume(&tpl).map_err(StartError::Resume)?;
+    let t = Instant::now();
+    let to = match offset {
+        0 => Offset::Beginning,
+        o => Offset::Offset(o),
+    };
+    let sought = consumer.seek(topic, p, to, KAFKA_TIMEOUT);
+    debug!(partition = p, seconds = t.elapsed().as_secs_f64(), "seek");
+    if let Err(e) = sought {
+        // Paused again until the retry; records fetched meanwhile were never taken.
+        let _ = consumer.pause(&tpl);
+        return Err(StartError::Seek { offset, error: e });
+    }
+    Ok(())
+}

@@ -1,0 +1,239 @@
+//! Producing a record, and applying its acknowledgement.
+//!
+//! Every produced record carries a delivery opaque, `partition << SEQ_BITS | seq`, naming the
+//! input partition and the record's sequence number in its [`InFlight`](crate::partition::InFlight)
+//! tracking; the acknowledgement ([`DeliveryEvent`]) comes back through
+//! [`DeliveryContext`](super::DeliveryContext) and is applied on the pipeline thread.
+
+use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
+use std::time::{Duration, Instant};
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Header, Headers, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, ThreadedProducer};
+use rdkafka::Message;
+use tracing::{error, info};
+
+use super::context::DeliveryContext;
+use super::filter::Filter;
+use super::{Fatal, Shutdown};
+use crate::partition::{Partition, Running, Target, SEQ_BITS};
+use crate::telemetry::Totals;
+
+/// Where the output acknowledged a record.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Acknowledgement {
+    /// Output partition.
+    pub partition: i32,
+    /// Output offset.
+    pub offset: i64,
+}
+
+/// A record the producer gave up on (after librdkafka's retries).
+#[derive(Debug, Clone)]
+pub(super) struct DeliveryFailure {
+    /// The topic it was produced to.
+    pub topic: String,
+    /// librdkafka's error.
+    pub error: KafkaError,
+}
+
+/// An acknowledgement from the producer thread.
+pub(super) struct DeliveryEvent {
+    /// `partition << SEQ_BITS | seq` (see [`encode_opaque`]).
+    pub opaque: usize,
+    /// Where the record landed, or why it did not.
+    pub result: Result<Acknowledgement, DeliveryFailure>,
+}
+
+/// The delivery opaque of the record with sequence number `seq` of input partition `partition`.
+pub(super) fn encode_opaque(partition: i32, seq: u64) -> usize {
+    ((partition as u64) << SEQ_BITS | seq) as usize
+}
+
+/// The input partition and sequence number of a delivery opaque.
+fn decode_opaque(opaque: usize) -> (i32, u64) {
+    let v = opaque as u64;
+    ((v >> SEQ_BITS) as i32, v & ((1 << SEQ_BITS) - 1))
+}
+
+/// Where a produced copy of a record goes.
+pub(super) struct Destination<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// The partition; `None` for the producer's partitioner.
+    pub partition: Option<i32>,
+    /// Headers added to the record's own (provenance of side copies).
+    pub extra: Option<OwnedHeaders>,
+    /// What the acknowledgement means (see [`Target`]).
+    pub target: Target,
+}
+
+/// Provenance headers added to records copied to the duplicates or dead-letter topic.
+pub(super) fn provenance(topic: &str, partition: i32, offset: i64, reason: &str) -> OwnedHeaders {
+    OwnedHeaders::new()
+        .insert(Header {
+            key: "kafka-dedup.reason",
+            value: Some(reason),
+        })
+        .insert(Header {
+            key: "kafka-dedup.source",
+            value: Some(&format!("{topic}/{partition}/{offset}")),
+        })
+}
+
+/// Why the producer did not take a record.
+pub(super) enum Refused {
+    /// Its queue was full and a stop was requested while waiting.
+    Stopping,
+    /// Refused (for example larger than `message.max.bytes`).
+    Kafka(KafkaError),
+}
+
+/// Produces a copy of `msg` (key, value, headers, timestamp) to `to`. Waits while librdkafka's
+/// queue is full, unless a stop is requested; any other refusal is returned.
+pub(super) fn send(
+    producer: &ThreadedProducer<DeliveryContext>,
+    shutdown: &Shutdown,
+    to: Destination<'_>,
+    msg: &BorrowedMessage<'_>,
+    opaque: usize,
+) -> Result<(), Refused> {
+    let mut record: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(to.topic, opaque);
+    if let Some(p) = to.partition {
+        record = record.partition(p);
+    }
+    if let Some(k) = msg.key() {
+        record = record.key(k);
+    }
+    if let Some(v) = msg.payload() {
+        record = record.payload(v);
+    }
+    if let Some(ts) = msg.timestamp().to_millis() {
+        record = record.timestamp(ts);
+    }
+    if let Some(h) = headers(msg, to.extra) {
+        record = record.headers(h);
+    }
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                if shutdown.is_triggered() {
+                    return Err(Refused::Stopping);
+                }
+                record = r;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err((e, _)) => return Err(Refused::Kafka(e)),
+        }
+    }
+}
+
+/// The record's own headers followed by `extra`.
+fn headers(msg: &BorrowedMessage<'_>, extra: Option<OwnedHeaders>) -> Option<OwnedHeaders> {
+    let own = msg.headers().map(|h| h.detach());
+    let Some(extra) = extra else { return own };
+    let mut all = own.unwrap_or_default();
+    for h in extra.iter() {
+        all = all.insert(Header {
+            key: h.key,
+            value: h.value,
+        });
+    }
+    Some(all)
+}
+
+impl Filter {
+    /// Applies every acknowledgement that arrived.
+    pub(super) fn drain_deliveries(&mut self) {
+        loop {
+            match self.deliveries.try_recv() {
+                Ok(ev) => self.apply_delivery(ev),
+                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => return,
+            }
+        }
+    }
+
+    /// Applies one acknowledgement: the record is done; an error stops the pipeline.
+    fn apply_delivery(&mut self, ev: DeliveryEvent) {
+        let (p, seq) = decode_opaque(ev.opaque);
+        let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
+            return; // acknowledgement for a partition no longer owned
+        };
+        match ev.result {
+            Ok(ack) => acknowledged(run, p, seq, ack, &self.totals),
+            Err(DeliveryFailure { topic, error }) => {
+                // Not acknowledged: the watermark stays before it, so it is never committed, and
+                // nothing is stored from now on, so its fingerprint dies with this process.
+                let offset = run.inflight.watermark();
+                if self.failure.is_none() {
+                    let message = error.to_string();
+                    error!(
+                        partition = p,
+                        topic,
+                        error = message.as_str(),
+                        "delivery failed; stopping without committing past it"
+                    );
+                    self.failure = Some(Fatal::Delivery {
+                        partition: p,
+                        offset,
+                        topic,
+                        error,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Waits until nothing of `parts` awaits an acknowledgement. False at `deadline`, after a
+    /// delivery failure, or when the producer is gone.
+    pub(super) fn wait_deliveries(&mut self, parts: &[i32], deadline: Instant) -> bool {
+        loop {
+            self.drain_deliveries();
+            let idle = parts.iter().all(|p| match self.partitions.get(p) {
+                Some(Partition::Running(r)) => r.inflight.is_idle(),
+                _ => true,
+            });
+            if idle {
+                return true;
+            }
+            if self.failure.is_some() {
+                return false;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            match self.deliveries.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(ev) => self.apply_delivery(ev),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return false,
+            }
+        }
+    }
+}
+
+/// Marks record `seq` of running partition `p` done; a record forwarded to the output moves the
+/// partition's output position and counts as forwarded.
+fn acknowledged(run: &mut Running, p: i32, seq: u64, ack: Acknowledgement, totals: &Totals) {
+    let Some((_, target)) = run.inflight.ack(seq) else {
+        return;
+    };
+    crate::crash::point("after-ack");
+    if target != Target::Output {
+        return;
+    }
+    run.metrics.forwarded.increment(1);
+    Totals::bump(&totals.forwarded);
+    if let Some(first) = run.first_forward.take() {
+        info!(
+            partition = p,
+            seconds = first.assigned.elapsed().as_secs_f64(),
+            rescanned = first.rescanned,
+            "first record forwarded since the partition was assigned"
+        );
+    }
+    let e = run.out_positions.entry(ack.partition).or_insert(ack.offset + 1);
+    *e = (*e).max(ack.offset + 1);
+}

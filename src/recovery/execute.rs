@@ -1,0 +1,343 @@
+//! Step 3 of a recovery: carry out the [`Plan`]: load the store's snapshot or start empty
+//! generations, count and log a rebuild, wait for the fence, re-read the output topic.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tracing::{info, warn};
+
+use super::plan::{plan, Facts, Notice, Plan, Reread, Resume, Snapshot};
+use super::{check, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest, REQUEST_TIMEOUT};
+use crate::config::{Partitioning, Start};
+use crate::generations::{Generation, Generations, Positions};
+use crate::kafka;
+use crate::metadata::new_checkpoint_id;
+use crate::telemetry::{self, PartitionMetrics, Totals};
+
+/// Interval of progress log lines during a long re-read.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// Poll errors tolerated during one re-read before the recovery fails (and is retried).
+const MAX_SCAN_ERRORS: u32 = 50;
+
+/// Carries out the plan for `facts`. A snapshot that fails to load is planned again as
+/// unreadable. Errors: Kafka, or the partition was revoked meanwhile.
+pub fn execute(
+    env: &RecoveryEnv,
+    reader: &kafka::Reader,
+    req: &RecoveryRequest,
+    mut facts: Facts,
+) -> Result<Recovered, RecoveryError> {
+    let p = req.partition;
+    let keep = env.cfg.checkpoint.generations as usize;
+    loop {
+        match plan(&facts) {
+            Plan::Fresh { resume, notice } => {
+                if let Some(notice) = notice {
+                    announce(env, p, &notice, resume);
+                }
+                return fresh(env, reader, req, resume);
+            }
+            Plan::Load { resume, ckpt, reread } => {
+                let Snapshot::Present(s) = &facts.snapshot else {
+                    unreachable!("only a present snapshot is planned to load")
+                };
+                match env.store.load_generations(p, s) {
+                    Ok(gens) => {
+                        let gens = Generations::from_parts(gens, keep);
+                        return finish(env, reader, req, gens, resume, ckpt, &reread);
+                    }
+                    Err(e) => facts.snapshot = Snapshot::Unreadable(e.to_string()),
+                }
+            }
+            Plan::Rebuild {
+                resume,
+                generations,
+                reread,
+                notice,
+            } => {
+                announce(env, p, &notice, Resume::At(resume));
+                let gens = generations
+                    .into_iter()
+                    .map(|g| Generation::new(g.epoch, resume, g.out_start, 0))
+                    .collect();
+                let gens = Generations::from_parts(gens, keep);
+                return finish(env, reader, req, gens, resume, new_checkpoint_id(), &reread);
+            }
+        }
+    }
+}
+
+/// The output partitions whose records partition `p`'s generations hold: `p` itself
+/// (`preserve`), or all of them (`key`).
+fn output_partitions(env: &RecoveryEnv, p: i32) -> Vec<i32> {
+    match env.cfg.output.partitioning {
+        Partitioning::Preserve => vec![p],
+        Partitioning::Key => (0..env.output_partitions as i32).collect(),
+    }
+}
+
+/// Logs and counts why the store is not used (`kafka_dedup_store_rebuilds_total{reason}`).
+fn announce(env: &RecoveryEnv, p: i32, notice: &Notice, resume: Resume) {
+    match notice {
+        Notice::Rebuild { reason, detail } => {
+            warn!(
+                partition = p,
+                reason,
+                "local store cannot be used for this partition ({detail}); rebuilding its generations from the output topic"
+            );
+            telemetry::store_rebuild(reason);
+            Totals::bump(&env.totals.rebuilds);
+        }
+        Notice::NoMetadata => {
+            let offset = match resume {
+                Resume::At(o) => Some(o),
+                Resume::Start(_) => None,
+            };
+            warn!(
+                partition = p,
+                offset,
+                "committed offset without kafka-dedup checkpoint metadata or horizon marker (reset by an operator?); \
+                 starting with empty generations: replays of records before this offset are not caught"
+            );
+            telemetry::store_rebuild("no_metadata");
+        }
+    }
+}
+
+/// Nothing to re-learn: one empty generation beginning at the output's current end.
+fn fresh(
+    env: &RecoveryEnv,
+    reader: &kafka::Reader,
+    req: &RecoveryRequest,
+    resume: Resume,
+) -> Result<Recovered, RecoveryError> {
+    let cfg = &env.cfg;
+    let p = req.partition;
+    let resume = match resume {
+        Resume::At(o) => o,
+        Resume::Start(start) => {
+            let (low, high) = reader.fetch_watermarks(&cfg.input.topic, p, REQUEST_TIMEOUT)?;
+            match start {
+                Start::Earliest => low,
+                Start::Latest => high,
+            }
+        }
+    };
+    let mut out_positions = Positions::new();
+    for q in output_partitions(env, p) {
+        let (_, high) = reader.fetch_watermarks(&cfg.output.topic, q, REQUEST_TIMEOUT)?;
+        out_positions.insert(q, high);
+    }
+    let first = Generation::new(1, resume, out_positions.clone(), 0);
+    Ok(Recovered {
+        gens: Generations::from_parts(vec![first], cfg.checkpoint.generations as usize),
+        resume,
+        out_positions,
+        ckpt: new_checkpoint_id(),
+        fresh: true,
+        scanned: 0,
+        since: req.since,
+    })
+}
+
+/// Waits for the fence if the plan says so, then re-reads the output into `gens`.
+fn finish(
+    env: &RecoveryEnv,
+    reader: &kafka::Reader,
+    req: &RecoveryRequest,
+    mut gens: Generations,
+    resume: i64,
+    ckpt: String,
+    reread: &Reread,
+) -> Result<Recovered, RecoveryError> {
+    check(&req.cancel)?;
+    if reread.wait_for_fence {
+        wait_for_fence(env, req)?;
+    }
+    let out_parts = output_partitions(env, req.partition);
+    let (out_positions, scanned) = scan(env, reader, req, &out_parts, reread, &mut gens)?;
+    Ok(Recovered {
+        gens,
+        resume,
+        out_positions,
+        ckpt,
+        fresh: false,
+        scanned,
+        since: req.since,
+    })
+}
+
+/// Lets in-flight records of a previous owner land: waits until `output.fence_wait` has passed
+/// since the assignment.
+fn wait_for_fence(env: &RecoveryEnv, req: &RecoveryRequest) -> Result<(), RecoveryError> {
+    let until = req.since + env.cfg.output.fence_wait;
+    while Instant::now() < until {
+        check(&req.cancel)?;
+        std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
+    }
+    Ok(())
+}
+
+/// A re-read in progress.
+struct Progress<'a> {
+    /// Where the re-read stops per output partition (`None`: at the end).
+    limit: Option<&'a Positions>,
+    /// Output partitions not yet read to their end.
+    remaining: BTreeSet<i32>,
+    /// The end reached per output partition.
+    ends: Positions,
+    /// Records read.
+    scanned: u64,
+    /// Records to read, as estimated from the watermarks (for the progress log).
+    total_estimate: i64,
+    /// When the re-read began.
+    started: Instant,
+    /// When progress was last logged.
+    last_progress: Instant,
+    /// Poll errors so far.
+    errors: u32,
+}
+
+/// Re-reads output partitions `out_parts` from `reread.from` to their end (or `reread.to`),
+/// re-learning fingerprints into `gens`. Returns the end position per output partition and the
+/// number of records read.
+fn scan(
+    env: &RecoveryEnv,
+    reader: &kafka::Reader,
+    req: &RecoveryRequest,
+    out_parts: &[i32],
+    reread: &Reread,
+    gens: &mut Generations,
+) -> Result<(Positions, u64), RecoveryError> {
+    let (tpl, mut progress) = ranges(env, reader, out_parts, reread)?;
+    if progress.remaining.is_empty() {
+        return Ok((progress.ends, progress.scanned));
+    }
+    reader.assign(&tpl)?;
+    let metrics = PartitionMetrics::new(req.partition, &env.cfg);
+    (progress.started, progress.last_progress) = (Instant::now(), Instant::now());
+    while !progress.remaining.is_empty() {
+        check(&req.cancel)?;
+        match reader.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => progress.record(env, req, &m, gens, &metrics),
+            Some(Err(KafkaError::PartitionEOF(q))) if progress.remaining.remove(&q) => {
+                progress.at_end(reader, &env.cfg.output.topic, q)
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => {}
+            Some(Err(e)) => progress.error(req, e)?,
+            None => {}
+        }
+    }
+    Ok((progress.ends, progress.scanned))
+}
+
+/// Where the re-read of each output partition starts (never before its low watermark), and
+/// those with nothing to read (ended at once).
+fn ranges<'a>(
+    env: &RecoveryEnv,
+    reader: &kafka::Reader,
+    out_parts: &[i32],
+    reread: &'a Reread,
+) -> Result<(TopicPartitionList, Progress<'a>), RecoveryError> {
+    let topic = &env.cfg.output.topic;
+    let limit = reread.to.as_ref();
+    let mut tpl = TopicPartitionList::new();
+    let mut progress = Progress {
+        limit,
+        remaining: BTreeSet::new(),
+        ends: Positions::new(),
+        scanned: 0,
+        total_estimate: 0,
+        started: Instant::now(),
+        last_progress: Instant::now(),
+        errors: 0,
+    };
+    for q in out_parts {
+        let (low, high) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
+        let start = reread.from.get(q).copied().unwrap_or(high).max(low);
+        let stop = limit.and_then(|l| l.get(q).copied());
+        if stop.is_some_and(|s| s <= start) || (stop.is_none() && start >= high && high == low) {
+            progress.ends.insert(*q, start.max(stop.unwrap_or(start)));
+            continue;
+        }
+        progress.total_estimate += (stop.unwrap_or(high) - start).max(0);
+        tpl.add_partition_offset(topic, *q, Offset::Offset(start))?;
+        progress.remaining.insert(*q);
+        progress.ends.insert(*q, start);
+    }
+    Ok((tpl, progress))
+}
+
+impl Progress<'_> {
+    /// Re-learns one output record (or, past the limit, ends its partition).
+    fn record(
+        &mut self,
+        env: &RecoveryEnv,
+        req: &RecoveryRequest,
+        m: &BorrowedMessage<'_>,
+        gens: &mut Generations,
+        metrics: &PartitionMetrics,
+    ) {
+        let (q, o) = (m.partition(), m.offset());
+        if !self.remaining.contains(&q) {
+            return;
+        }
+        if let Some(stop) = self.limit.and_then(|l| l.get(&q)) {
+            if o >= *stop {
+                self.remaining.remove(&q);
+                self.ends.insert(q, *stop);
+                return;
+            }
+        }
+        if let Ok(fp) = env.fingerprinter.fingerprint(m) {
+            gens.relearn(fp.0, q, o);
+        }
+        self.scanned += 1;
+        metrics.scanned.increment(1);
+        Totals::bump(&env.totals.scanned);
+        self.ends.insert(q, o + 1);
+        self.log_progress(req);
+    }
+
+    /// Logs progress every [`PROGRESS_EVERY`].
+    fn log_progress(&mut self, req: &RecoveryRequest) {
+        if self.last_progress.elapsed() < PROGRESS_EVERY {
+            return;
+        }
+        self.last_progress = Instant::now();
+        let rate = self.scanned as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
+        info!(
+            partition = req.partition,
+            scanned = self.scanned,
+            total = self.total_estimate,
+            rate = rate as u64,
+            "recovery re-reading the output topic"
+        );
+    }
+
+    /// Output partition `q` reached its end: its end is at least the reader's position.
+    fn at_end(&mut self, reader: &kafka::Reader, topic: &str, q: i32) {
+        let position = reader
+            .position()
+            .ok()
+            .and_then(|pos| pos.find_partition(topic, q).map(|e| e.offset()));
+        if let Some(Offset::Offset(o)) = position {
+            let e = self.ends.entry(q).or_insert(o);
+            *e = (*e).max(o);
+        }
+    }
+
+    /// A poll error: logged; after [`MAX_SCAN_ERRORS`] the recovery fails.
+    fn error(&mut self, req: &RecoveryRequest, e: KafkaError) -> Result<(), RecoveryError> {
+        self.errors += 1;
+        warn!(partition = req.partition, error = %e, "error while re-reading the output topic");
+        if self.errors > MAX_SCAN_ERRORS {
+            return Err(e.into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,448 @@
+//! Step 2 of a recovery: from what was read ([`Facts`]) to what to do ([`Plan`]). A pure
+//! function: no Kafka, no store, no clock; every outcome is a row of the table test below.
+//!
+//! | committed offset | metadata | store snapshot                       | plan                          |
+//! |------------------|----------|--------------------------------------|-------------------------------|
+//! | none             | -        | -                                    | `Fresh` at `input.start`       |
+//! | yes              | yes      | same checkpoint id and offset        | `Load`, re-read from its `out_covered` |
+//! | yes              | yes      | other, missing, unreadable           | `Rebuild` at the metadata's output starts |
+//! | yes              | none     | taken at exactly the committed offset | `Load` (always waits for the fence) |
+//! | yes              | none     | other, missing, unreadable; a horizon marker | `Rebuild` from the marker, one generation |
+//! | yes              | none     | other, missing, unreadable; no marker | `Fresh` at the committed offset (`no_metadata`) |
+//!
+//! A snapshot that [`Snapshot::Present`] names but that fails to load is planned again as
+//! [`Snapshot::Unreadable`]. In idempotent mode a plan waits for the fence unless the metadata
+//! says the previous owner handed over cleanly; in transactional mode it never waits (the
+//! producer's `init_transactions` fenced the previous owner) and the re-read stops at the
+//! committed transaction's end (`out_end`).
+
+use crate::config::{Delivery, Start};
+use crate::generations::Positions;
+use crate::metadata::CheckpointMeta;
+use crate::store::PartitionSnapshot;
+
+/// What the store holds of the partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Snapshot {
+    /// No snapshot.
+    Missing,
+    /// A snapshot that cannot be read or loaded, and why (for the log).
+    Unreadable(String),
+    /// A snapshot.
+    Present(PartitionSnapshot),
+}
+
+/// What a recovery read before deciding (step 1).
+#[derive(Debug, Clone)]
+pub struct Facts {
+    /// Input partition.
+    pub partition: i32,
+    /// The group's committed offset on the input partition.
+    pub committed: Option<i64>,
+    /// The checkpoint metadata committed with it, when kafka-dedup wrote it (see
+    /// [`CheckpointMeta::decode`]).
+    pub meta: Option<CheckpointMeta>,
+    /// `partitioning = "preserve"`: the group's committed offset on the output partition, where
+    /// the oldest live generation begins (the horizon marker).
+    pub marker: Option<i64>,
+    /// The store's snapshot of the partition.
+    pub snapshot: Snapshot,
+    /// `input.start`: where a partition without committed offset starts.
+    pub start: Start,
+    /// `output.delivery`.
+    pub delivery: Delivery,
+}
+
+/// Where consumption resumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// At this input offset.
+    At(i64),
+    /// Nothing committed: at the input's low or high watermark, as `input.start` says.
+    Start(Start),
+}
+
+/// The re-read of the output topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reread {
+    /// From these output positions (per output partition).
+    pub from: Positions,
+    /// Up to these (transactional mode: the committed transaction's end), or to the end.
+    pub to: Option<Positions>,
+    /// Wait until `output.fence_wait` has passed since the assignment before reading the end.
+    pub wait_for_fence: bool,
+}
+
+/// An empty generation to re-learn from the output topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenerationStart {
+    /// Its epoch.
+    pub epoch: u64,
+    /// Where its records begin in the output topic.
+    pub out_start: Positions,
+}
+
+/// What is logged and counted when the store is not used (`kafka_dedup_store_rebuilds_total`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// The generations are rebuilt from the output topic; `reason` is the metric label
+    /// (`missing`, `behind_or_ahead`, `corrupt`), `detail` the log's explanation.
+    Rebuild {
+        /// The metric label.
+        reason: &'static str,
+        /// What was wrong with the store's snapshot.
+        detail: String,
+    },
+    /// A committed offset without metadata or horizon marker: empty generations (label
+    /// `no_metadata`).
+    NoMetadata,
+}
+
+/// What a recovery does (step 3 carries it out).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// Nothing to re-learn: one empty generation starting at the output's end.
+    Fresh {
+        /// Where consumption resumes.
+        resume: Resume,
+        /// Said when a committed offset had nothing to recover from.
+        notice: Option<Notice>,
+    },
+    /// The store holds the committed state: load the snapshot, re-read what followed it.
+    Load {
+        /// Where consumption resumes.
+        resume: i64,
+        /// The checkpoint id the state descends from.
+        ckpt: String,
+        /// The re-read, from the snapshot's `out_covered`.
+        reread: Reread,
+    },
+    /// Empty generations at known output starts, re-learned from the output topic.
+    Rebuild {
+        /// Where consumption resumes (every generation's input start).
+        resume: i64,
+        /// The generations, oldest first.
+        generations: Vec<GenerationStart>,
+        /// The re-read, from the oldest generation's start.
+        reread: Reread,
+        /// Why the store was not used.
+        notice: Notice,
+    },
+}
+
+/// Decides the recovery of a partition from `facts`.
+pub fn plan(facts: &Facts) -> Plan {
+    let Some(resume) = facts.committed else {
+        return Plan::Fresh {
+            resume: Resume::Start(facts.start),
+            notice: None,
+        };
+    };
+    match &facts.meta {
+        Some(meta) => with_metadata(facts, resume, meta),
+        None => without_metadata(facts, resume),
+    }
+}
+
+/// The metric label and the log's explanation of a missing snapshot.
+fn missing() -> (&'static str, String) {
+    ("missing", "the store has no snapshot of this partition".to_string())
+}
+
+/// Metadata names the checkpoint: the store is used only if it holds exactly it.
+fn with_metadata(facts: &Facts, resume: i64, meta: &CheckpointMeta) -> Plan {
+    let reread = |from: Positions| Reread {
+        from,
+        to: match facts.delivery {
+            Delivery::Transactional => meta.out_end.clone(),
+            Delivery::Idempotent => None,
+        },
+        wait_for_fence: facts.delivery == Delivery::Idempotent && !meta.clean,
+    };
+    let (reason, detail) = match &facts.snapshot {
+        Snapshot::Present(s) if s.ckpt == meta.ckpt && s.committed_offset == resume => {
+            return Plan::Load {
+                resume,
+                ckpt: meta.ckpt.clone(),
+                reread: reread(s.out_covered.clone()),
+            }
+        }
+        Snapshot::Present(s) => (
+            "behind_or_ahead",
+            format!(
+                "store snapshot {} (offset {}) does not match the committed checkpoint {} (offset {resume})",
+                s.ckpt, s.committed_offset, meta.ckpt
+            ),
+        ),
+        Snapshot::Missing => missing(),
+        Snapshot::Unreadable(detail) => ("corrupt", detail.clone()),
+    };
+    let first_epoch = meta.epoch + 1 - meta.gens.len() as u64;
+    let generations = meta
+        .gens
+        .iter()
+        .enumerate()
+        .map(|(i, starts)| GenerationStart {
+            epoch: first_epoch + i as u64,
+            out_start: starts.clone(),
+        })
+        .collect();
+    Plan::Rebuild {
+        resume,
+        generations,
+        reread: reread(meta.gens[0].clone()),
+        notice: Notice::Rebuild { reason, detail },
+    }
+}
+
+/// No metadata: the broker dropped it (tansu 0.6 does) or an operator reset the offset. A store
+/// snapshot taken at exactly this offset is used; otherwise the horizon marker on the output
+/// partition says where to re-read from; without one, the partition starts empty. Nobody can
+/// tell whether the previous owner handed over cleanly (a snapshot's `clean` flag is not
+/// trusted: another instance may have owned the partition since, without moving the committed
+/// offset, and crashed with records in flight), so idempotent mode always waits for the fence.
+fn without_metadata(facts: &Facts, resume: i64) -> Plan {
+    let reread = |from: Positions| Reread {
+        from,
+        to: None,
+        wait_for_fence: facts.delivery == Delivery::Idempotent,
+    };
+    let (reason, detail) = match &facts.snapshot {
+        Snapshot::Present(s) if s.committed_offset == resume => {
+            return Plan::Load {
+                resume,
+                ckpt: s.ckpt.clone(),
+                reread: reread(s.out_covered.clone()),
+            }
+        }
+        Snapshot::Present(s) => (
+            "behind_or_ahead",
+            format!(
+                "store snapshot at offset {} does not match the committed offset {resume}",
+                s.committed_offset
+            ),
+        ),
+        Snapshot::Missing => missing(),
+        Snapshot::Unreadable(detail) => ("corrupt", detail.clone()),
+    };
+    match facts.marker {
+        Some(start) => {
+            let starts: Positions = [(facts.partition, start)].into_iter().collect();
+            Plan::Rebuild {
+                resume,
+                generations: vec![GenerationStart {
+                    epoch: 1,
+                    out_start: starts.clone(),
+                }],
+                reread: reread(starts),
+                notice: Notice::Rebuild { reason, detail },
+            }
+        }
+        None => Plan::Fresh {
+            resume: Resume::At(resume),
+            notice: Some(Notice::NoMetadata),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::generations::pos;
+
+    const P: i32 = 0;
+
+    fn meta(ckpt: &str, clean: bool, out_end: Option<Positions>) -> Option<CheckpointMeta> {
+        Some(CheckpointMeta {
+            kd: crate::metadata::METADATA_VERSION,
+            epoch: 7,
+            ckpt: ckpt.into(),
+            gens: vec![pos(P, 1200), pos(P, 1350)],
+            clean,
+            out_end,
+        })
+    }
+
+    fn snap(ckpt: &str, committed_offset: i64) -> Snapshot {
+        Snapshot::Present(PartitionSnapshot {
+            epoch: 7,
+            ckpt: ckpt.into(),
+            committed_offset,
+            out_covered: pos(P, 1400),
+            generations: Vec::new(),
+            written_at_ms: 0,
+            clean: true,
+        })
+    }
+
+    fn facts(committed: Option<i64>, meta: Option<CheckpointMeta>, marker: Option<i64>, snapshot: Snapshot) -> Facts {
+        Facts {
+            partition: P,
+            committed,
+            meta,
+            marker,
+            snapshot,
+            start: Start::Earliest,
+            delivery: Delivery::Idempotent,
+        }
+    }
+
+    fn reread(from: Positions, to: Option<Positions>, wait_for_fence: bool) -> Reread {
+        Reread {
+            from,
+            to,
+            wait_for_fence,
+        }
+    }
+
+    fn rebuild(reason: &'static str, detail: &str) -> Notice {
+        Notice::Rebuild {
+            reason,
+            detail: detail.into(),
+        }
+    }
+
+    /// The two generations of [`meta`], as rebuilt.
+    fn from_meta() -> Vec<GenerationStart> {
+        vec![
+            GenerationStart {
+                epoch: 6,
+                out_start: pos(P, 1200),
+            },
+            GenerationStart {
+                epoch: 7,
+                out_start: pos(P, 1350),
+            },
+        ]
+    }
+
+    fn from_marker(start: i64) -> Vec<GenerationStart> {
+        vec![GenerationStart {
+            epoch: 1,
+            out_start: pos(P, start),
+        }]
+    }
+
+    /// One row per outcome of today's recovery, idempotent mode (transactional below).
+    #[test]
+    fn every_plan_in_a_table() {
+        let unreadable = || Snapshot::Unreadable("chunk checksum mismatch".into());
+        #[rustfmt::skip]
+        let rows: Vec<(&str, Facts, Plan)> = vec![
+            ("no commit: fresh at input.start (the store is not asked)",
+                facts(None, None, Some(5), snap("a", 10)),
+                Plan::Fresh { resume: Resume::Start(Start::Earliest), notice: None }),
+            ("snapshot of exactly the committed checkpoint, unclean: load, wait",
+                facts(Some(500), meta("a", false, None), None, snap("a", 500)),
+                Plan::Load { resume: 500, ckpt: "a".into(), reread: reread(pos(P, 1400), None, true) }),
+            ("snapshot of exactly the committed checkpoint, clean hand-over: load, no wait",
+                facts(Some(500), meta("a", true, None), None, snap("a", 500)),
+                Plan::Load { resume: 500, ckpt: "a".into(), reread: reread(pos(P, 1400), None, false) }),
+            ("snapshot behind (another checkpoint id)",
+                facts(Some(500), meta("b", false, None), Some(1200), snap("a", 400)),
+                Plan::Rebuild { resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, true),
+                    notice: rebuild("behind_or_ahead", "store snapshot a (offset 400) does not match the committed checkpoint b (offset 500)") }),
+            ("snapshot ahead (same id, another offset), clean hand-over",
+                facts(Some(500), meta("a", true, None), None, snap("a", 600)),
+                Plan::Rebuild { resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, false),
+                    notice: rebuild("behind_or_ahead", "store snapshot a (offset 600) does not match the committed checkpoint a (offset 500)") }),
+            ("snapshot unreadable, with metadata",
+                facts(Some(500), meta("a", false, None), None, unreadable()),
+                Plan::Rebuild { resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, true),
+                    notice: rebuild("corrupt", "chunk checksum mismatch") }),
+            ("snapshot missing, with metadata",
+                facts(Some(500), meta("a", false, None), None, Snapshot::Missing),
+                Plan::Rebuild { resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, true),
+                    notice: rebuild("missing", "the store has no snapshot of this partition") }),
+            ("no metadata, snapshot at exactly the committed offset: load, always wait",
+                facts(Some(500), None, Some(1200), snap("a", 500)),
+                Plan::Load { resume: 500, ckpt: "a".into(), reread: reread(pos(P, 1400), None, true) }),
+            ("no metadata, snapshot at another offset, marker",
+                facts(Some(500), None, Some(1100), snap("a", 400)),
+                Plan::Rebuild { resume: 500, generations: from_marker(1100), reread: reread(pos(P, 1100), None, true),
+                    notice: rebuild("behind_or_ahead", "store snapshot at offset 400 does not match the committed offset 500") }),
+            ("no metadata, no snapshot, marker only",
+                facts(Some(500), None, Some(1100), Snapshot::Missing),
+                Plan::Rebuild { resume: 500, generations: from_marker(1100), reread: reread(pos(P, 1100), None, true),
+                    notice: rebuild("missing", "the store has no snapshot of this partition") }),
+            ("no metadata, unreadable snapshot, marker",
+                facts(Some(500), None, Some(1100), unreadable()),
+                Plan::Rebuild { resume: 500, generations: from_marker(1100), reread: reread(pos(P, 1100), None, true),
+                    notice: rebuild("corrupt", "chunk checksum mismatch") }),
+            ("no metadata, no marker (an operator reset the offsets): fresh at the committed offset",
+                facts(Some(500), None, None, snap("a", 400)),
+                Plan::Fresh { resume: Resume::At(500), notice: Some(Notice::NoMetadata) }),
+            ("no metadata, no marker, no snapshot",
+                facts(Some(500), None, None, Snapshot::Missing),
+                Plan::Fresh { resume: Resume::At(500), notice: Some(Notice::NoMetadata) }),
+        ];
+        for (case, facts, want) in rows {
+            assert_eq!(plan(&facts), want, "{case}");
+        }
+    }
+
+    /// Metadata that is foreign or of another version decodes to `None`: planned as without
+    /// metadata. `key` partitioning has no horizon marker.
+    #[test]
+    fn foreign_metadata_and_key_partitioning_plan_as_without_metadata() {
+        assert_eq!(CheckpointMeta::decode("some other tool"), None);
+        assert_eq!(
+            CheckpointMeta::decode(r#"{"kd":99,"epoch":1,"ckpt":"x","gens":[{}],"clean":true}"#),
+            None
+        );
+        let key_mode = facts(Some(500), None, None, Snapshot::Missing);
+        assert_eq!(
+            plan(&key_mode),
+            Plan::Fresh {
+                resume: Resume::At(500),
+                notice: Some(Notice::NoMetadata)
+            }
+        );
+        let mut latest = facts(None, None, None, Snapshot::Missing);
+        latest.start = Start::Latest;
+        assert_eq!(
+            plan(&latest),
+            Plan::Fresh {
+                resume: Resume::Start(Start::Latest),
+                notice: None
+            }
+        );
+    }
+
+    /// Transactional mode never waits for the fence, and the re-read stops at the committed
+    /// transaction's end when the metadata has one.
+    #[test]
+    fn transactional_plans_stop_at_the_transaction_end_and_never_wait() {
+        let txn = |mut f: Facts| {
+            f.delivery = Delivery::Transactional;
+            plan(&f)
+        };
+        let end = Some(pos(P, 1500));
+        assert_eq!(
+            txn(facts(Some(500), meta("a", false, end.clone()), None, snap("a", 500))),
+            Plan::Load {
+                resume: 500,
+                ckpt: "a".into(),
+                reread: reread(pos(P, 1400), end.clone(), false)
+            }
+        );
+        assert_eq!(
+            txn(facts(Some(500), meta("a", false, end.clone()), None, Snapshot::Missing)),
+            Plan::Rebuild {
+                resume: 500,
+                generations: from_meta(),
+                reread: reread(pos(P, 1200), end, false),
+                notice: rebuild("missing", "the store has no snapshot of this partition")
+            }
+        );
+        assert_eq!(
+            txn(facts(Some(500), None, Some(1100), Snapshot::Missing)),
+            Plan::Rebuild {
+                resume: 500,
+                generations: from_marker(1100),
+                reread: reread(pos(P, 1100), None, false),
+                notice: rebuild("missing", "the store has no snapshot of this partition")
+            }
+        );
+    }
+}
