@@ -242,7 +242,7 @@ impl Filter {
 
     /// Installs recovered partition `p` (ownership `inc`) as running.
     fn run(&mut self, p: i32, inc: u64, rec: Recovered) {
-        let metrics = PartitionMetrics::new(p, self.cfg.checkpoint.generations as usize);
+        let metrics = PartitionMetrics::new(p, &self.cfg);
         metrics.set_state(crate::state::PartitionState::Running);
         let took = rec.since.elapsed();
         telemetry::recovery(took.as_secs_f64());

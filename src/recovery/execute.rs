@@ -238,7 +238,7 @@ fn scan(
         return Ok((progress.ends, progress.scanned));
     }
     reader.assign(&tpl)?;
-    let metrics = PartitionMetrics::new(req.partition, env.cfg.checkpoint.generations as usize);
+    let metrics = PartitionMetrics::new(req.partition, &env.cfg);
     (progress.started, progress.last_progress) = (Instant::now(), Instant::now());
     while !progress.remaining.is_empty() {
         check(&req.cancel)?;
