@@ -75,6 +75,18 @@ pub enum HandoverError {
     Commit(#[from] KafkaError),
 }
 
+impl HandoverError {
+    /// True when the failed hand-over leaves records that could still reach the output: some not
+    /// acknowledged (a timeout), or in an open transaction. A commit refused after every record
+    /// was acknowledged leaves none: the next owner just recovers from the output topic.
+    pub fn leaves_records_behind(&self) -> bool {
+        match self {
+            HandoverError::Transaction(_) | HandoverError::Timeout => true,
+            HandoverError::Failed(_) | HandoverError::Commit(_) => false,
+        }
+    }
+}
+
 /// Why a recovered partition could not start running; its recovery is retried.
 #[derive(Debug, thiserror::Error)]
 enum StartError {
@@ -299,7 +311,11 @@ impl Filter {
             if lost {
                 self.lose(&running);
             } else if let Err(e) = self.handover(consumer, &running, true) {
-                self.give_up(&running, e);
+                if e.leaves_records_behind() {
+                    self.give_up(&running, e);
+                } else {
+                    warn!(partitions = ?running, error = %e, "clean hand-over failed with every record acknowledged; the next owner recovers from the output topic");
+                }
             }
         }
         self.release(&running);
@@ -400,11 +416,17 @@ impl Filter {
         self.cancel_recoveries();
         let running = self.running();
         if !running.is_empty() {
-            if let Err(e) = self.handover(consumer, &running, false) {
-                return Err(Fatal::Handover {
-                    partitions: running,
-                    error: Arc::new(e),
-                });
+            match self.handover(consumer, &running, false) {
+                Err(e) if e.leaves_records_behind() => {
+                    return Err(Fatal::Handover {
+                        partitions: running,
+                        error: Arc::new(e),
+                    })
+                }
+                Err(e) => {
+                    warn!(error = %e, "shutdown without a clean hand-over (every record acknowledged); the next start recovers from the output topic")
+                }
+                Ok(()) => {}
             }
         }
         let all: Vec<i32> = self.partitions.keys().copied().collect();
