@@ -275,6 +275,17 @@ pub struct OutputConfig {
     /// below the orchestrator's grace period (`terminationGracePeriodSeconds`).
     #[serde(default = "default_handover_timeout", with = "humantime_serde")]
     pub handover_timeout: Duration,
+    /// Whether each forwarded record carries the header `kafka-dedup.source` (input topic,
+    /// partition and offset; [`crate::provenance`]). On by default: recovery uses it to find
+    /// where to resume when the group's committed offset is missing or unusable, and `audit`
+    /// to match records exactly. Off for readers that cannot tolerate an extra header; see the
+    /// README for what that costs.
+    #[serde(default = "default_true")]
+    pub provenance: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_partitioning() -> Partitioning {

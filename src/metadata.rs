@@ -21,6 +21,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::generations::Positions;
 
+/// The metadata string committed with the horizon marker (the group's offset on an output
+/// partition). A broker that keeps offset metadata returns it; one that drops it (tansu 0.6)
+/// returns an empty string, which tells recovery that an input commit without metadata may still
+/// be kafka-dedup's own (see `recovery::plan`).
+pub const MARKER_METADATA: &str = "kafka-dedup horizon marker";
+
 /// Format version of the metadata (the `kd` field).
 pub const METADATA_VERSION: u32 = 1;
 

@@ -35,7 +35,12 @@ pub struct Provenance {
 impl Provenance {
     /// The header value: `topic/partition/offset`.
     pub fn encode(&self) -> String {
-        format!("{}/{}/{}", self.topic, self.partition, self.offset)
+        Self::encode_parts(&self.topic, self.partition, self.offset)
+    }
+
+    /// The header value of the record at `topic`/`partition`/`offset`.
+    pub fn encode_parts(topic: &str, partition: i32, offset: i64) -> String {
+        format!("{topic}/{partition}/{offset}")
     }
 
     /// Parses a header value written by [`Self::encode`]; `None` for anything else (a header of

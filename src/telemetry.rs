@@ -64,6 +64,14 @@ pub const STORE_REBUILD_REASONS: [&str; 5] = [
     "other_deployment",
     "no_metadata",
 ];
+/// `kafka_dedup_positions_from_output_total{reason}`: recoveries that took a partition's
+/// position from the provenance of the output's records, by [`POSITION_FROM_OUTPUT_REASONS`].
+pub const POSITIONS_FROM_OUTPUT: &str = "kafka_dedup_positions_from_output_total";
+/// The values of the `reason` label of [`POSITIONS_FROM_OUTPUT`] (`recovery::plan::FromOutputReason`):
+/// `no_commit` (the group had no committed offset: lost offsets, a new `group_id`),
+/// `no_metadata` (a committed offset that kafka-dedup did not write, e.g. an operator's reset).
+/// `behind_output` (a committed offset without metadata that the output proves behind).
+pub const POSITION_FROM_OUTPUT_REASONS: [&str; 3] = ["no_commit", "no_metadata", "behind_output"];
 /// `kafka_dedup_recovery_records_scanned_total{partition}`: output records re-read during recovery.
 pub const RECOVERY_SCANNED: &str = "kafka_dedup_recovery_records_scanned_total";
 /// `kafka_dedup_recovery_duration_seconds`: from assignment to the partition running.
@@ -99,7 +107,8 @@ pub const OLDEST_GENERATION: &str = "kafka_dedup_oldest_generation_info";
 
 /// Every counter (every name above ending in `_total`; a unit test checks the list against this
 /// file). Each is in the first scrape, at 0, with all its known label values.
-pub const COUNTERS: [&str; 8] = [
+pub const COUNTERS: [&str; 9] = [
+    POSITIONS_FROM_OUTPUT,
     RECORDS_CONSUMED,
     RECORDS_FORWARDED,
     DUPLICATES_DROPPED,
@@ -151,6 +160,11 @@ pub fn describe() {
         "Partitions rebuilt from the output topic, by reason."
     );
     describe_counter!(RECOVERY_SCANNED, Unit::Count, "Output records re-read during recovery.");
+    describe_counter!(
+        POSITIONS_FROM_OUTPUT,
+        Unit::Count,
+        "Recoveries that took the position from the output's provenance headers, by reason."
+    );
     describe_histogram!(RECOVERY_DURATION, Unit::Seconds, "Partition recovery duration.");
     describe_gauge!(
         CONSUMER_LAG,
@@ -183,6 +197,9 @@ pub fn describe() {
     }
     for reason in STORE_REBUILD_REASONS {
         counter!(STORE_REBUILDS, "reason" => reason).increment(0);
+    }
+    for reason in POSITION_FROM_OUTPUT_REASONS {
+        counter!(POSITIONS_FROM_OUTPUT, "reason" => reason).increment(0);
     }
     let _ = histogram!(CHECKPOINT_DURATION);
     let _ = histogram!(RECOVERY_DURATION);
@@ -334,6 +351,13 @@ pub fn partition_state(partition: i32, state: Option<PartitionState>) {
 /// Sets the [`READY`] gauge.
 pub fn ready(ready: bool) {
     gauge!(READY).set(if ready { 1.0 } else { 0.0 });
+}
+
+/// Counts a recovery whose position came from the output's provenance (`reason`: one of
+/// [`POSITION_FROM_OUTPUT_REASONS`]).
+pub fn position_from_output(reason: &'static str) {
+    debug_assert!(POSITION_FROM_OUTPUT_REASONS.contains(&reason), "reason {reason}");
+    counter!(POSITIONS_FROM_OUTPUT, "reason" => reason).increment(1);
 }
 
 /// Counts a store rebuild of one partition (`reason`: one of [`STORE_REBUILD_REASONS`]).
@@ -511,6 +535,10 @@ mod tests {
             ),
             (CHECKPOINTS, product(&[("result", strings(&CHECKPOINT_RESULTS))])),
             (STORE_REBUILDS, product(&[("reason", strings(&STORE_REBUILD_REASONS))])),
+            (
+                POSITIONS_FROM_OUTPUT,
+                product(&[("reason", strings(&POSITION_FROM_OUTPUT_REASONS))]),
+            ),
         ]
         .into_iter()
         .collect();

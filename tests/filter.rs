@@ -101,7 +101,7 @@ fn retried_batch_drops_exactly_the_repeats() {
     assert_eq!(metric(&scrape, DROPPED, &[]), 100.0, "{scrape}");
     assert!(filter.terminate().success());
 
-    let out = tansu().read_records(&output, 1);
+    let out = tansu().read_forwarded(&output, 1, &input);
     let expected: Vec<String> = (1..=1000).map(|i| i.to_string()).collect();
     assert_eq!(text_values(&out, 0), expected);
     // Key and headers are kept.
@@ -138,7 +138,7 @@ fn header_selected_identity() {
         "{scrape}"
     );
     assert!(filter.terminate().success());
-    let out = tansu().read_records(&output, 1);
+    let out = tansu().read_forwarded(&output, 1, &input);
     assert_eq!(
         out[&0],
         vec![records[0].clone(), records[1].clone(), records[3].clone()]
@@ -162,7 +162,7 @@ fn header_selected_identity() {
         Duration::from_secs(10),
     );
     assert!(filter2.terminate().success());
-    let out2 = tansu().read_records(&output2, 1);
+    let out2 = tansu().read_forwarded(&output2, 1, &input);
     assert_eq!(out2[&0], vec![records[0].clone(), records[1].clone()]);
     let dead = tansu().read_records(&dlq, 1);
     assert_eq!(dead[&0].len(), 1);
@@ -204,7 +204,7 @@ fn tombstones_and_empty_values() {
     filter.wait_metric(FORWARDED, &[], 4.0, Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), DROPPED, &[]), 1.0);
     assert!(filter.terminate().success());
-    let out = tansu().read_records(&output, 1);
+    let out = tansu().read_forwarded(&output, 1, &input);
     assert_eq!(
         out[&0],
         vec![

@@ -33,7 +33,7 @@ use super::mode::Mode;
 use super::{Fatal, KAFKA_TIMEOUT};
 use crate::config::{Config, Partitioning};
 use crate::generations::{Generation, Generations, Positions};
-use crate::metadata::{new_checkpoint_id, CheckpointMeta, METADATA_VERSION};
+use crate::metadata::{new_checkpoint_id, CheckpointMeta, MARKER_METADATA, METADATA_VERSION};
 use crate::partition::{Partition, Running};
 use crate::store::{PartitionWrite, StoreError};
 use crate::telemetry::{self, Totals};
@@ -560,6 +560,9 @@ pub(super) fn commit_list(cfg: &Config, records: &[&CheckpointRecord]) -> KafkaR
         if cfg.output.partitioning == Partitioning::Preserve {
             if let Some(start) = r.gens.first().and_then(|g| g.get(&p)) {
                 tpl.add_partition_offset(&cfg.output.topic, p, Offset::Offset(*start))?;
+                if let Some(mut e) = tpl.find_partition(&cfg.output.topic, p) {
+                    e.set_metadata(MARKER_METADATA);
+                }
             }
         }
     }

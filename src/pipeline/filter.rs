@@ -15,7 +15,7 @@ use tracing::warn;
 use super::context::{DeliveryContext, FilterConsumer};
 use super::mode::Mode;
 use super::ownership::Recoveries;
-use super::produce::{encode_opaque, provenance, send, DeliveryEvent, Destination, Refused};
+use super::produce::{encode_opaque, send, Added, DeliveryEvent, Destination, Refused};
 use super::route::{route, Policy, Route};
 use super::{Fatal, RunError, Shutdown, TopicCounts, KAFKA_TIMEOUT};
 use crate::config::Config;
@@ -334,16 +334,20 @@ fn destination<'c>(
     offset: i64,
     decided: &Route,
 ) -> Result<Option<(Destination<'c>, Option<Fingerprint>)>, Fatal> {
-    let side = |topic: &'c str, reason: &str| Destination {
+    let side = |topic: &'c str, reason: &'static str| Destination {
         topic,
         partition: None,
-        extra: Some(provenance(&cfg.input.topic, p, offset, reason)),
+        added: Added::ReasonAndSource(reason),
         target: Target::Side,
     };
     let output = |partition: Option<i32>| Destination {
         topic: &cfg.output.topic,
         partition,
-        extra: None,
+        added: if cfg.output.provenance {
+            Added::Source
+        } else {
+            Added::Nothing
+        },
         target: Target::Output,
     };
     Ok(match decided {

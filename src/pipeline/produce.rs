@@ -9,7 +9,7 @@ use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Header, Headers, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, ThreadedProducer};
 use rdkafka::Message;
 use tracing::{error, info};
@@ -64,29 +64,10 @@ pub(super) struct Destination<'a> {
     pub topic: &'a str,
     /// The partition; `None` for the producer's partitioner.
     pub partition: Option<i32>,
-    /// Headers added to the record's own (provenance of side copies).
-    pub extra: Option<OwnedHeaders>,
+    /// Headers added to the record's own.
+    pub added: Added<'a>,
     /// What the acknowledgement means (see [`Target`]).
     pub target: Target,
-}
-
-/// Provenance headers added to records copied to the duplicates or dead-letter topic
-/// ([`crate::provenance`]).
-pub(super) fn provenance(topic: &str, partition: i32, offset: i64, reason: &str) -> OwnedHeaders {
-    let source = Provenance {
-        topic: topic.to_string(),
-        partition,
-        offset,
-    };
-    OwnedHeaders::new()
-        .insert(Header {
-            key: REASON_HEADER,
-            value: Some(reason),
-        })
-        .insert(Header {
-            key: HEADER,
-            value: Some(&source.encode()),
-        })
 }
 
 /// Why the producer did not take a record.
@@ -119,7 +100,7 @@ pub(super) fn send(
     if let Some(ts) = msg.timestamp().to_millis() {
         record = record.timestamp(ts);
     }
-    if let Some(h) = headers(msg, to.extra) {
+    if let Some(h) = headers(msg, to.added) {
         record = record.headers(h);
     }
     loop {
@@ -137,18 +118,38 @@ pub(super) fn send(
     }
 }
 
-/// The record's own headers followed by `extra`.
-fn headers(msg: &BorrowedMessage<'_>, extra: Option<OwnedHeaders>) -> Option<OwnedHeaders> {
+/// Headers kafka-dedup adds to a produced copy of a record ([`crate::provenance`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Added<'a> {
+    /// None (a forwarded record with `output.provenance = false`).
+    Nothing,
+    /// `kafka-dedup.source` (a forwarded record).
+    Source,
+    /// `kafka-dedup.reason` with this reason, then `kafka-dedup.source` (a side copy).
+    ReasonAndSource(&'a str),
+}
+
+/// The record's own headers followed by the `added` ones. The source is the record's own topic,
+/// partition and offset (it is an input record).
+fn headers(msg: &BorrowedMessage<'_>, added: Added<'_>) -> Option<OwnedHeaders> {
     let own = msg.headers().map(|h| h.detach());
-    let Some(extra) = extra else { return own };
-    let mut all = own.unwrap_or_default();
-    for h in extra.iter() {
+    let reason = match added {
+        Added::Nothing => return own,
+        Added::Source => None,
+        Added::ReasonAndSource(reason) => Some(reason),
+    };
+    let mut all = own.unwrap_or_else(|| OwnedHeaders::new_with_capacity(2));
+    if let Some(reason) = reason {
         all = all.insert(Header {
-            key: h.key,
-            value: h.value,
+            key: REASON_HEADER,
+            value: Some(reason),
         });
     }
-    Some(all)
+    let source = Provenance::encode_parts(msg.topic(), msg.partition(), msg.offset());
+    Some(all.insert(Header {
+        key: HEADER,
+        value: Some(&source),
+    }))
 }
 
 impl Filter {

@@ -1,7 +1,7 @@
 //! Step 3 of a recovery: carry out the [`Plan`]: load the store's snapshot or start empty
 //! generations, count and log a rebuild, wait for the fence, re-read the output topic.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
@@ -10,12 +10,15 @@ use rdkafka::message::BorrowedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tracing::{info, warn};
 
-use super::plan::{plan, Facts, Notice, Plan, Reread, Resume, Snapshot};
+use super::plan::{
+    behind_output, plan, resume_from_output, Facts, FromOutputReason, Notice, Plan, Reread, Resume, Snapshot,
+};
 use super::{check, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest, REQUEST_TIMEOUT};
 use crate::config::{Partitioning, Start};
 use crate::generations::{Generation, Generations, Positions};
 use crate::kafka;
 use crate::metadata::new_checkpoint_id;
+use crate::provenance::Provenance;
 use crate::telemetry::{self, PartitionMetrics, Totals};
 
 /// Interval of progress log lines during a long re-read.
@@ -48,11 +51,16 @@ pub fn execute(
                 match env.store.load_generations(p, s) {
                     Ok(gens) => {
                         let gens = Generations::from_parts(gens, keep);
-                        return finish(env, reader, req, gens, resume, ckpt, &reread);
+                        return finish(env, reader, req, gens, resume, ckpt, &reread, untrusted(&facts));
                     }
                     Err(e) => facts.snapshot = Snapshot::Unreadable(e.to_string()),
                 }
             }
+            Plan::FromOutput {
+                committed,
+                wait_for_fence,
+                why,
+            } => return from_output(env, reader, req, committed, wait_for_fence, why),
             Plan::Rebuild {
                 resume,
                 generations,
@@ -65,7 +73,8 @@ pub fn execute(
                     .map(|g| Generation::new(g.epoch, resume, g.out_start, 0))
                     .collect();
                 let gens = Generations::from_parts(gens, keep);
-                return finish(env, reader, req, gens, resume, new_checkpoint_id(), &reread);
+                let untrusted = untrusted(&facts);
+                return finish(env, reader, req, gens, resume, new_checkpoint_id(), &reread, untrusted);
             }
         }
     }
@@ -144,31 +153,240 @@ fn fresh(
     })
 }
 
-/// Waits for the fence if the plan says so, then re-reads the output into `gens`.
+/// True when the committed offset carries no kafka-dedup metadata and the output can be asked
+/// whether it is behind ([`behind_output`]).
+fn untrusted(facts: &Facts) -> bool {
+    facts.meta.is_none() && facts.provenance
+}
+
+/// Waits for the fence if the plan says so, then re-reads the output into `gens`. `untrusted`:
+/// the committed offset `resume` has no kafka-dedup metadata; if the output proves it behind
+/// ([`behind_output`]), the partition resumes after the newest record the output holds from it.
+#[allow(clippy::too_many_arguments)]
 fn finish(
     env: &RecoveryEnv,
     reader: &kafka::Reader,
     req: &RecoveryRequest,
     mut gens: Generations,
-    resume: i64,
+    mut resume: i64,
     ckpt: String,
     reread: &Reread,
+    untrusted: bool,
 ) -> Result<Recovered, RecoveryError> {
     check(&req.cancel)?;
     if reread.wait_for_fence {
         wait_for_fence(env, req)?;
     }
     let out_parts = output_partitions(env, req.partition);
-    let (out_positions, scanned) = scan(env, reader, req, &out_parts, reread, &mut gens)?;
+    let before = if untrusted {
+        provenance_before(env, reader, req.partition, &reread.from)?
+    } else {
+        None
+    };
+    let scanned = scan(env, reader, req, &out_parts, reread, &mut gens)?;
+    if behind_output(resume, before) {
+        let proven = match resume_from_output(Some(resume), &scanned.newest, env.cfg.input.start) {
+            Resume::At(o) => o,
+            Resume::Start(_) => resume,
+        };
+        let after = proven.max(before.map_or(resume, |b| b + 1));
+        warn!(
+            partition = req.partition,
+            reason = "behind_output",
+            committed = resume,
+            resume = after,
+            "the committed offset has no kafka-dedup metadata and is behind the output (it holds this partition's \
+             records from offset {} before the horizon): reset by someone else; resuming after the newest record \
+             the output holds from it",
+            before.unwrap_or_default()
+        );
+        telemetry::position_from_output("behind_output");
+        resume = after;
+    }
     Ok(Recovered {
         gens,
         resume: within_retention(env, reader, req.partition, resume)?,
-        out_positions,
+        out_positions: scanned.ends,
         ckpt,
         fresh: false,
-        scanned,
+        scanned: scanned.records,
         since: req.since,
     })
+}
+
+/// [`Plan::FromOutput`]: re-learns the output over the horizon by record time into one
+/// generation, then resumes where [`resume_from_output`] says, from the provenance found.
+fn from_output(
+    env: &RecoveryEnv,
+    reader: &kafka::Reader,
+    req: &RecoveryRequest,
+    committed: Option<i64>,
+    wait: bool,
+    why: FromOutputReason,
+) -> Result<Recovered, RecoveryError> {
+    let (cfg, p) = (&env.cfg, req.partition);
+    check(&req.cancel)?;
+    if wait {
+        wait_for_fence(env, req)?;
+    }
+    let out_parts = output_partitions(env, p);
+    let from = horizon_start(env, reader, &out_parts)?;
+    let first = Generation::new(1, committed.unwrap_or(0), from.clone(), 0);
+    let mut gens = Generations::from_parts(vec![first], cfg.checkpoint.generations as usize);
+    let reread = Reread {
+        from,
+        to: None,
+        wait_for_fence: false,
+    };
+    let scanned = scan(env, reader, req, &out_parts, &reread, &mut gens)?;
+    let resume = match resume_from_output(committed, &scanned.newest, cfg.input.start) {
+        Resume::At(o) => within_retention(env, reader, p, o)?,
+        Resume::Start(start) => start_offset(env, reader, p, start)?,
+    };
+    if scanned.newest.is_empty() {
+        if committed.is_some() {
+            announce(env, p, &Notice::NoMetadata, Resume::At(resume));
+        }
+    } else {
+        warn!(
+            partition = p,
+            reason = why.label(),
+            committed,
+            resume,
+            rescanned = scanned.records,
+            "the position comes from the output topic: it holds this partition's records up to input offset {} \
+             (kafka-dedup.source); resuming after them",
+            resume - 1
+        );
+        telemetry::position_from_output(why.label());
+    }
+    Ok(Recovered {
+        gens,
+        resume,
+        out_positions: scanned.ends,
+        ckpt: new_checkpoint_id(),
+        fresh: true,
+        scanned: scanned.records,
+        since: req.since,
+    })
+}
+
+/// The input offset of partition `p` that the record just before the re-read's start came from,
+/// by provenance, over the output partitions of `from` (the newest such); `None` when there is
+/// no such record (the re-read starts at the log start) or it carries no provenance for `p`.
+fn provenance_before(
+    env: &RecoveryEnv,
+    reader: &kafka::Reader,
+    p: i32,
+    from: &Positions,
+) -> Result<Option<i64>, RecoveryError> {
+    let topic = &env.cfg.output.topic;
+    let mut newest = None;
+    for (q, start) in from {
+        let (low, _) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
+        if *start <= low {
+            continue;
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, *q, Offset::Offset(start - 1))?;
+        reader.assign(&tpl)?;
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            match reader.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => {
+                    let source = Provenance::of(&m, &env.cfg.input.topic).filter(|s| s.partition == p);
+                    newest = newest.max(source.map(|s| s.offset));
+                    break;
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => break,
+                Some(Err(e)) => return Err(e.into()),
+                None if Instant::now() > deadline => break,
+                None => {}
+            }
+        }
+    }
+    Ok(newest)
+}
+
+/// The input offset `input.start` names for partition `p`: its low or high watermark.
+fn start_offset(env: &RecoveryEnv, reader: &kafka::Reader, p: i32, start: Start) -> Result<i64, RecoveryError> {
+    let (low, high) = reader.fetch_watermarks(&env.cfg.input.topic, p, REQUEST_TIMEOUT)?;
+    Ok(match start {
+        Start::Earliest => low,
+        Start::Latest => high,
+    })
+}
+
+/// Where the horizon begins in each of `out_parts`, by record time: `checkpoint.generations + 1`
+/// intervals before the newest record's timestamp in any of them (the newest time the output
+/// shows: a horizon is measured on record time, so the wall clock, which may be days later after
+/// a long stop, is not used). Found with ListOffsets by timestamp (`offsets_for_times`); an
+/// empty output partition, or one with nothing that recent, starts at its end.
+fn horizon_start(env: &RecoveryEnv, reader: &kafka::Reader, out_parts: &[i32]) -> Result<Positions, RecoveryError> {
+    let topic = &env.cfg.output.topic;
+    let mut ends = Positions::new();
+    let mut newest: Option<i64> = None;
+    for q in out_parts {
+        let (low, high) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
+        ends.insert(*q, high);
+        if high > low {
+            newest = newest.max(last_timestamp(reader, topic, *q, low, high)?);
+        }
+    }
+    let Some(newest) = newest else { return Ok(ends) };
+    let span = env.cfg.checkpoint.interval.as_millis() as i64 * (env.cfg.checkpoint.generations as i64 + 1);
+    let at = newest.saturating_sub(span).max(0);
+    let mut tpl = TopicPartitionList::new();
+    for q in out_parts {
+        tpl.add_partition_offset(topic, *q, Offset::Offset(at))?;
+    }
+    let found = reader.offsets_for_times(tpl, REQUEST_TIMEOUT)?;
+    for q in out_parts {
+        if let Some(Offset::Offset(o)) = found.find_partition(topic, *q).map(|e| e.offset()) {
+            ends.insert(*q, o);
+        }
+    }
+    Ok(ends)
+}
+
+/// The newest record timestamp (ms) among the last records of output partition `q` (offsets
+/// `low..high`): reads back 1, then 16, then 256... records from the end until one is found
+/// (the last offsets can be transaction markers). `None` when no record carries a timestamp.
+fn last_timestamp(
+    reader: &kafka::Reader,
+    topic: &str,
+    q: i32,
+    low: i64,
+    high: i64,
+) -> Result<Option<i64>, RecoveryError> {
+    let mut back = 1;
+    loop {
+        let from = high.saturating_sub(back).max(low);
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, q, Offset::Offset(from))?;
+        reader.assign(&tpl)?;
+        let mut newest = None;
+        let mut seen = false;
+        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        loop {
+            match reader.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => {
+                    seen = true;
+                    newest = newest.max(m.timestamp().to_millis());
+                }
+                Some(Err(KafkaError::PartitionEOF(_))) => break,
+                Some(Err(e)) => return Err(e.into()),
+                None if Instant::now() > deadline => {
+                    return Err(KafkaError::Global(rdkafka::types::RDKafkaErrorCode::OperationTimedOut).into())
+                }
+                None => {}
+            }
+        }
+        if seen || from == low {
+            return Ok(newest);
+        }
+        back = back.saturating_mul(16);
+    }
 }
 
 /// The committed offset `resume` of input partition `p`, or the partition's log start when
@@ -220,6 +438,20 @@ struct Progress<'a> {
     last_progress: Instant,
     /// Poll errors so far.
     errors: u32,
+    /// Per output partition, the newest input offset of the recovering partition found in it
+    /// (provenance header).
+    newest: BTreeMap<i32, i64>,
+}
+
+/// What a re-read found.
+struct Scanned {
+    /// The end reached per output partition.
+    ends: Positions,
+    /// Records read.
+    records: u64,
+    /// Per output partition, the newest input offset of the recovering partition found in it,
+    /// by provenance ([`crate::provenance`]).
+    newest: BTreeMap<i32, i64>,
 }
 
 /// Re-reads output partitions `out_parts` from `reread.from` to their end (or `reread.to`),
@@ -232,10 +464,10 @@ fn scan(
     out_parts: &[i32],
     reread: &Reread,
     gens: &mut Generations,
-) -> Result<(Positions, u64), RecoveryError> {
+) -> Result<Scanned, RecoveryError> {
     let (tpl, mut progress) = ranges(env, reader, out_parts, reread)?;
     if progress.remaining.is_empty() {
-        return Ok((progress.ends, progress.scanned));
+        return Ok(progress.into_scanned());
     }
     reader.assign(&tpl)?;
     let metrics = PartitionMetrics::new(req.partition, &env.cfg);
@@ -252,7 +484,7 @@ fn scan(
             None => {}
         }
     }
-    Ok((progress.ends, progress.scanned))
+    Ok(progress.into_scanned())
 }
 
 /// Where the re-read of each output partition starts (never before its low watermark), and
@@ -275,6 +507,7 @@ fn ranges<'a>(
         started: Instant::now(),
         last_progress: Instant::now(),
         errors: 0,
+        newest: BTreeMap::new(),
     };
     for q in out_parts {
         let (low, high) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
@@ -307,6 +540,15 @@ fn eof_ends_reread(position: Option<i64>, stop: Option<i64>) -> bool {
 }
 
 impl Progress<'_> {
+    /// What the re-read found.
+    fn into_scanned(self) -> Scanned {
+        Scanned {
+            ends: self.ends,
+            records: self.scanned,
+            newest: self.newest,
+        }
+    }
+
     /// Re-learns one output record (or, past the limit, ends its partition).
     fn record(
         &mut self,
@@ -329,6 +571,10 @@ impl Progress<'_> {
         }
         if let Ok(fp) = env.fingerprinter.fingerprint(m) {
             gens.relearn(fp.0, q, o);
+        }
+        if let Some(source) = Provenance::of(m, &env.cfg.input.topic).filter(|s| s.partition == req.partition) {
+            let newest = self.newest.entry(q).or_insert(source.offset);
+            *newest = (*newest).max(source.offset);
         }
         self.scanned += 1;
         metrics.scanned.increment(1);

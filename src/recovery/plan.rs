@@ -16,6 +16,8 @@
 //! producer's `init_transactions` fenced the previous owner) and the re-read stops at the
 //! committed transaction's end (`out_end`).
 
+use std::collections::BTreeMap;
+
 use crate::config::{Delivery, Start};
 use crate::generations::Positions;
 use crate::metadata::CheckpointMeta;
@@ -51,6 +53,14 @@ pub struct Facts {
     pub start: Start,
     /// `output.delivery`.
     pub delivery: Delivery,
+    /// `output.provenance`: forwarded records name their input offset, so the output itself
+    /// says where a partition must resume when nothing trustworthy is committed.
+    pub provenance: bool,
+    /// True when the horizon marker came back without the metadata string kafka-dedup commits
+    /// with it: the broker drops offset metadata (tansu 0.6), so an input commit without
+    /// metadata may still be kafka-dedup's own. False when the marker kept it (a commit without
+    /// metadata was then made by someone else: an operator's reset) or when there is no marker.
+    pub metadata_dropped: bool,
 }
 
 /// Where consumption resumes.
@@ -98,6 +108,29 @@ pub enum Notice {
     NoMetadata,
 }
 
+/// Why the output decides where a partition resumes ([`Plan::FromOutput`]); the label of
+/// `kafka_dedup_positions_from_output_total{reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FromOutputReason {
+    /// The group has no committed offset for the partition: a first start, or offsets lost
+    /// (the broker expires an empty group's offsets after `offsets.retention.minutes`, 7 days by
+    /// default; a changed `input.group_id`).
+    NoCommit,
+    /// The committed offset carries no kafka-dedup metadata (an operator reset it, or another
+    /// tool committed it) and nothing else says it is kafka-dedup's.
+    NoMetadata,
+}
+
+impl FromOutputReason {
+    /// The metric label: `no_commit`, `no_metadata`.
+    pub fn label(self) -> &'static str {
+        match self {
+            FromOutputReason::NoCommit => "no_commit",
+            FromOutputReason::NoMetadata => "no_metadata",
+        }
+    }
+}
+
 /// What a recovery does (step 3 carries it out).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Plan {
@@ -117,6 +150,17 @@ pub enum Plan {
         /// The re-read, from the snapshot's `out_covered`.
         reread: Reread,
     },
+    /// Nothing trustworthy is committed but the output names its records' input offsets
+    /// (`output.provenance`): re-learn the output over the horizon by record time (back from its
+    /// newest record's timestamp), then resume where [`resume_from_output`] says.
+    FromOutput {
+        /// The committed offset, if any (without metadata).
+        committed: Option<i64>,
+        /// Wait until `output.fence_wait` has passed since the assignment before reading.
+        wait_for_fence: bool,
+        /// Why (logged and counted).
+        why: FromOutputReason,
+    },
     /// Empty generations at known output starts, re-learned from the output topic.
     Rebuild {
         /// Where consumption resumes (every generation's input start).
@@ -133,6 +177,15 @@ pub enum Plan {
 /// Decides the recovery of a partition from `facts`.
 pub fn plan(facts: &Facts) -> Plan {
     let Some(resume) = facts.committed else {
+        if facts.provenance {
+            // In idempotent mode an owner commits before it forwards anything, so without a
+            // commit nobody can have records in flight: no fence wait.
+            return Plan::FromOutput {
+                committed: None,
+                wait_for_fence: false,
+                why: FromOutputReason::NoCommit,
+            };
+        }
         return Plan::Fresh {
             resume: Resume::Start(facts.start),
             notice: None,
@@ -226,7 +279,10 @@ fn without_metadata(facts: &Facts, resume: i64) -> Plan {
         Snapshot::Unreadable(detail) => ("corrupt", detail.clone()),
     };
     match facts.marker {
-        Some(start) => {
+        // Without provenance the marker is used whatever the broker does with metadata (the
+        // input offset may then have been reset by someone else: replays of records before it
+        // are not caught); with provenance, only when the broker drops metadata.
+        Some(start) if facts.metadata_dropped || !facts.provenance => {
             let starts: Positions = [(facts.partition, start)].into_iter().collect();
             Plan::Rebuild {
                 resume,
@@ -238,10 +294,48 @@ fn without_metadata(facts: &Facts, resume: i64) -> Plan {
                 notice: Notice::Rebuild { reason, detail },
             }
         }
-        None => Plan::Fresh {
+        _ if facts.provenance => Plan::FromOutput {
+            committed: Some(resume),
+            wait_for_fence: facts.delivery == Delivery::Idempotent,
+            why: FromOutputReason::NoMetadata,
+        },
+        _ => Plan::Fresh {
             resume: Resume::At(resume),
             notice: Some(Notice::NoMetadata),
         },
+    }
+}
+
+/// Whether a committed offset without kafka-dedup's metadata is behind what the output proves:
+/// a record older than the re-read horizon (the one just before where the re-read starts) came
+/// from input offset `before_horizon`, at or after `committed`. kafka-dedup's own commits never
+/// are (the records before the horizon were forwarded before the checkpoint that committed), so
+/// this is an offset reset by someone else on a broker that drops metadata, where the horizon
+/// marker alone cannot tell; resuming there would forward again everything older than the
+/// horizon.
+pub fn behind_output(committed: i64, before_horizon: Option<i64>) -> bool {
+    before_horizon.is_some_and(|b| b >= committed)
+}
+
+/// Where a partition resumes after [`Plan::FromOutput`]: after the newest record the output
+/// proves this partition's owner handled, or at the committed offset when that is later, or at
+/// `input.start` when neither exists.
+///
+/// `newest` maps each output partition to the newest input offset of this partition found in it
+/// (by provenance, over the re-read horizon). With `partitioning = "preserve"` there is one:
+/// the output partition receives the input partition's records in input order, so every record
+/// before the newest one was forwarded (and is there), dropped as a replay, or sent to a side
+/// topic. With `"key"` each output partition receives a subsequence in order, but a record bound
+/// for another output partition may not have landed when its owner died: the smallest of the
+/// per-partition newest offsets is the point before which all landed; what lies after it and
+/// did land was just re-learned, so it is dropped when met again.
+pub fn resume_from_output(committed: Option<i64>, newest: &BTreeMap<i32, i64>, start: Start) -> Resume {
+    let proven = newest.values().min().map(|o| o.saturating_add(1));
+    match (committed, proven) {
+        (Some(c), Some(p)) => Resume::At(c.max(p)),
+        (Some(c), None) => Resume::At(c),
+        (None, Some(p)) => Resume::At(p),
+        (None, None) => Resume::Start(start),
     }
 }
 
@@ -284,6 +378,92 @@ mod tests {
             snapshot,
             start: Start::Earliest,
             delivery: Delivery::Idempotent,
+            provenance: false,
+            metadata_dropped: true,
+        }
+    }
+
+    /// As [`facts`], with `output.provenance` on and whether the marker lost its metadata.
+    fn with_provenance(mut f: Facts, metadata_dropped: bool) -> Facts {
+        f.provenance = true;
+        f.metadata_dropped = metadata_dropped;
+        f
+    }
+
+    fn from_output(committed: Option<i64>, wait_for_fence: bool, why: FromOutputReason) -> Plan {
+        Plan::FromOutput {
+            committed,
+            wait_for_fence,
+            why,
+        }
+    }
+
+    /// `output.provenance` on: where nothing trustworthy is committed, the output decides.
+    #[test]
+    fn with_provenance_the_output_decides_where_nothing_trustworthy_is_committed() {
+        use FromOutputReason::*;
+        #[rustfmt::skip]
+        let rows: Vec<(&str, Facts, Plan)> = vec![
+            ("no commit (offsets expired, a new group id): from the output, no fence (nobody committed, so nobody forwarded)",
+                with_provenance(facts(None, None, None, Snapshot::Missing), false),
+                from_output(None, false, NoCommit)),
+            ("no commit, a snapshot of an earlier group: still from the output",
+                with_provenance(facts(None, None, None, snap("a", 400)), false),
+                from_output(None, false, NoCommit)),
+            ("kafka-dedup's metadata: as without provenance",
+                with_provenance(facts(Some(500), meta("a", false, None), None, snap("a", 500)), false),
+                Plan::Load { resume: 500, ckpt: "a".into(), reread: reread(pos(P, 1400), None, true) }),
+            ("no metadata, the marker lost its metadata too (tansu drops it): the marker is kafka-dedup's, use it",
+                with_provenance(facts(Some(500), None, Some(1100), Snapshot::Missing), true),
+                Plan::Rebuild { resume: 500, generations: from_marker(1100), reread: reread(pos(P, 1100), None, true),
+                    notice: rebuild("missing", "the store has no snapshot of this partition") }),
+            ("no metadata, the marker kept its metadata: the input offset was reset by someone else: from the output, wait",
+                with_provenance(facts(Some(0), None, Some(1100), Snapshot::Missing), false),
+                from_output(Some(0), true, NoMetadata)),
+            ("no metadata, no marker (key partitioning on a broker that drops metadata): from the output, wait",
+                with_provenance(facts(Some(500), None, None, Snapshot::Missing), true),
+                from_output(Some(500), true, NoMetadata)),
+            ("no metadata, snapshot at exactly the committed offset: load",
+                with_provenance(facts(Some(500), None, None, snap("a", 500)), true),
+                Plan::Load { resume: 500, ckpt: "a".into(), reread: reread(pos(P, 1400), None, true) }),
+        ];
+        for (case, facts, want) in rows {
+            assert_eq!(plan(&facts), want, "{case}");
+        }
+    }
+
+    /// When a committed offset without metadata is behind what the output proves.
+    #[test]
+    fn behind_output_in_a_table() {
+        #[rustfmt::skip]
+        let rows = [
+            ("kafka-dedup's own commit: the records before the horizon came from before it", 500, Some(420), false),
+            ("the record just before the horizon is the last one before the commit", 500, Some(499), false),
+            ("reset to 0: the output holds records from later offsets before the horizon", 0, Some(420), true),
+            ("reset back into what was forwarded", 300, Some(420), true),
+            ("nothing before the horizon (it covers the whole output): cannot tell, trust it", 0, None, false),
+        ];
+        for (case, committed, before, behind) in rows {
+            assert_eq!(behind_output(committed, before), behind, "{case}");
+        }
+    }
+
+    /// Where [`Plan::FromOutput`] resumes, one row per case.
+    #[test]
+    fn resume_from_output_in_a_table() {
+        let newest = |pairs: &[(i32, i64)]| pairs.iter().copied().collect::<BTreeMap<i32, i64>>();
+        #[rustfmt::skip]
+        let rows = [
+            ("nothing committed, nothing in the output: input.start", None, newest(&[]), Resume::Start(Start::Latest)),
+            ("nothing committed: after the newest record of the partition", None, newest(&[(0, 99)]), Resume::At(100)),
+            ("reset to 0 by an operator: after the newest record", Some(0), newest(&[(0, 99)]), Resume::At(100)),
+            ("reset forward past the output (skip on purpose): the committed offset", Some(150), newest(&[(0, 99)]), Resume::At(150)),
+            ("a commit, nothing in the output: the committed offset", Some(40), newest(&[]), Resume::At(40)),
+            ("key partitioning: the smallest of the per-partition newest offsets", None, newest(&[(0, 520), (1, 510), (2, 530)]), Resume::At(511)),
+            ("key partitioning, committed later than that", Some(515), newest(&[(0, 520), (1, 510)]), Resume::At(515)),
+        ];
+        for (case, committed, newest, want) in rows {
+            assert_eq!(resume_from_output(committed, &newest, Start::Latest), want, "{case}");
         }
     }
 

@@ -43,7 +43,7 @@ pub fn read(env: &RecoveryEnv, reader: &kafka::Reader, req: &RecoveryRequest) ->
     );
     let input = committed_of(&committed, &cfg.input.topic, p)?;
     let marker = if preserve {
-        committed_of(&committed, &cfg.output.topic, p)?.map(|c| c.offset)
+        committed_of(&committed, &cfg.output.topic, p)?
     } else {
         None
     };
@@ -57,10 +57,12 @@ pub fn read(env: &RecoveryEnv, reader: &kafka::Reader, req: &RecoveryRequest) ->
         partition: p,
         committed: input.as_ref().map(|c| c.offset),
         meta: input.as_ref().and_then(|c| CheckpointMeta::decode(&c.metadata)),
-        marker,
+        metadata_dropped: marker.as_ref().is_some_and(|m| m.metadata.is_empty()),
+        marker: marker.map(|m| m.offset),
         snapshot,
         start: cfg.input.start,
         delivery: cfg.output.delivery,
+        provenance: cfg.output.provenance,
     })
 }
 

@@ -192,6 +192,32 @@ impl Broker {
         read_records(&self.client(), topic, partitions)
     }
 
+    /// The records kafka-dedup forwarded from `input` to `output` (`partitioning = "preserve"`),
+    /// as they were in the input: each must carry the provenance header kafka-dedup adds (the
+    /// last `kafka-dedup.source` naming `input`), from the same partition, with input offsets
+    /// increasing; the header is removed.
+    pub fn read_forwarded(&self, output: &str, partitions: i32, input: &str) -> BTreeMap<i32, Vec<Raw>> {
+        use kafka_dedup::provenance::{Provenance, HEADER};
+        let mut out = self.read_records(output, partitions);
+        for (p, records) in out.iter_mut() {
+            let mut last = -1;
+            for r in records.iter_mut() {
+                let source = Provenance::of(r, input)
+                    .unwrap_or_else(|| panic!("output partition {p}: a record without provenance: {r:?}"));
+                assert_eq!(source.partition, *p, "preserve: from input partition {p}: {source:?}");
+                assert!(source.offset > last, "input offsets increase: {last}, then {source:?}");
+                last = source.offset;
+                let i = r
+                    .headers
+                    .iter()
+                    .rposition(|(k, v)| k == HEADER && v.as_deref() == Some(source.encode().as_bytes()))
+                    .expect("the header just read");
+                r.headers.remove(i);
+            }
+        }
+        out
+    }
+
     /// Produces records (key, value, headers) to one partition, in order, and waits for them.
     pub fn produce_raw(&self, topic: &str, partition: i32, records: &[Raw]) {
         produce_raw(&self.client(), topic, partition, records)
