@@ -334,7 +334,7 @@ fn destination<'c>(
     offset: i64,
     decided: &Route,
 ) -> Result<Option<(Destination<'c>, Option<Fingerprint>)>, Fatal> {
-    let side = |topic: &'c str, reason: &str| Destination {
+    let side = |topic: &'c str, reason: &'static str| Destination {
         topic,
         partition: None,
         extra: Some(provenance(&cfg.input.topic, p, offset, reason)),

@@ -9,7 +9,7 @@ use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Header, Headers, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, ThreadedProducer};
 use rdkafka::Message;
 use tracing::{error, info};
@@ -63,23 +63,27 @@ pub(super) struct Destination<'a> {
     pub topic: &'a str,
     /// The partition; `None` for the producer's partitioner.
     pub partition: Option<i32>,
-    /// Headers added to the record's own (provenance of side copies).
-    pub extra: Option<OwnedHeaders>,
+    /// Provenance headers added after the record's own (side copies).
+    pub extra: Option<Provenance>,
     /// What the acknowledgement means (see [`Target`]).
     pub target: Target,
 }
 
-/// Provenance headers added to records copied to the duplicates or dead-letter topic.
-pub(super) fn provenance(topic: &str, partition: i32, offset: i64, reason: &str) -> OwnedHeaders {
-    OwnedHeaders::new()
-        .insert(Header {
-            key: "kafka-dedup.reason",
-            value: Some(reason),
-        })
-        .insert(Header {
-            key: "kafka-dedup.source",
-            value: Some(&format!("{topic}/{partition}/{offset}")),
-        })
+/// Where a copy sent to the duplicates or dead-letter topic comes from: the values of its
+/// `kafka-dedup.reason` and `kafka-dedup.source` headers.
+pub(super) struct Provenance {
+    /// `duplicate`, or why the record has no fingerprint ([`Unfingerprintable::reason`](crate::fingerprint::Unfingerprintable::reason)).
+    pub reason: &'static str,
+    /// `topic/partition/offset` of the input record.
+    pub source: String,
+}
+
+/// The provenance of a side copy of the input record at `topic`/`partition`/`offset`.
+pub(super) fn provenance(topic: &str, partition: i32, offset: i64, reason: &'static str) -> Provenance {
+    Provenance {
+        reason,
+        source: format!("{topic}/{partition}/{offset}"),
+    }
 }
 
 /// Why the producer did not take a record.
@@ -130,18 +134,23 @@ pub(super) fn send(
     }
 }
 
-/// The record's own headers followed by `extra`.
-fn headers(msg: &BorrowedMessage<'_>, extra: Option<OwnedHeaders>) -> Option<OwnedHeaders> {
+/// The record's own headers, followed by the provenance headers of a side copy. The record's
+/// headers are copied natively (`detach`: librdkafka's `rd_kafka_headers_copy`), never decoded,
+/// so names that are not UTF-8 reach the copy byte for byte.
+fn headers(msg: &BorrowedMessage<'_>, extra: Option<Provenance>) -> Option<OwnedHeaders> {
     let own = msg.headers().map(|h| h.detach());
-    let Some(extra) = extra else { return own };
-    let mut all = own.unwrap_or_default();
-    for h in extra.iter() {
-        all = all.insert(Header {
-            key: h.key,
-            value: h.value,
-        });
-    }
-    Some(all)
+    let Some(p) = extra else { return own };
+    Some(
+        own.unwrap_or_default()
+            .insert(Header {
+                key: "kafka-dedup.reason",
+                value: Some(p.reason),
+            })
+            .insert(Header {
+                key: "kafka-dedup.source",
+                value: Some(&p.source),
+            }),
+    )
 }
 
 impl Filter {
