@@ -62,6 +62,14 @@ pub const READY: &str = "kafka_dedup_ready";
 /// partitioner would put the key in this partition: a custom partitioner or a changed partition
 /// count).
 pub const OUT_OF_SCOPE: &str = "kafka_dedup_out_of_scope_records_total";
+/// `kafka_dedup_side_copies_refused_total{partition,side}`: copies for a side topic (`side` is
+/// `duplicates` for `output.duplicates_topic`, `dead_letter` for `fingerprint.dead_letter_topic`)
+/// that the producer or the broker refused, each attempt counted; the partition halts meanwhile
+/// (`kafka_dedup_partition_state{state="halted"}`).
+pub const SIDE_REFUSED: &str = "kafka_dedup_side_copies_refused_total";
+/// `kafka_dedup_recovery_panics_total{partition}`: recovery workers that panicked (a bug); the
+/// recovery is retried with back-off.
+pub const RECOVERY_PANICS: &str = "kafka_dedup_recovery_panics_total";
 /// `kafka_dedup_build_info{version}`: always 1.
 pub const BUILD_INFO: &str = "kafka_dedup_build_info";
 
@@ -122,6 +130,16 @@ pub fn describe() {
         OUT_OF_SCOPE,
         Unit::Count,
         "Records whose replays may land in another partition (null key, or a key placed elsewhere)."
+    );
+    describe_counter!(
+        SIDE_REFUSED,
+        Unit::Count,
+        "Copies refused by a side topic (duplicates, dead letter); the partition halts and retries."
+    );
+    describe_counter!(
+        RECOVERY_PANICS,
+        Unit::Count,
+        "Recovery workers that panicked; the recovery is retried with back-off."
     );
     describe_gauge!(BUILD_INFO, Unit::Count, "Build information; always 1.");
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
@@ -203,6 +221,17 @@ fn set_partition_state(partition: &str, state: Option<PartitionState>) {
 /// state change, so the gauge and `/readyz` agree.
 pub fn partition_state(partition: i32, state: Option<PartitionState>) {
     set_partition_state(&partition.to_string(), state);
+}
+
+/// Counts a copy for side topic `side` (`duplicates` or `dead_letter`) refused for input
+/// partition `partition` ([`SIDE_REFUSED`]).
+pub fn side_refused(partition: i32, side: &'static str) {
+    counter!(SIDE_REFUSED, "partition" => partition.to_string(), "side" => side).increment(1);
+}
+
+/// Counts a recovery worker of input partition `partition` that panicked ([`RECOVERY_PANICS`]).
+pub fn recovery_panic(partition: i32) {
+    counter!(RECOVERY_PANICS, "partition" => partition.to_string()).increment(1);
 }
 
 /// Sets the [`READY`] gauge.

@@ -214,3 +214,30 @@ fn header_names_that_are_not_utf8() {
     assert_eq!(metric(&scrape, FORWARDED, &[]), 0.0, "{scrape}");
     assert!(again.terminate().success(), "{}", again.logs());
 }
+
+/// Case 6: a recovery worker that panics (a bug; injected here at its start with the panic point
+/// `recovery`) used to leave its partition "recovering" for ever, silently. The panic is caught,
+/// logged and counted, and the recovery retried: the partition runs and forwards.
+#[test]
+fn a_recovery_worker_that_panics_is_retried() {
+    let records: Vec<Raw> = (0..3).map(|i| rec(&i.to_string(), &[])).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("panic-in"), unique("panic-out"));
+    tansu().create_topic(&input, 1);
+    tansu().create_topic(&output, 1);
+    tansu().produce_raw(&input, 0, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.env.push((kafka_dedup::crash::ENV.into(), "recovery:1".into()));
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(FORWARDED, &[], 3.0, Duration::from_secs(60));
+    let scrape = filter.scrape();
+    assert_eq!(
+        metric(&scrape, "kafka_dedup_recovery_panics_total", &["partition=\"0\""]),
+        1.0,
+        "{scrape}"
+    );
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let logs = filter.logs();
+    assert!(logs.contains("recovery worker panicked"), "{logs}");
+    assert_eq!(tansu().read_records(&output, 1)[&0], records);
+}
