@@ -1059,6 +1059,7 @@ mod tests {
             " [ 1 , [ ] , { } , \"\" , true , false , null ] ",
             "\t\r\n 7 \n",
             r#"{"a" : {"b" : [ {"c":"d"} ] } }"#,
+            r#"[{"":"\\"}]"#,
         ] {
             assert_eq!(current(text), legacy(text), "{text}");
         }
