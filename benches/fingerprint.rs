@@ -15,8 +15,8 @@ fn record(size: usize, i: u64) -> OwnedRecord {
     let key = format!("user-{i:011}").into_bytes();
     let event_id = format!("{:08x}-0000-4000-8000-{:012x}", i as u32, i);
     let headers = vec![
-        ("trace".to_string(), Some(format!("{i:016x}").into_bytes())),
-        ("event-id".to_string(), Some(event_id.clone().into_bytes())),
+        (b"trace".to_vec(), Some(format!("{i:016x}").into_bytes())),
+        (b"event-id".to_vec(), Some(event_id.clone().into_bytes())),
     ];
     let fixed = key.len() + 5 + 16 + 8 + event_id.len();
     let mut value = format!(r#"{{"id":"{event_id}","ts":1700000000123,"kind":"click","pad":""#);

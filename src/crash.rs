@@ -9,6 +9,9 @@
 //! the consumer's commit callback; after a periodic checkpoint's, the store holds exactly the
 //! committed checkpoint), `handover-before-commit` (revocation or shutdown:
 //! store written, offsets not committed).
+//!
+//! Panic points ([`panic_point`]) panic instead of aborting, to test that a panic is caught:
+//! `recovery` (a recovery worker, before it reads anything; `recovery:2` the second attempt).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -38,13 +41,26 @@ fn armed() -> &'static Option<Armed> {
     })
 }
 
+/// True when `point` is armed and reached for the configured time.
+fn reached(point: &str) -> bool {
+    armed()
+        .as_ref()
+        .is_some_and(|a| a.point == point && a.hits.fetch_add(1, Ordering::Relaxed) + 1 == a.nth)
+}
+
 /// Aborts the process if `point` is armed and reached for the configured time.
 #[inline]
 pub fn point(point: &str) {
-    if let Some(a) = armed() {
-        if a.point == point && a.hits.fetch_add(1, Ordering::Relaxed) + 1 == a.nth {
-            eprintln!("kafka-dedup: crash point {point} reached ({ENV}); aborting");
-            std::process::abort();
-        }
+    if reached(point) {
+        eprintln!("kafka-dedup: crash point {point} reached ({ENV}); aborting");
+        std::process::abort();
+    }
+}
+
+/// Panics (on the calling thread) if `point` is armed and reached for the configured time.
+#[inline]
+pub fn panic_point(point: &str) {
+    if reached(point) {
+        panic!("kafka-dedup: panic point {point} reached ({ENV})");
     }
 }

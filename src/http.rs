@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::{RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -140,9 +140,11 @@ async fn store_stats(State(s): State<HttpState>) -> Response {
     (StatusCode::OK, Json(st)).into_response()
 }
 
-/// `GET /store/lookup`: `inspect lookup --json`, answered live by the pipeline thread.
-async fn store_lookup(State(s): State<HttpState>, Query(pairs): Query<Vec<(String, String)>>) -> Response {
-    let input = match LookupInput::from_query(pairs) {
+/// `GET /store/lookup`: `inspect lookup --json`, answered live by the pipeline thread. A query
+/// that names no lookup (bad URL encoding included) is a 400 with the reason; so is a record that
+/// has no fingerprint (a deep or invalid JSON value, a null id, ...).
+async fn store_lookup(State(s): State<HttpState>, RawQuery(query): RawQuery) -> Response {
+    let input = match LookupInput::from_query(query.as_deref().unwrap_or_default()) {
         Ok(i) => i,
         Err(m) => return error(StatusCode::BAD_REQUEST, m.to_string()),
     };

@@ -230,21 +230,22 @@ pub fn murmur2(data: &[u8]) -> i32 {
     let chunks = data.chunks_exact(4);
     let tail = chunks.remainder();
     for c in chunks {
-        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        let Ok(word) = <[u8; 4]>::try_from(c) else { continue }; // always 4 bytes
+        let mut k = u32::from_le_bytes(word);
         k = k.wrapping_mul(M);
         k ^= k >> 24;
         k = k.wrapping_mul(M);
         h = h.wrapping_mul(M);
         h ^= k;
     }
-    if tail.len() >= 3 {
-        h ^= (tail[2] as u32) << 16;
+    if let Some(b) = tail.get(2) {
+        h ^= (*b as u32) << 16;
     }
-    if tail.len() >= 2 {
-        h ^= (tail[1] as u32) << 8;
+    if let Some(b) = tail.get(1) {
+        h ^= (*b as u32) << 8;
     }
-    if !tail.is_empty() {
-        h ^= tail[0] as u32;
+    if let Some(b) = tail.first() {
+        h ^= *b as u32;
         h = h.wrapping_mul(M);
     }
     h ^= h >> 13;

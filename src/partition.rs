@@ -155,6 +155,21 @@ impl InFlight {
     pub fn is_idle(&self) -> bool {
         self.entries.is_empty()
     }
+
+    /// How many taken records await an acknowledgement.
+    pub fn pending_count(&self) -> usize {
+        self.entries.iter().filter(|e| !e.done).count()
+    }
+
+    /// The input offset and target of the produced record with sequence number `seq` while it
+    /// awaits its acknowledgement; `None` when done, stale or unknown.
+    pub fn pending(&self, seq: u64) -> Option<(i64, Target)> {
+        let i = (seq.wrapping_sub(self.base_seq) & SEQ_MASK) as usize;
+        self.entries
+            .get(i)
+            .filter(|e| !e.done && e.target != Target::None)
+            .map(|e| (e.offset, e.target))
+    }
 }
 
 /// A partition being recovered: its generations are rebuilt by a worker thread.
@@ -334,6 +349,20 @@ mod tests {
         assert_eq!(f.watermark(), 14);
         assert!(f.is_idle());
         assert_eq!(f.ack(a), None, "a repeated acknowledgement is ignored");
+    }
+
+    #[test]
+    fn pending_records_are_counted_and_found_by_sequence() {
+        let mut f = InFlight::new(0);
+        let a = f.take(0, Target::Side).unwrap();
+        f.take(1, Target::None);
+        let b = f.take(2, Target::Output).unwrap();
+        assert_eq!(f.pending_count(), 2);
+        assert_eq!(f.pending(a), Some((0, Target::Side)));
+        f.ack(b);
+        assert_eq!(f.pending(b), None, "done");
+        assert_eq!(f.pending_count(), 1);
+        assert_eq!(f.pending(a.wrapping_add(5) & SEQ_MASK), None, "unknown");
     }
 
     #[test]

@@ -64,7 +64,7 @@ impl Provenance {
     /// The provenance of `record` for input topic `topic`: the last [`HEADER`] naming it.
     pub fn of(record: &dyn RecordFields, topic: &str) -> Option<Provenance> {
         let mut found = None;
-        record.for_each_header(HEADER, &mut |value| {
+        record.for_each_header(HEADER.as_bytes(), &mut |value| {
             if let Some(p) = value.and_then(Provenance::parse) {
                 if p.topic == topic {
                     found = Some(p);
@@ -97,14 +97,14 @@ mod tests {
 
     #[test]
     fn the_last_header_naming_the_input_topic_wins() {
-        let h = |v: &str| (HEADER.to_string(), Some(v.as_bytes().to_vec()));
+        let h = |v: &str| (HEADER.as_bytes().to_vec(), Some(v.as_bytes().to_vec()));
         let record = OwnedRecord {
             key: None,
             value: Some(b"v".to_vec()),
             headers: vec![
                 h("upstream/0/7"),
                 h("events/1/10"),
-                (HEADER.to_string(), None),
+                (HEADER.as_bytes().to_vec(), None),
                 h("events/1/11"),
                 h("garbage"),
             ],

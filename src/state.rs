@@ -11,17 +11,26 @@ pub enum PartitionState {
     Recovering,
     /// Consuming and forwarding.
     Running,
+    /// Running, but taking no records: a side topic (`output.duplicates_topic`,
+    /// `fingerprint.dead_letter_topic`) refused a copy, which is sent again with back-off;
+    /// nothing is committed past it (`pipeline::halt`).
+    Halted,
 }
 
 impl PartitionState {
     /// Every state, in the order of the gauge's `state` label values.
-    pub const ALL: [PartitionState; 2] = [PartitionState::Recovering, PartitionState::Running];
+    pub const ALL: [PartitionState; 3] = [
+        PartitionState::Recovering,
+        PartitionState::Running,
+        PartitionState::Halted,
+    ];
 
-    /// The name used in metrics labels and JSON answers: `recovering` or `running`.
+    /// The name used in metrics labels and JSON answers: `recovering`, `running` or `halted`.
     pub fn name(self) -> &'static str {
         match self {
             PartitionState::Recovering => "recovering",
             PartitionState::Running => "running",
+            PartitionState::Halted => "halted",
         }
     }
 }

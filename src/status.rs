@@ -64,16 +64,18 @@ pub struct Status {
 struct Owned {
     /// Its life-cycle state.
     state: PartitionState,
-    /// While recovering: why the last attempt failed (it is retried).
+    /// While recovering: why the last attempt failed (it is retried). While halted: why.
     retrying: Option<String>,
 }
 
 impl Owned {
-    /// As `/readyz` shows it: the state's name, or `recovering (retrying: REASON)`.
+    /// As `/readyz` shows it: the state's name, `recovering (retrying: REASON)` or
+    /// `halted (REASON)`.
     fn describe(&self) -> String {
-        match &self.retrying {
-            Some(why) => format!("{} (retrying: {why})", self.state),
-            None => self.state.name().to_string(),
+        match (&self.retrying, self.state) {
+            (Some(why), PartitionState::Halted) => format!("{} ({why})", self.state),
+            (Some(why), _) => format!("{} (retrying: {why})", self.state),
+            (None, _) => self.state.name().to_string(),
         }
     }
 }
@@ -114,6 +116,17 @@ impl Status {
         };
         self.partitions.lock().expect("not poisoned").insert(p, owned);
         telemetry::partition_state(p, Some(PartitionState::Recovering));
+    }
+
+    /// Records that running partition `p` halted because a side topic refused a copy, and `why`
+    /// (`/readyz` shows `halted (WHY)` and is not ready).
+    pub fn set_halted(&self, p: i32, why: &str) {
+        let owned = Owned {
+            state: PartitionState::Halted,
+            retrying: Some(why.to_string()),
+        };
+        self.partitions.lock().expect("not poisoned").insert(p, owned);
+        telemetry::partition_state(p, Some(PartitionState::Halted));
     }
 
     /// Forgets a released partition; its state and lag gauges go to 0, so that sums over the
@@ -222,12 +235,19 @@ impl Status {
         } else if !self.joined.load(Ordering::SeqCst) {
             Some("waiting for a partition assignment from the consumer group".to_string())
         } else {
-            let recovering: Vec<String> = owned
-                .iter()
-                .filter(|(_, o)| o.state != PartitionState::Running)
-                .map(|(p, o)| format!("{p}: {}", o.describe()))
-                .collect();
-            (!recovering.is_empty()).then(|| format!("recovering partitions ({})", recovering.join(", ")))
+            let listed = |state: PartitionState| -> Vec<String> {
+                owned
+                    .iter()
+                    .filter(|(_, o)| o.state == state)
+                    .map(|(p, o)| format!("{p}: {}", o.describe()))
+                    .collect()
+            };
+            let (halted, recovering) = (listed(PartitionState::Halted), listed(PartitionState::Recovering));
+            if !halted.is_empty() {
+                Some(format!("halted partitions ({})", halted.join(", ")))
+            } else {
+                (!recovering.is_empty()).then(|| format!("recovering partitions ({})", recovering.join(", ")))
+            }
         };
         Readiness {
             ready: reason.is_none(),
@@ -268,6 +288,14 @@ mod tests {
             Some("recovering partitions (0: recovering (retrying: metadata: timed out))")
         );
         s.set_partition(0, PartitionState::Running);
+        assert!(s.readiness().ready);
+        s.set_halted(1, "the dead-letter topic refused a copy");
+        assert_eq!(
+            s.readiness().reason.as_deref(),
+            Some("halted partitions (1: halted (the dead-letter topic refused a copy))")
+        );
+        assert_eq!(s.partitions()[&1], "halted (the dead-letter topic refused a copy)");
+        s.set_partition(1, PartitionState::Running);
         assert!(s.readiness().ready);
         s.set_fatal("delivery failed".into());
         assert_eq!(s.readiness().reason.as_deref(), Some("stopped: delivery failed"));

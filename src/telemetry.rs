@@ -36,7 +36,7 @@ pub const DUPLICATE_DISTANCE: &str = "kafka_dedup_duplicate_offset_distance_reco
 pub const UNFINGERPRINTABLE: &str = "kafka_dedup_unfingerprintable_records_total";
 /// The values of the `reason` label of [`UNFINGERPRINTABLE`]
 /// ([`crate::fingerprint::Unfingerprintable::reason`]).
-pub const UNFINGERPRINTABLE_REASONS: [&str; 3] = ["absent", "not_json", "pointer_not_found"];
+pub const UNFINGERPRINTABLE_REASONS: [&str; 5] = crate::fingerprint::Unfingerprintable::REASONS;
 /// `kafka_dedup_checkpoints_total{result}`: checkpoints by [`CHECKPOINT_RESULTS`]: `ok` once the
 /// group coordinator confirmed the offset commit (or the transaction committed), `failed` when it
 /// refused it or it could not be sent.
@@ -94,6 +94,16 @@ pub const READY: &str = "kafka_dedup_ready";
 pub const OUT_OF_SCOPE: &str = "kafka_dedup_out_of_scope_records_total";
 /// The values of the `reason` label of [`OUT_OF_SCOPE`].
 pub const OUT_OF_SCOPE_REASONS: [&str; 2] = ["null_key", "key_elsewhere"];
+/// `kafka_dedup_side_copies_refused_total{partition,side}`: copies for a side topic (`side` is
+/// `duplicates` for `output.duplicates_topic`, `dead_letter` for `fingerprint.dead_letter_topic`)
+/// that the producer or the broker refused, each attempt counted; the partition halts meanwhile
+/// (`kafka_dedup_partition_state{state="halted"}`).
+pub const SIDE_REFUSED: &str = "kafka_dedup_side_copies_refused_total";
+/// The values of the `side` label of [`SIDE_REFUSED`].
+pub const SIDES: [&str; 2] = ["duplicates", "dead_letter"];
+/// `kafka_dedup_recovery_panics_total{partition}`: recovery workers that panicked (a bug); the
+/// recovery is retried with back-off.
+pub const RECOVERY_PANICS: &str = "kafka_dedup_recovery_panics_total";
 /// `kafka_dedup_build_info{version}`: always 1.
 pub const BUILD_INFO: &str = "kafka_dedup_build_info";
 /// `kafka_dedup_start_time_seconds`: when the process started (Unix time, seconds); it changes
@@ -107,7 +117,9 @@ pub const OLDEST_GENERATION: &str = "kafka_dedup_oldest_generation_info";
 
 /// Every counter (every name above ending in `_total`; a unit test checks the list against this
 /// file). Each is in the first scrape, at 0, with all its known label values.
-pub const COUNTERS: [&str; 9] = [
+pub const COUNTERS: [&str; 11] = [
+    SIDE_REFUSED,
+    RECOVERY_PANICS,
     POSITIONS_FROM_OUTPUT,
     RECORDS_CONSUMED,
     RECORDS_FORWARDED,
@@ -181,6 +193,16 @@ pub fn describe() {
         OUT_OF_SCOPE,
         Unit::Count,
         "Records whose replays may land in another partition (null key, or a key placed elsewhere)."
+    );
+    describe_counter!(
+        SIDE_REFUSED,
+        Unit::Count,
+        "Copies refused by a side topic (duplicates, dead letter); the partition halts and retries."
+    );
+    describe_counter!(
+        RECOVERY_PANICS,
+        Unit::Count,
+        "Recovery workers that panicked; the recovery is retried with back-off."
     );
     describe_gauge!(BUILD_INFO, Unit::Count, "Build information; always 1.");
     describe_gauge!(START_TIME, Unit::Seconds, "Start time of the process, Unix seconds.");
@@ -265,7 +287,7 @@ pub struct PartitionMetrics {
     pub key_elsewhere: Counter,
     /// Unfingerprintable records under the configured `on_missing` action, by
     /// [`UNFINGERPRINTABLE_REASONS`] (same index).
-    unfingerprintable: [Counter; 3],
+    unfingerprintable: [Counter; 5],
     /// The configured `fingerprint.on_missing`, the `action` label of `unfingerprintable`.
     on_missing: OnMissing,
     /// The `partition` label value, for the state gauge and a label value registered on use.
@@ -301,6 +323,17 @@ impl PartitionMetrics {
             on_missing,
             partition: p,
         }
+        .with_zeros()
+    }
+
+    /// Registers, at 0, the partition's counters that are only reached through a free function
+    /// ([`side_refused`], [`recovery_panic`]).
+    fn with_zeros(self) -> Self {
+        for side in SIDES {
+            counter!(SIDE_REFUSED, "partition" => self.partition.clone(), "side" => side).increment(0);
+        }
+        counter!(RECOVERY_PANICS, "partition" => self.partition.clone()).increment(0);
+        self
     }
 
     /// Counts an unfingerprintable record (`reason`: one of [`UNFINGERPRINTABLE_REASONS`]).
@@ -346,6 +379,17 @@ fn set_partition_state(partition: &str, state: Option<PartitionState>) {
 /// state change, so the gauge and `/readyz` agree.
 pub fn partition_state(partition: i32, state: Option<PartitionState>) {
     set_partition_state(&partition.to_string(), state);
+}
+
+/// Counts a copy for side topic `side` (`duplicates` or `dead_letter`) refused for input
+/// partition `partition` ([`SIDE_REFUSED`]).
+pub fn side_refused(partition: i32, side: &'static str) {
+    counter!(SIDE_REFUSED, "partition" => partition.to_string(), "side" => side).increment(1);
+}
+
+/// Counts a recovery worker of input partition `partition` that panicked ([`RECOVERY_PANICS`]).
+pub fn recovery_panic(partition: i32) {
+    counter!(RECOVERY_PANICS, "partition" => partition.to_string()).increment(1);
 }
 
 /// Sets the [`READY`] gauge.
@@ -539,6 +583,8 @@ mod tests {
                 POSITIONS_FROM_OUTPUT,
                 product(&[("reason", strings(&POSITION_FROM_OUTPUT_REASONS))]),
             ),
+            (SIDE_REFUSED, product(&[partition.clone(), ("side", strings(&SIDES))])),
+            (RECOVERY_PANICS, product(std::slice::from_ref(&partition))),
         ]
         .into_iter()
         .collect();

@@ -167,17 +167,8 @@ fn header_selected_identity() {
     let dead = tansu().read_records(&dlq, 1);
     assert_eq!(dead[&0].len(), 1);
     assert_eq!(dead[&0][0].value.as_deref(), Some(&b"no header"[..]));
-    let reason = dead[&0][0]
-        .headers
-        .iter()
-        .find(|(k, _)| k == "kafka-dedup.reason")
-        .and_then(|(_, v)| v.clone());
-    assert_eq!(reason.as_deref(), Some(&b"absent"[..]));
-    let source = dead[&0][0]
-        .headers
-        .iter()
-        .find(|(k, _)| k == "kafka-dedup.source")
-        .and_then(|(_, v)| v.clone());
+    assert_eq!(dead[&0][0].header("kafka-dedup.reason"), Some(Some(&b"absent"[..])));
+    let source = dead[&0][0].header("kafka-dedup.source").flatten().map(<[u8]>::to_vec);
     assert_eq!(source, Some(format!("{input}/0/3").into_bytes()));
 }
 

@@ -498,3 +498,111 @@ fn a_failed_transactional_handover_aborts_and_exits() {
     assert!(logs.contains("hand-over of partitions"), "{logs}");
     assert!(logs.contains("open transaction aborted"), "{logs}");
 }
+
+/// Issue 12, case 5: a side topic that refuses copies (here: the broker answers every produce
+/// request with an authorisation error, three times; all records go to the dead-letter topic)
+/// halts the partition instead of stopping the process: nothing is committed past the refused
+/// record, `/readyz` names the cause, the refusals are counted, and the copies are sent again
+/// with back-off until the broker takes them; then the partition runs on, and each record is in
+/// the dead-letter topic once.
+#[test]
+fn refused_side_copies_halt_the_partition_and_are_retried() {
+    let m = mock(1, &[("in", 1), ("out", 1), ("dlq", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_on(&m, "in", "out", dir.path());
+    spec.fingerprint =
+        "[fingerprint]\nsource = \"header:id\"\non_missing = \"dead_letter\"\ndead_letter_topic = \"dlq\"\n".into();
+    let records: Vec<Raw> = (0..20).map(|i| raw(None, Some(&i.to_string()), &[])).collect();
+    m.broker.produce_raw("in", 0, &records);
+    // The filter's produce requests (its first ones: it forwards nothing to the output) fail.
+    m.cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 3],
+    );
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(
+        "kafka_dedup_side_copies_refused_total",
+        &["side=\"dead_letter\""],
+        1.0,
+        Duration::from_secs(60),
+    );
+    let (code, body) = http_get(&filter.http, "/readyz").unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("halted") && body.contains("dlq"), "{body}");
+    assert_eq!(
+        metric(&filter.scrape(), "kafka_dedup_partition_state", &["state=\"halted\""]),
+        1.0
+    );
+    let c = m.broker.committed(&spec.group, "in", 1)[&0].0.unwrap_or(0);
+    assert_eq!(c, 0, "nothing committed past the refused record");
+
+    // The broker takes them on a retry: everything is committed, each copy is there once.
+    let ends = m.broker.end_offsets("in", 1);
+    wait_committed_on(&m, &spec.group, "in", &ends, &filter);
+    assert!(filter.running(), "{}", filter.logs());
+    filter.wait_ready(Duration::from_secs(30));
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let dead: Vec<Option<Vec<u8>>> = m.broker.read_records("dlq", 1)[&0]
+        .iter()
+        .map(|r| r.value.clone())
+        .collect();
+    let want: Vec<Option<Vec<u8>>> = records.iter().map(|r| r.value.clone()).collect();
+    assert_eq!(dead, want);
+    assert!(m.broker.read_records("out", 1)[&0].is_empty());
+}
+
+/// Issue 12, case 5, refused by the producer itself: a record that fits `message.max.bytes` but
+/// whose dead-letter copy (with its provenance headers) does not. The partition halts (the
+/// process stays up, `/readyz` names it); a stop hands it over cleanly at once, committing up
+/// to the refused record; with the limit raised, the next start sends the copy and goes on.
+#[test]
+fn side_copy_refused_by_the_producer_halts_until_restarted() {
+    let m = mock(1, &[("in", 1), ("out", 1), ("dlq", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_on(&m, "in", "out", dir.path());
+    spec.fingerprint =
+        "[fingerprint]\nsource = \"header:id\"\non_missing = \"dead_letter\"\ndead_letter_topic = \"dlq\"\n".into();
+    let big = "x".repeat(940);
+    let records = vec![
+        raw(None, Some(&big), &[("id", "a")]),
+        raw(None, Some(&big), &[]),
+        raw(None, Some(&big), &[("id", "b")]),
+    ];
+    m.broker.produce_raw("in", 0, &records);
+    let mut limited = spec.clone();
+    limited.env.push((
+        "KAFKA_DEDUP__KAFKA__PROPERTIES__MESSAGE_MAX_BYTES".into(),
+        "1000".into(),
+    ));
+    let mut filter = limited.start(dir.path());
+    filter.wait_metric(
+        "kafka_dedup_side_copies_refused_total",
+        &["side=\"dead_letter\""],
+        1.0,
+        Duration::from_secs(60),
+    );
+    let (code, body) = http_get(&filter.http, "/readyz").unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("halted") && body.contains("offset 1"), "{body}");
+    filter.wait_metric(FORWARDED, &[], 1.0, Duration::from_secs(30));
+    let stop = Instant::now();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert!(
+        stop.elapsed() < Duration::from_secs(30),
+        "the hand-over waited for the refused copy"
+    );
+    let c = m.broker.committed(&spec.group, "in", 1)[&0].0;
+    assert_eq!(c, Some(1), "committed up to the refused record");
+
+    let mut again = spec.start(dir.path());
+    let ends = m.broker.end_offsets("in", 1);
+    wait_committed_on(&m, &spec.group, "in", &ends, &again);
+    assert!(again.terminate().success(), "{}", again.logs());
+    assert_eq!(
+        m.broker.read_records("out", 1)[&0],
+        vec![records[0].clone(), records[2].clone()]
+    );
+    let dead = m.broker.read_records("dlq", 1);
+    assert_eq!(dead[&0].len(), 1);
+    assert_eq!(dead[&0][0].value, records[1].value);
+}

@@ -6,7 +6,8 @@ use std::path::Path;
 use super::InspectError;
 use crate::fingerprint::{Fingerprint, FingerprintParseError, Fingerprinter, OwnedRecord, Unfingerprintable};
 
-/// A header argument that is not `NAME=VALUE`.
+/// A header argument that is not `NAME=VALUE`. The argument is shown as text (bytes that are
+/// not UTF-8 as U+FFFD).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HeaderError {
     /// No `=` in it.
@@ -35,6 +36,9 @@ pub enum QueryError {
     /// Nothing given.
     #[error("give fingerprint=HEX, or value=, key=, header=NAME=VALUE (URL-encoded)")]
     Nothing,
+    /// A `%` not followed by two hex digits (the byte offset in the query string).
+    #[error("bad URL encoding at byte {0} of the query: '%' must be followed by two hex digits")]
+    Encoding(usize),
 }
 
 /// A record given to look up that has no fingerprint with the source in use (for example
@@ -101,34 +105,46 @@ impl LookupInput {
         }
         for h in headers {
             r.headers
-                .push(parse_header(h).map_err(|e| InspectError::Usage(format!("--header {e}")))?);
+                .push(parse_header(h.as_bytes()).map_err(|e| InspectError::Usage(format!("--header {e}")))?);
         }
         Ok(LookupInput::Record(r))
     }
 
-    /// From the query of `GET /store/lookup`: `fingerprint=HEX`, or any of `value=`, `key=` and
-    /// repeated `header=NAME=VALUE`. Errors: unknown parameters, nothing given, both a fingerprint
-    /// and record parts, a bad fingerprint or header.
-    pub fn from_query(pairs: Vec<(String, String)>) -> Result<LookupInput, QueryError> {
+    /// From the query string of `GET /store/lookup` (what follows `?`, URL-encoded as
+    /// `application/x-www-form-urlencoded`: `%XX` is a byte, `+` a space): `fingerprint=HEX`, or
+    /// any of `value=`, `key=` and repeated `header=NAME=VALUE`. Values, keys, header names and
+    /// header values are bytes (`value=%FF` is the one-byte value 0xFF). Errors: bad URL encoding,
+    /// unknown parameters, nothing given, both a fingerprint and record parts, a bad fingerprint
+    /// or header.
+    pub fn from_query(query: &str) -> Result<LookupInput, QueryError> {
         let mut fingerprint = None;
         let mut r = OwnedRecord::default();
         let mut any_record = false;
-        for (k, v) in pairs {
-            match k.as_str() {
-                "fingerprint" => fingerprint = Some(v),
+        let mut at = 0;
+        for pair in query.split('&') {
+            let start = at;
+            at += pair.len() + 1;
+            if pair.is_empty() {
+                continue;
+            }
+            let (raw_name, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
+            let name = String::from_utf8_lossy(&decode(raw_name, start)?).into_owned();
+            let value = decode(raw_value, start + raw_name.len() + 1)?;
+            match name.as_str() {
+                "fingerprint" => fingerprint = Some(String::from_utf8_lossy(&value).into_owned()),
                 "value" => {
-                    r.value = Some(v.into_bytes());
+                    r.value = Some(value);
                     any_record = true;
                 }
                 "key" => {
-                    r.key = Some(v.into_bytes());
+                    r.key = Some(value);
                     any_record = true;
                 }
                 "header" => {
-                    r.headers.push(parse_header(&v)?);
+                    r.headers.push(parse_header(&value)?);
                     any_record = true;
                 }
-                _ => return Err(QueryError::Unknown(k)),
+                _ => return Err(QueryError::Unknown(name)),
             }
         }
         match (fingerprint, any_record) {
@@ -143,11 +159,47 @@ impl LookupInput {
     }
 }
 
-/// A header `NAME=VALUE` as a record header.
-fn parse_header(h: &str) -> Result<(String, Option<Vec<u8>>), HeaderError> {
-    let (name, v) = h.split_once('=').ok_or_else(|| HeaderError::NoValue(h.to_string()))?;
-    if name.is_empty() {
-        return Err(HeaderError::EmptyName(h.to_string()));
+/// Decodes one URL-encoded component to bytes: `%XX` is the byte XX, `+` a space. `offset` is
+/// where `s` starts in the query (for the error). Errors: a `%` without two hex digits.
+fn decode(s: &str, offset: usize) -> Result<Vec<u8>, QueryError> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while let Some(&c) = b.get(i) {
+        match c {
+            b'%' => {
+                let hex = b.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+                let byte = hex
+                    .filter(|h| h.bytes().all(|d| d.is_ascii_hexdigit()))
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or(QueryError::Encoding(offset + i))?;
+                out.push(byte);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            _ => {
+                out.push(c);
+                i += 1;
+            }
+        }
     }
-    Ok((name.to_string(), Some(v.as_bytes().to_vec())))
+    Ok(out)
+}
+
+/// A header `NAME=VALUE` (split at the first `=`; the name may be any non-empty bytes) as a
+/// record header.
+fn parse_header(h: &[u8]) -> Result<(Vec<u8>, Option<Vec<u8>>), HeaderError> {
+    let shown = || String::from_utf8_lossy(h).into_owned();
+    let eq = h
+        .iter()
+        .position(|b| *b == b'=')
+        .ok_or_else(|| HeaderError::NoValue(shown()))?;
+    let (name, v) = (h.get(..eq).unwrap_or_default(), h.get(eq + 1..).unwrap_or_default());
+    if name.is_empty() {
+        return Err(HeaderError::EmptyName(shown()));
+    }
+    Ok((name.to_vec(), Some(v.to_vec())))
 }

@@ -349,27 +349,50 @@ fn lookup_inputs_from_the_cli_and_the_query() {
         None,
     )
     .unwrap();
-    let q = LookupInput::from_query(vec![
-        ("key".into(), "k".into()),
-        ("header".into(), "h=1".into()),
-        ("value".into(), "v".into()),
-        ("header".into(), "h=2".into()),
-    ])
-    .unwrap();
+    let q = LookupInput::from_query("key=k&header=h%3D1&value=v&&header=h=2").unwrap();
     assert_eq!(cli, q);
     let f = Fingerprinter::new(Source::Header("h".into()));
     assert_eq!(cli.fingerprint(&f), q.fingerprint(&f));
-    let key_only = LookupInput::from_query(vec![("key".into(), "k".into())]).unwrap();
+    let key_only = LookupInput::from_query("key=k").unwrap();
     assert!(key_only.fingerprint(&Fingerprinter::new(Source::Value)).is_err());
-    assert!(LookupInput::from_query(vec![]).is_err());
-    assert!(LookupInput::from_query(vec![("valu".into(), "x".into())]).is_err());
-    assert!(LookupInput::from_query(vec![
-        ("fingerprint".into(), "0".repeat(32)),
-        ("value".into(), "x".into())
-    ])
-    .is_err());
+    assert_eq!(LookupInput::from_query(""), Err(QueryError::Nothing));
     assert_eq!(
-        LookupInput::from_query(vec![("fingerprint".into(), format!("{:032x}", 5u128))]).unwrap(),
+        LookupInput::from_query("valu=x"),
+        Err(QueryError::Unknown("valu".into()))
+    );
+    assert_eq!(
+        LookupInput::from_query(&format!("fingerprint={}&value=x", "0".repeat(32))),
+        Err(QueryError::Both)
+    );
+    assert_eq!(
+        LookupInput::from_query(&format!("fingerprint={:032x}", 5u128)).unwrap(),
         LookupInput::Fingerprint(Fingerprint(5))
     );
+}
+
+/// Query strings are decoded strictly, to bytes: a bad `%` escape is an error (a 400), never a
+/// literal; values, keys and header names may be any bytes.
+#[test]
+fn lookup_queries_decode_to_bytes_strictly() {
+    for (query, at) in [("value=%ZZ", 6), ("value=%4", 6), ("key=a&value=ok%", 14), ("%G1=x", 0)] {
+        assert_eq!(LookupInput::from_query(query), Err(QueryError::Encoding(at)), "{query}");
+    }
+    let LookupInput::Record(r) = LookupInput::from_query("value=%FF%00+x&header=%FEid=%3D&key=").unwrap() else {
+        panic!("a record");
+    };
+    assert_eq!(r.value.as_deref(), Some(&b"\xff\x00 x"[..]));
+    assert_eq!(r.key.as_deref(), Some(&b""[..]));
+    assert_eq!(r.headers, vec![(b"\xfeid".to_vec(), Some(b"=".to_vec()))]);
+    assert!(matches!(
+        LookupInput::from_query("header=%3Dx"),
+        Err(QueryError::Header(HeaderError::EmptyName(_)))
+    ));
+    assert!(matches!(
+        LookupInput::from_query("header=x"),
+        Err(QueryError::Header(HeaderError::NoValue(_)))
+    ));
+    assert!(matches!(
+        LookupInput::from_query("fingerprint=%FF"),
+        Err(QueryError::Fingerprint(_))
+    ));
 }

@@ -226,7 +226,12 @@ impl Filter {
 
     /// Idempotent mode: begins a checkpoint when due, or moves the one in progress on.
     fn drive_stages(&mut self, consumer: &FilterConsumer) {
-        let Filter { mode, partitions, .. } = self;
+        let Filter {
+            mode,
+            partitions,
+            halts,
+            ..
+        } = self;
         let Mode::Idempotent { checkpoint } = mode else { return };
         let Some(ckpt) = checkpoint.as_mut() else {
             if self.checkpoint_due() {
@@ -236,7 +241,11 @@ impl Filter {
         };
         match &ckpt.stage {
             Stage::Delivering => {
-                ckpt.parts.retain(|p, part| matches!(partitions.get(p), Some(Partition::Running(r)) if r.incarnation == part.incarnation));
+                // A partition halted meanwhile (`halt`) would never reach its target: left out.
+                ckpt.parts.retain(|p, part| {
+                    matches!(partitions.get(p), Some(Partition::Running(r)) if r.incarnation == part.incarnation)
+                        && !halts.contains_key(p)
+                });
                 let delivered = ckpt.parts.iter().all(|(p, part)| match partitions.get(p) {
                     Some(Partition::Running(r)) => r.inflight.watermark() >= part.record.offset,
                     _ => true,
@@ -295,6 +304,9 @@ impl Filter {
         let mut parts = BTreeMap::new();
         for (p, state) in self.partitions.iter_mut() {
             let Partition::Running(run) = state else { continue };
+            if self.halts.contains_key(p) {
+                continue; // halted (`halt`): its committed offset stays until it runs again
+            }
             let target = run.inflight.next_offset();
             if run.rotation.due(interval) {
                 run.rotation.rotated();

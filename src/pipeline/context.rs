@@ -15,6 +15,7 @@ use rdkafka::{Message, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
 use super::filter::Filter;
+use super::halt::SideCopy;
 use super::produce::{Acknowledgement, DeliveryEvent, DeliveryFailure};
 use crate::config::Config;
 use crate::status::Status;
@@ -78,6 +79,7 @@ impl ProducerContext for DeliveryContext {
             Err((e, m)) => Err(DeliveryFailure {
                 topic: m.topic().to_string(),
                 error: e.clone(),
+                copy: SideCopy::of_message(m),
             }),
         };
         if let Ok(tx) = self.tx.lock() {

@@ -13,6 +13,7 @@ use rdkafka::Message;
 use tracing::warn;
 
 use super::context::{DeliveryContext, FilterConsumer};
+use super::halt::Halt;
 use super::mode::Mode;
 use super::ownership::Recoveries;
 use super::produce::{encode_opaque, send, Added, DeliveryEvent, Destination, Refused};
@@ -75,6 +76,8 @@ pub struct Filter {
     /// Questions of the live `/store/*` routes, answered in [`Filter::tick`] from this thread's
     /// partition state.
     live: Receiver<LiveRequest>,
+    /// Running partitions halted because a side topic refused a copy (`halt`).
+    pub(super) halts: BTreeMap<i32, Halt>,
 }
 
 /// Since when an instance owns no partition, and when it last said so.
@@ -127,6 +130,7 @@ impl Filter {
             last_gauges: Instant::now(),
             idle: Idle::default(),
             live,
+            halts: BTreeMap::new(),
             cfg,
         })
     }
@@ -164,6 +168,10 @@ impl Filter {
         if offset < run.inflight.next_offset() {
             return Ok(()); // handed over again after a seek
         }
+        if self.halts.contains_key(&p) {
+            // Halted (a side topic refused a copy): not taken, fetched again once it resumes.
+            return Ok(());
+        }
         consumed(run, msg, self.topics.input, &self.totals);
         let hit = fp.as_ref().ok().and_then(|f| run.gens.lookup(f.0));
         let decided = route(&self.policy, p, offset, fp, hit);
@@ -184,7 +192,13 @@ impl Filter {
                 run.inflight.untake(offset);
                 return Ok(());
             }
-            Err(Refused::Kafka(error)) => {
+            Err(Refused::Kafka(error, Some(copy))) => {
+                // A side copy: the record stays taken and unacknowledged (nothing is committed
+                // past it) and the partition halts until the copy is taken.
+                self.halt(p, seq, offset, *copy, &error);
+                return Ok(());
+            }
+            Err(Refused::Kafka(error, None)) => {
                 run.inflight.untake(offset);
                 return Err(Fatal::Delivery {
                     partition: p,
@@ -213,6 +227,7 @@ impl Filter {
             self.on_recovered(consumer, finished);
         }
         self.retry_recoveries();
+        self.drive_halts(consumer);
         self.drive_checkpoint(consumer)?;
         if self.last_gauges.elapsed() >= GAUGE_EVERY {
             self.last_gauges = Instant::now();

@@ -15,6 +15,7 @@
 //! - `filter`: the [`Filter`] (the pipeline's state) and what happens to one record;
 //! - [`route`]: the pure decision of where one record goes;
 //! - `produce`: producing a record, and applying its acknowledgement;
+//! - `halt`: a side topic that refuses copies halts its partition, which retries them;
 //! - `mode`: the delivery mode as a value carrying its own state;
 //! - `checkpoint`: periodic checkpoints (idempotent stages, or a transaction commit);
 //! - `ownership`: assignment, recovery results, revocation, hand-over, shutdown.
@@ -24,6 +25,7 @@
 mod checkpoint;
 pub mod context;
 mod filter;
+mod halt;
 mod mode;
 mod ownership;
 mod produce;
@@ -106,7 +108,9 @@ pub enum RunError {
 /// the next start processes it again.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum Fatal {
-    /// A record could not be delivered (after librdkafka's retries) or was refused.
+    /// A record could not be delivered to the output topic (after librdkafka's retries) or was
+    /// refused; in transactional mode also a side copy the broker refused (a side copy otherwise
+    /// halts its partition: `halt`).
     #[error("partition {partition} offset {offset}: delivery to {topic} failed: {error}")]
     Delivery {
         /// Input partition of the record.

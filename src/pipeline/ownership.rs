@@ -3,6 +3,8 @@
 //! release, shutdown, and the abort after a fatal error. See docs/ARCHITECTURE.md, "The
 //! partition life cycle", and [`crate::partition`].
 
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
@@ -25,6 +27,10 @@ use crate::telemetry::{self, PartitionMetrics};
 
 /// Delay before retrying a recovery that failed (broker unreachable, ...).
 const RECOVERY_RETRY: Duration = Duration::from_secs(2);
+/// Longest delay before retrying a recovery whose worker panicked: the delay doubles from
+/// [`RECOVERY_RETRY`] with each panic of the partition's ownership (a panic is a bug, likely to
+/// recur; each is logged and counted in `kafka_dedup_recovery_panics_total`).
+const PANIC_RETRY_MAX: Duration = Duration::from_secs(300);
 
 /// A recovery worker's result, sent to the pipeline thread.
 pub(super) struct Finished {
@@ -44,6 +50,8 @@ pub(super) struct Recoveries {
     tx: Sender<Finished>,
     /// Counter of ownership incarnations: each assignment of a partition gets the next.
     incarnations: u64,
+    /// Panicked recovery workers per partition since it last ran (the retry's back-off).
+    panics: BTreeMap<i32, u32>,
 }
 
 impl Recoveries {
@@ -54,6 +62,7 @@ impl Recoveries {
             rx,
             tx,
             incarnations: 0,
+            panics: BTreeMap::new(),
         }
     }
 }
@@ -87,9 +96,10 @@ impl HandoverError {
     }
 }
 
-/// Why a recovered partition could not start running; its recovery is retried.
+/// Why a recovered partition could not start running (its recovery is retried), or a halted
+/// one could not resume (retried).
 #[derive(Debug, thiserror::Error)]
-enum StartError {
+pub(super) enum StartError {
     /// Idempotent mode: the start-of-ownership commit failed.
     #[error("commit before resuming: {0}")]
     Commit(KafkaError),
@@ -121,6 +131,7 @@ impl Filter {
                 continue;
             }
             self.recoveries.incarnations += 1;
+            self.recoveries.panics.remove(&p);
             let rec = Recovering {
                 incarnation: self.recoveries.incarnations,
                 since: Instant::now(),
@@ -150,7 +161,12 @@ impl Filter {
         };
         let tx = self.recoveries.tx.clone();
         let spawned = std::thread::Builder::new().name(format!("recover-{p}")).spawn(move || {
-            let result = recover(&env, &req);
+            // A panic must not leave the partition recovering for ever: it becomes the result.
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                crate::crash::panic_point("recovery");
+                recover(&env, &req)
+            }))
+            .unwrap_or_else(|panic| Err(RecoveryError::Panicked(panic_message(panic.as_ref()))));
             let _ = tx.send(Finished {
                 partition: req.partition,
                 incarnation: req.incarnation,
@@ -158,7 +174,12 @@ impl Filter {
             });
         });
         if let Err(e) = spawned {
-            error!(partition = p, error = %e, "cannot start a recovery thread");
+            error!(partition = p, error = %e, "cannot start a recovery thread; retrying");
+            let _ = self.recoveries.tx.send(Finished {
+                partition: p,
+                incarnation: rec.incarnation,
+                result: Err(RecoveryError::Thread(e.to_string())),
+            });
         }
     }
 
@@ -189,11 +210,28 @@ impl Filter {
 
     /// A recovery step of partition `p` failed: retry in [`RECOVERY_RETRY`].
     fn schedule_retry(&mut self, p: i32, why: &str) {
+        self.schedule_retry_in(p, why, RECOVERY_RETRY);
+    }
+
+    /// A recovery step of partition `p` failed: retry in `delay`.
+    fn schedule_retry_in(&mut self, p: i32, why: &str, delay: Duration) {
         if let Some(Partition::Recovering(r)) = self.partitions.get_mut(&p) {
-            warn!(partition = p, error = why, "recovery failed; retrying");
+            warn!(partition = p, error = why, retry_in = ?delay, "recovery failed; retrying");
             self.status.set_retrying(p, why);
-            r.retry_at = Some(Instant::now() + RECOVERY_RETRY);
+            r.retry_at = Some(Instant::now() + delay);
         }
+    }
+
+    /// The recovery worker of partition `p` panicked: count it and retry with back-off.
+    fn recovery_panicked(&mut self, p: i32, e: &RecoveryError) {
+        telemetry::recovery_panic(p);
+        let n = self.recoveries.panics.entry(p).or_insert(0);
+        *n = n.saturating_add(1);
+        let delay = RECOVERY_RETRY
+            .saturating_mul(1u32 << (*n - 1).min(16))
+            .min(PANIC_RETRY_MAX);
+        error!(partition = p, error = %e, panics = *n, "recovery worker panicked (a bug: please report it); retrying");
+        self.schedule_retry_in(p, &e.to_string(), delay);
     }
 
     /// A recovery worker finished: installs the partition as running (idempotent mode: after a
@@ -211,6 +249,7 @@ impl Filter {
         let rec = match result {
             Ok(rec) => rec,
             Err(RecoveryError::Cancelled) => return,
+            Err(e @ RecoveryError::Panicked(_)) => return self.recovery_panicked(p, &e),
             Err(e) => return self.schedule_retry(p, &e.to_string()),
         };
         let commit = match self.mode {
@@ -254,6 +293,7 @@ impl Filter {
 
     /// Installs recovered partition `p` (ownership `inc`) as running.
     fn run(&mut self, p: i32, inc: u64, rec: Recovered) {
+        self.recoveries.panics.remove(&p);
         let metrics = PartitionMetrics::new(p, &self.cfg);
         metrics.set_state(crate::state::PartitionState::Running);
         let took = rec.since.elapsed();
@@ -377,6 +417,8 @@ impl Filter {
             if let Some(Partition::Running(r)) = self.partitions.remove(p) {
                 r.metrics.release();
             }
+            self.halts.remove(p);
+            self.recoveries.panics.remove(p);
             self.mode.forget(*p);
             self.status.remove_partition(*p);
             info!(partition = p, "partition released");
@@ -454,6 +496,15 @@ impl Filter {
     }
 }
 
+/// The message of a caught panic (its payload is usually a `&str` or a `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_string())
+}
+
 /// Resumes partition `p` and seeks it to `offset`.
 ///
 /// Resume, then seek. librdkafka wakes a partition's fetcher only when the partition's fetch
@@ -466,7 +517,7 @@ impl Filter {
 /// if retention moved the log start): an absolute 0 changes no state, the lookup of the log
 /// start does (unless librdkafka answers it from a log start it has cached, and then the
 /// fetcher may idle as before).
-fn resume_at(consumer: &FilterConsumer, topic: &str, p: i32, offset: i64) -> Result<(), StartError> {
+pub(super) fn resume_at(consumer: &FilterConsumer, topic: &str, p: i32, offset: i64) -> Result<(), StartError> {
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition(topic, p);
     consumer.resume(&tpl).map_err(StartError::Resume)?;

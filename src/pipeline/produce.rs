@@ -16,6 +16,8 @@ use tracing::{error, info};
 
 use super::context::DeliveryContext;
 use super::filter::Filter;
+use super::halt::SideCopy;
+use super::mode::Mode;
 use super::{Fatal, Shutdown};
 use crate::partition::{Partition, Running, Target, SEQ_BITS};
 use crate::provenance::{Provenance, HEADER, REASON_HEADER};
@@ -31,12 +33,13 @@ pub(super) struct Acknowledgement {
 }
 
 /// A record the producer gave up on (after librdkafka's retries).
-#[derive(Debug, Clone)]
 pub(super) struct DeliveryFailure {
     /// The topic it was produced to.
     pub topic: String,
     /// librdkafka's error.
     pub error: KafkaError,
+    /// The record as produced, to be sent again if it was a side copy (`halt`).
+    pub copy: SideCopy,
 }
 
 /// An acknowledgement from the producer thread.
@@ -74,8 +77,9 @@ pub(super) struct Destination<'a> {
 pub(super) enum Refused {
     /// Its queue was full and a stop was requested while waiting.
     Stopping,
-    /// Refused (for example larger than `message.max.bytes`).
-    Kafka(KafkaError),
+    /// Refused (for example larger than `message.max.bytes`); for a side copy, the copy, to be
+    /// sent again (`halt`).
+    Kafka(KafkaError, Option<Box<SideCopy>>),
 }
 
 /// Produces a copy of `msg` (key, value, headers, timestamp) to `to`. Waits while librdkafka's
@@ -113,7 +117,10 @@ pub(super) fn send(
                 record = r;
                 std::thread::sleep(Duration::from_millis(2));
             }
-            Err((e, _)) => return Err(Refused::Kafka(e)),
+            Err((e, r)) => {
+                let copy = (to.target == Target::Side).then(|| Box::new(SideCopy::of_record(r)));
+                return Err(Refused::Kafka(e, copy));
+            }
         }
     }
 }
@@ -163,34 +170,44 @@ impl Filter {
         }
     }
 
-    /// Applies one acknowledgement: the record is done; an error stops the pipeline.
+    /// Applies one acknowledgement: the record is done. A side copy that failed halts its
+    /// partition (idempotent mode, see `halt`); any other failure stops the pipeline.
     fn apply_delivery(&mut self, ev: DeliveryEvent) {
         let (p, seq) = decode_opaque(ev.opaque);
-        let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
-            return; // acknowledgement for a partition no longer owned
-        };
-        match ev.result {
-            Ok(ack) => acknowledged(run, p, seq, ack, &self.totals),
-            Err(DeliveryFailure { topic, error }) => {
-                // Not acknowledged: the watermark stays before it, so it is never committed, and
-                // nothing is stored from now on, so its fingerprint dies with this process.
-                let offset = run.inflight.watermark();
-                if self.failure.is_none() {
-                    let message = error.to_string();
-                    error!(
-                        partition = p,
-                        topic,
-                        error = message.as_str(),
-                        "delivery failed; stopping without committing past it"
-                    );
-                    self.failure = Some(Fatal::Delivery {
-                        partition: p,
-                        offset,
-                        topic,
-                        error,
-                    });
+        let failure = match ev.result {
+            Ok(ack) => {
+                self.halted_copy_acknowledged(p, seq);
+                if let Some(Partition::Running(run)) = self.partitions.get_mut(&p) {
+                    acknowledged(run, p, seq, ack, &self.totals);
                 }
+                return; // or an acknowledgement for a partition no longer owned
             }
+            Err(failure) => failure,
+        };
+        if let (Some(offset), Mode::Idempotent { .. }) = (self.pending_side_copy(p, seq), &self.mode) {
+            return self.halt(p, seq, offset, failure.copy, &failure.error);
+        }
+        let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
+            return; // a failure for a partition no longer owned
+        };
+        let DeliveryFailure { topic, error, .. } = failure;
+        // Not acknowledged: the watermark stays before it, so it is never committed, and nothing
+        // is stored from now on, so its fingerprint dies with this process.
+        let offset = run.inflight.watermark();
+        if self.failure.is_none() {
+            let message = error.to_string();
+            error!(
+                partition = p,
+                topic,
+                error = message.as_str(),
+                "delivery failed; stopping without committing past it"
+            );
+            self.failure = Some(Fatal::Delivery {
+                partition: p,
+                offset,
+                topic,
+                error,
+            });
         }
     }
 
@@ -199,10 +216,7 @@ impl Filter {
     pub(super) fn wait_deliveries(&mut self, parts: &[i32], deadline: Instant) -> bool {
         loop {
             self.drain_deliveries();
-            let idle = parts.iter().all(|p| match self.partitions.get(p) {
-                Some(Partition::Running(r)) => r.inflight.is_idle(),
-                _ => true,
-            });
+            let idle = parts.iter().all(|p| self.deliveries_idle(*p));
             if idle {
                 return true;
             }

@@ -101,6 +101,12 @@ pub enum RecoveryError {
     /// Kafka could not be reached or answered with an error.
     #[error("kafka: {0}")]
     Kafka(#[from] KafkaError),
+    /// The recovery worker panicked (a bug); the message is the panic's.
+    #[error("the recovery worker panicked: {0}")]
+    Panicked(String),
+    /// No worker thread could be started (the operating system's error).
+    #[error("cannot start a recovery thread: {0}")]
+    Thread(String),
 }
 
 /// `Err(Cancelled)` once the partition was revoked.

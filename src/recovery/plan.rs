@@ -10,6 +10,8 @@
 //! | yes              | none     | other, missing, unreadable; a horizon marker | `Rebuild` from the marker, one generation |
 //! | yes              | none     | other, missing, unreadable; no marker | `Fresh` at the committed offset (`no_metadata`) |
 //!
+//! Metadata that decodes but cannot be kafka-dedup's (no generation, or more generations than
+//! its epoch allows: `epoch + 1 - gens` would underflow) is foreign: planned as without metadata.
 //! A snapshot that [`Snapshot::Present`] names but that fails to load is planned again as
 //! [`Snapshot::Unreadable`]. In idempotent mode a plan waits for the fence unless the metadata
 //! says the previous owner handed over cleanly; in transactional mode it never waits (the
@@ -192,7 +194,7 @@ pub fn plan(facts: &Facts) -> Plan {
         };
     };
     match &facts.meta {
-        Some(meta) => with_metadata(facts, resume, meta),
+        Some(meta) => with_metadata(facts, resume, meta).unwrap_or_else(|| without_metadata(facts, resume)),
         None => without_metadata(facts, resume),
     }
 }
@@ -202,8 +204,13 @@ fn missing() -> (&'static str, String) {
     ("missing", "the store has no snapshot of this partition".to_string())
 }
 
-/// Metadata names the checkpoint: the store is used only if it holds exactly it.
-fn with_metadata(facts: &Facts, resume: i64, meta: &CheckpointMeta) -> Plan {
+/// Metadata names the checkpoint: the store is used only if it holds exactly it. `None` for
+/// metadata that cannot be kafka-dedup's (no generation, or more generations than epochs):
+/// planned as foreign, i.e. without metadata.
+fn with_metadata(facts: &Facts, resume: i64, meta: &CheckpointMeta) -> Option<Plan> {
+    // Epochs of the live generations: meta.epoch + 1 - gens.len() ..= meta.epoch, checked.
+    let first_epoch = meta.epoch.checked_add(1)?.checked_sub(meta.gens.len() as u64)?;
+    let oldest = meta.gens.first()?.clone();
     let reread = |from: Positions| Reread {
         from,
         to: match facts.delivery {
@@ -214,11 +221,11 @@ fn with_metadata(facts: &Facts, resume: i64, meta: &CheckpointMeta) -> Plan {
     };
     let (reason, detail) = match &facts.snapshot {
         Snapshot::Present(s) if s.ckpt == meta.ckpt && s.committed_offset == resume => {
-            return Plan::Load {
+            return Some(Plan::Load {
                 resume,
                 ckpt: meta.ckpt.clone(),
                 reread: reread(s.out_covered.clone()),
-            }
+            })
         }
         Snapshot::Present(s) => (
             "behind_or_ahead",
@@ -230,22 +237,22 @@ fn with_metadata(facts: &Facts, resume: i64, meta: &CheckpointMeta) -> Plan {
         Snapshot::Missing => missing(),
         Snapshot::Unreadable(detail) => ("corrupt", detail.clone()),
     };
-    let first_epoch = meta.epoch + 1 - meta.gens.len() as u64;
     let generations = meta
         .gens
         .iter()
         .enumerate()
         .map(|(i, starts)| GenerationStart {
+            // At most meta.epoch: no overflow.
             epoch: first_epoch + i as u64,
             out_start: starts.clone(),
         })
         .collect();
-    Plan::Rebuild {
+    Some(Plan::Rebuild {
         resume,
         generations,
-        reread: reread(meta.gens[0].clone()),
+        reread: reread(oldest),
         notice: Notice::Rebuild { reason, detail },
-    }
+    })
 }
 
 /// No metadata: the broker dropped it (tansu 0.6 does) or an operator reset the offset. A store
@@ -585,6 +592,35 @@ mod tests {
             Plan::Fresh {
                 resume: Resume::Start(Start::Latest),
                 notice: None
+            }
+        );
+    }
+
+    /// Metadata that decodes but cannot be kafka-dedup's (crafted: more generations than epochs,
+    /// an epoch at the top of the range, no generation) is planned as foreign, without metadata,
+    /// instead of overflowing the epoch arithmetic.
+    #[test]
+    fn impossible_metadata_is_planned_as_foreign() {
+        let crafted = |epoch: u64, gens: Vec<Positions>| {
+            let mut m = meta("a", false, None).unwrap();
+            m.epoch = epoch;
+            m.gens = gens;
+            plan(&facts(Some(500), Some(m), Some(1100), Snapshot::Missing))
+        };
+        let foreign = plan(&facts(Some(500), None, Some(1100), Snapshot::Missing));
+        assert_eq!(crafted(0, vec![pos(P, 1200), pos(P, 1350)]), foreign);
+        assert_eq!(crafted(u64::MAX, vec![pos(P, 1200)]), foreign);
+        assert_eq!(crafted(7, Vec::new()), foreign);
+        let mut edge = from_meta();
+        edge[0].epoch = 0;
+        edge[1].epoch = 1;
+        assert_eq!(
+            crafted(1, vec![pos(P, 1200), pos(P, 1350)]),
+            Plan::Rebuild {
+                resume: 500,
+                generations: edge,
+                reread: reread(pos(P, 1200), None, true),
+                notice: rebuild("missing", "the store has no snapshot of this partition")
             }
         );
     }

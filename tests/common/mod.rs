@@ -202,7 +202,12 @@ impl Broker {
         for (p, records) in out.iter_mut() {
             let mut last = -1;
             for r in records.iter_mut() {
-                let source = Provenance::of(r, input)
+                let source = r
+                    .headers
+                    .iter()
+                    .filter(|(k, _)| k.as_slice() == HEADER.as_bytes())
+                    .filter_map(|(_, v)| v.as_deref().and_then(Provenance::parse))
+                    .rfind(|s| s.topic == input)
                     .unwrap_or_else(|| panic!("output partition {p}: a record without provenance: {r:?}"));
                 assert_eq!(source.partition, *p, "preserve: from input partition {p}: {source:?}");
                 assert!(source.offset > last, "input offsets increase: {last}, then {source:?}");
@@ -210,7 +215,9 @@ impl Broker {
                 let i = r
                     .headers
                     .iter()
-                    .rposition(|(k, v)| k == HEADER && v.as_deref() == Some(source.encode().as_bytes()))
+                    .rposition(|(k, v)| {
+                        k.as_slice() == HEADER.as_bytes() && v.as_deref() == Some(source.encode().as_bytes())
+                    })
                     .expect("the header just read");
                 r.headers.remove(i);
             }
@@ -499,12 +506,59 @@ fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     child.wait_timeout(timeout).expect("waiting for a child process")
 }
 
-/// A record as read back: key, value, headers.
-pub type Raw = kafka_dedup::fingerprint::OwnedRecord;
+/// A record as written or read back: key, value, headers. Header names are bytes: a
+/// librdkafka-based producer can write names that are not UTF-8 (issue 12), and the helpers
+/// below read and write them without decoding.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Raw {
+    /// `None` for a null key.
+    pub key: Option<Vec<u8>>,
+    /// `None` for a tombstone.
+    pub value: Option<Vec<u8>>,
+    /// Headers in order: name bytes, value (`None`: a header without value).
+    pub headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+}
+
+impl Raw {
+    /// The value of the first header named `name`, if any (`Some(None)`: present without value).
+    pub fn header(&self, name: &str) -> Option<Option<&[u8]>> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.as_slice() == name.as_bytes())
+            .map(|(_, v)| v.as_deref())
+    }
+}
+
+/// The headers of a consumed record, names as bytes, through librdkafka's C API: rdkafka 0.39's
+/// `Headers::iter` decodes each name as UTF-8 and panics on any other (`BorrowedHeaders::try_get`).
+fn raw_headers(m: &rdkafka::message::BorrowedMessage<'_>) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    use rdkafka::bindings as rd;
+    let mut out = Vec::new();
+    let mut hdrs: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
+    // SAFETY: `m.ptr()` is the live message; the headers it returns are owned by the message,
+    // which outlives this function, and every name and value is copied before returning.
+    unsafe {
+        if rd::rd_kafka_message_headers(m.ptr(), &mut hdrs) != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return out;
+        }
+        for idx in 0.. {
+            let (mut name, mut value, mut size) = (std::ptr::null(), std::ptr::null(), 0usize);
+            if rd::rd_kafka_header_get_all(hdrs, idx, &mut name, &mut value, &mut size)
+                != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+            {
+                break;
+            }
+            let name = std::ffi::CStr::from_ptr(name).to_bytes().to_vec();
+            let value = (!value.is_null()).then(|| std::slice::from_raw_parts(value as *const u8, size).to_vec());
+            out.push((name, value));
+        }
+    }
+    out
+}
 
 /// Reads every record of `topic` from the beginning to the end, per partition in offset order.
 fn read_records(config: &ClientConfig, topic: &str, partitions: i32) -> BTreeMap<i32, Vec<Raw>> {
-    use rdkafka::message::{Headers, Message};
+    use rdkafka::message::Message;
     let mut c = config.clone();
     c.set("group.id", unique("reader"))
         .set("enable.auto.commit", "false")
@@ -522,18 +576,10 @@ fn read_records(config: &ClientConfig, topic: &str, partitions: i32) -> BTreeMap
         assert!(Instant::now() < deadline, "reading {topic} timed out");
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
-                let headers = m
-                    .headers()
-                    .map(|h| {
-                        h.iter()
-                            .map(|h| (h.key.to_string(), h.value.map(|v| v.to_vec())))
-                            .collect()
-                    })
-                    .unwrap_or_default();
                 out.entry(m.partition()).or_default().push(Raw {
                     key: m.key().map(|k| k.to_vec()),
                     value: m.payload().map(|v| v.to_vec()),
-                    headers,
+                    headers: raw_headers(&m),
                 });
             }
             Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
@@ -545,9 +591,42 @@ fn read_records(config: &ClientConfig, topic: &str, partitions: i32) -> BTreeMap
     out
 }
 
+/// Headers with byte names, built with librdkafka's `rd_kafka_header_add`: `OwnedHeaders::insert`
+/// takes `&str` names, and the tests write names that are not UTF-8.
+fn owned_headers(headers: &[(Vec<u8>, Option<Vec<u8>>)]) -> rdkafka::message::OwnedHeaders {
+    use rdkafka::bindings as rd;
+    let h = rdkafka::message::OwnedHeaders::new_with_capacity(headers.len());
+    // rdkafka 0.39 keeps the native pointer private; a `BorrowedHeaders` reference *is* that
+    // pointer (its zero-sized type is laid over `rd_kafka_headers_t`, as rdkafka's own
+    // `as_native_ptr` casts it).
+    let native = h.as_borrowed() as *const rdkafka::message::BorrowedHeaders as *mut rd::rd_kafka_headers_t;
+    for (name, value) in headers {
+        let (vp, vlen) = match value {
+            Some(v) => (v.as_ptr() as *const std::ffi::c_void, v.len() as isize),
+            None => (std::ptr::null(), 0),
+        };
+        // SAFETY: `native` is the headers object `h` owns, alive for the call; librdkafka copies
+        // the name (`name.len()` bytes, no terminator needed) and the value.
+        let err = unsafe {
+            rd::rd_kafka_header_add(
+                native,
+                name.as_ptr() as *const std::ffi::c_char,
+                name.len() as isize,
+                vp,
+                vlen,
+            )
+        };
+        assert_eq!(
+            err,
+            rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR,
+            "rd_kafka_header_add"
+        );
+    }
+    h
+}
+
 /// Produces records (key, value, headers) to one partition, in order, and waits for them.
 fn produce_raw(config: &ClientConfig, topic: &str, partition: i32, records: &[Raw]) {
-    use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
     let producer: ThreadedProducer<_> = config.create().unwrap();
     for r in records {
@@ -559,14 +638,7 @@ fn produce_raw(config: &ClientConfig, topic: &str, partition: i32, records: &[Ra
             rec = rec.payload(v.as_slice());
         }
         if !r.headers.is_empty() {
-            let mut h = OwnedHeaders::new();
-            for (k, v) in &r.headers {
-                h = h.insert(Header {
-                    key: k,
-                    value: v.as_deref(),
-                });
-            }
-            rec = rec.headers(h);
+            rec = rec.headers(owned_headers(&r.headers));
         }
         producer.send(rec).map_err(|(e, _)| e).unwrap();
     }
@@ -580,7 +652,7 @@ pub fn raw(key: Option<&str>, value: Option<&str>, headers: &[(&str, &str)]) -> 
         value: value.map(|v| v.as_bytes().to_vec()),
         headers: headers
             .iter()
-            .map(|(k, v)| (k.to_string(), Some(v.as_bytes().to_vec())))
+            .map(|(k, v)| (k.as_bytes().to_vec(), Some(v.as_bytes().to_vec())))
             .collect(),
     }
 }

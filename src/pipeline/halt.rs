@@ -1,0 +1,358 @@
+//! Side topics that refuse: what happens when `output.duplicates_topic` or
+//! `fingerprint.dead_letter_topic` does not take a copy (the topic was deleted, the copy is too
+//! large, the producer is not authorised to write there).
+//!
+//! The partition *halts* instead of the process stopping. A dead-letter copy is the only place a
+//! record without fingerprint goes, so skipping it would lose the record; and stopping the
+//! process would only make it meet the same record again at the next start (a crash loop, every
+//! partition down). Halted:
+//!
+//! - the refused record stays taken and unacknowledged in [`InFlight`](crate::partition::InFlight),
+//!   so nothing is ever committed past it; records after it that were already produced are
+//!   acknowledged as usual, and later records are not taken (the partition is paused in the
+//!   consumer);
+//! - periodic checkpoints leave the partition out (its committed offset stays where it was); a
+//!   hand-over (revocation, SIGTERM) does not wait for the refused copies, which are not in
+//!   flight, and commits up to the first of them, cleanly;
+//! - `/readyz` is not ready and names the topic, the input offset and the error; the partition's
+//!   state gauge says `halted`; each refusal is counted in
+//!   `kafka_dedup_side_copies_refused_total{partition,side}`; other partitions run on;
+//! - the refused copies are sent again, in input order, after [`RETRY_FIRST`], then with the wait
+//!   doubling up to [`RETRY_MAX`]. Once all are acknowledged the partition resumes where it
+//!   stopped taking records. A side copy may therefore land more than once (a produce that timed
+//!   out may have been written) and out of order with later copies: side topics are
+//!   at-least-once.
+//!
+//! Transactional mode halts the same way when the producer refuses a copy outright (a local
+//! error: nothing entered the transaction). A copy the *broker* refuses fails the open
+//! transaction, which can then only be aborted: the pipeline stops with
+//! [`Fatal::Delivery`](super::Fatal::Delivery), as for the output topic.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::Consumer;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, OwnedHeaders};
+use rdkafka::producer::BaseRecord;
+use rdkafka::{Message, TopicPartitionList};
+use tracing::{debug, error, info, warn};
+
+use super::context::FilterConsumer;
+use super::filter::Filter;
+use super::ownership::resume_at;
+use super::produce::encode_opaque;
+use crate::partition::{Partition, Target};
+use crate::state::PartitionState;
+use crate::telemetry;
+
+/// Wait before the first retry of refused side copies.
+pub const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// Longest wait between two retries (the wait doubles from [`RETRY_FIRST`]).
+pub const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// A copy for a side topic, held to be sent again.
+pub(super) struct SideCopy {
+    /// The side topic.
+    pub topic: String,
+    /// Key.
+    pub key: Option<Vec<u8>>,
+    /// Value.
+    pub payload: Option<Vec<u8>>,
+    /// Timestamp (ms), as the original record's.
+    pub timestamp: Option<i64>,
+    /// The record's headers and the provenance headers.
+    pub headers: Option<OwnedHeaders>,
+}
+
+impl SideCopy {
+    /// The copy a producer refused, from the record it handed back.
+    pub(super) fn of_record(record: BaseRecord<'_, [u8], [u8], usize>) -> Self {
+        SideCopy {
+            topic: record.topic.to_string(),
+            key: record.key.map(<[u8]>::to_vec),
+            payload: record.payload.map(<[u8]>::to_vec),
+            timestamp: record.timestamp,
+            headers: record.headers,
+        }
+    }
+
+    /// The copy a delivery report says failed (headers copied natively, names never decoded).
+    pub(super) fn of_message(m: &BorrowedMessage<'_>) -> Self {
+        SideCopy {
+            topic: m.topic().to_string(),
+            key: m.key().map(<[u8]>::to_vec),
+            payload: m.payload().map(<[u8]>::to_vec),
+            timestamp: m.timestamp().to_millis(),
+            headers: m.headers().map(|h| h.detach()),
+        }
+    }
+}
+
+/// A halted partition: the copies its side topics refused, and when they are sent again.
+pub(super) struct Halt {
+    /// The ownership it belongs to.
+    incarnation: u64,
+    /// Refused copies not in flight, by input offset: (sequence number, copy).
+    refused: BTreeMap<i64, (u64, SideCopy)>,
+    /// Sequence numbers of copies sent again and not acknowledged yet, with their input offset.
+    resent: BTreeMap<u64, i64>,
+    /// The last refusal, for `/readyz` and the log.
+    cause: String,
+    /// Retry rounds started.
+    attempts: u32,
+    /// When the next retry round may start.
+    retry_at: Instant,
+    /// Whether the consumer has paused the partition.
+    paused: bool,
+}
+
+impl Halt {
+    /// True when every record of the partition that awaits an acknowledgement is a refused copy
+    /// that is not in flight: a hand-over need not wait for anything of it.
+    pub(super) fn nothing_in_flight(&self, pending: usize) -> bool {
+        self.resent.is_empty() && pending == self.refused.len()
+    }
+}
+
+/// The wait before retry round `attempts + 1`.
+fn backoff(attempts: u32) -> Duration {
+    RETRY_FIRST.saturating_mul(1u32 << attempts.min(16)).min(RETRY_MAX)
+}
+
+impl Filter {
+    /// The configuration key and metric label of side topic `topic`.
+    fn side_of(&self, topic: &str) -> (&'static str, &'static str) {
+        if topic == self.cfg.output.duplicates_topic {
+            ("output.duplicates_topic", "duplicates")
+        } else {
+            ("fingerprint.dead_letter_topic", "dead_letter")
+        }
+    }
+
+    /// A side topic refused `copy`, the record at input `offset` of running partition `p` with
+    /// sequence number `seq` (still taken, unacknowledged): halt the partition (or note one more
+    /// refusal), count it, say why.
+    pub(super) fn halt(&mut self, p: i32, seq: u64, offset: i64, copy: SideCopy, error: &KafkaError) {
+        let Some(Partition::Running(run)) = self.partitions.get(&p) else {
+            return;
+        };
+        let incarnation = run.incarnation;
+        let (key, side) = self.side_of(&copy.topic);
+        telemetry::side_refused(p, side);
+        let halt = self
+            .halts
+            .entry(p)
+            .and_modify(|h| {
+                if h.incarnation != incarnation {
+                    *h = Halt::new(incarnation);
+                }
+            })
+            .or_insert_with(|| Halt::new(incarnation));
+        let wait = backoff(halt.attempts);
+        halt.resent.remove(&seq);
+        halt.retry_at = Instant::now() + wait;
+        halt.cause = format!(
+            "{key} \"{}\" refused the copy of input offset {offset}: {error}; sending it again with back-off",
+            copy.topic
+        );
+        // One line per round: a batch of copies usually fails together.
+        if halt.refused.is_empty() {
+            error!(
+                partition = p,
+                offset,
+                topic = copy.topic.as_str(),
+                error = %error,
+                retry_in = ?wait,
+                attempts = halt.attempts,
+                "side topic refused a copy; the partition halts (nothing committed past it) and retries"
+            );
+        } else {
+            debug!(partition = p, offset, error = %error, "side topic refused another copy");
+        }
+        halt.refused.insert(offset, (seq, copy));
+        self.status.set_halted(p, &halt.cause);
+    }
+
+    /// A side copy of halted partition `p` sent again was acknowledged.
+    pub(super) fn halted_copy_acknowledged(&mut self, p: i32, seq: u64) {
+        if let Some(h) = self.halts.get_mut(&p) {
+            h.resent.remove(&seq);
+        }
+    }
+
+    /// Between two batches: pauses newly halted partitions, sends refused copies again when
+    /// their time has come, and resumes partitions whose copies were all acknowledged.
+    pub(super) fn drive_halts(&mut self, consumer: &FilterConsumer) {
+        if self.halts.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let parts: Vec<i32> = self.halts.keys().copied().collect();
+        for p in parts {
+            let current = match self.partitions.get(&p) {
+                Some(Partition::Running(run)) => Some(run.incarnation),
+                _ => None,
+            };
+            let Some(h) = self.halts.get_mut(&p) else { continue };
+            if current != Some(h.incarnation) {
+                self.halts.remove(&p); // released, or owned anew
+                continue;
+            }
+            if !h.paused {
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition(&self.cfg.input.topic, p);
+                match consumer.pause(&tpl) {
+                    Ok(()) => h.paused = true,
+                    Err(e) => {
+                        warn!(partition = p, error = %e, "pausing a halted partition failed; its records are ignored")
+                    }
+                }
+            }
+            if h.refused.is_empty() && h.resent.is_empty() {
+                self.unhalt(consumer, p);
+            } else if h.resent.is_empty() && now >= h.retry_at {
+                self.resend(p);
+            }
+        }
+    }
+
+    /// Sends the refused copies of halted partition `p` again, in input order.
+    fn resend(&mut self, p: i32) {
+        let Some(h) = self.halts.get_mut(&p) else { return };
+        h.attempts = h.attempts.saturating_add(1);
+        info!(
+            partition = p,
+            copies = h.refused.len(),
+            attempt = h.attempts,
+            "sending refused side copies again"
+        );
+        let refused = std::mem::take(&mut h.refused);
+        let mut failed = Vec::new();
+        for (offset, (seq, mut copy)) in refused {
+            let headers = copy.headers.take();
+            let mut record: BaseRecord<'_, [u8], [u8], usize> =
+                BaseRecord::with_opaque_to(&copy.topic, encode_opaque(p, seq));
+            if let Some(k) = &copy.key {
+                record = record.key(k.as_slice());
+            }
+            if let Some(v) = &copy.payload {
+                record = record.payload(v.as_slice());
+            }
+            if let Some(ts) = copy.timestamp {
+                record = record.timestamp(ts);
+            }
+            if let Some(hs) = headers {
+                record = record.headers(hs);
+            }
+            match self.producer.send(record) {
+                Ok(()) => {
+                    h.resent.insert(seq, offset);
+                }
+                Err((e, back)) => {
+                    let headers = back.headers;
+                    copy.headers = headers;
+                    failed.push((offset, seq, copy, e));
+                }
+            }
+        }
+        for (offset, seq, copy, e) in failed {
+            self.halt(p, seq, offset, copy, &e);
+        }
+    }
+
+    /// Every refused copy of partition `p` was acknowledged: resume it where it stopped taking
+    /// records.
+    fn unhalt(&mut self, consumer: &FilterConsumer, p: i32) {
+        let Some(Partition::Running(run)) = self.partitions.get(&p) else {
+            self.halts.remove(&p);
+            return;
+        };
+        let next = run.inflight.next_offset();
+        if let Err(e) = resume_at(consumer, &self.cfg.input.topic, p, next) {
+            warn!(partition = p, error = %e, "resuming a halted partition failed; retrying");
+            if let Some(h) = self.halts.get_mut(&p) {
+                h.retry_at = Instant::now() + RETRY_FIRST;
+            }
+            return;
+        }
+        self.halts.remove(&p);
+        self.status.set_partition(p, PartitionState::Running);
+        info!(
+            partition = p,
+            offset = next,
+            "side copies delivered; the partition runs again"
+        );
+    }
+
+    /// For a hand-over: true when nothing of partition `p` is in flight (refused copies of a
+    /// halted partition are not).
+    pub(super) fn deliveries_idle(&self, p: i32) -> bool {
+        match self.partitions.get(&p) {
+            Some(Partition::Running(r)) => match self.halts.get(&p) {
+                Some(h) => h.nothing_in_flight(r.inflight.pending_count()),
+                None => r.inflight.is_idle(),
+            },
+            _ => true,
+        }
+    }
+
+    /// Whether the record with sequence number `seq` of running partition `p` is a side copy
+    /// awaiting its acknowledgement, and its input offset.
+    pub(super) fn pending_side_copy(&self, p: i32, seq: u64) -> Option<i64> {
+        match self.partitions.get(&p) {
+            Some(Partition::Running(r)) => match r.inflight.pending(seq) {
+                Some((offset, Target::Side)) => Some(offset),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+impl Halt {
+    /// A halt of ownership `incarnation`, nothing refused yet.
+    fn new(incarnation: u64) -> Self {
+        Halt {
+            incarnation,
+            refused: BTreeMap::new(),
+            resent: BTreeMap::new(),
+            cause: String::new(),
+            attempts: 0,
+            retry_at: Instant::now(),
+            paused: false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_up_to_the_maximum() {
+        assert_eq!(backoff(0), RETRY_FIRST);
+        assert_eq!(backoff(1), RETRY_FIRST * 2);
+        assert_eq!(backoff(3), RETRY_FIRST * 8);
+        assert_eq!(backoff(30), RETRY_MAX);
+        assert_eq!(backoff(u32::MAX), RETRY_MAX);
+    }
+
+    #[test]
+    fn a_halt_is_idle_when_only_refused_copies_are_pending() {
+        let mut h = Halt::new(1);
+        let copy = || SideCopy {
+            topic: "dlq".into(),
+            key: None,
+            payload: None,
+            timestamp: None,
+            headers: None,
+        };
+        h.refused.insert(4, (10, copy()));
+        h.refused.insert(7, (13, copy()));
+        assert!(h.nothing_in_flight(2));
+        assert!(!h.nothing_in_flight(3), "another record is in flight");
+        h.resent.insert(10, 4);
+        assert!(!h.nothing_in_flight(2), "a copy sent again is in flight");
+    }
+}
