@@ -80,7 +80,7 @@ fn chaos_sigkill_at_random_moments() {
         assert!(started.elapsed() < Duration::from_secs(420), "chaos loop took too long");
     }
     writer.join().unwrap();
-    let mut filter = spec.start(dir.path());
+    let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 3, &filter);
     assert!(filter.terminate().success(), "{}", filter.logs());
 
@@ -135,7 +135,7 @@ fn killed_between_forwarding_and_checkpoint() {
 
     let second = values(1000..1500, 1);
     scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
-    let mut filter = spec.start(dir.path());
+    let mut filter = spec.survivor().start(dir.path());
     filter.wait_metric(CONSUMED, &[], 1500.0, Duration::from_secs(60));
     filter.wait_metric(FORWARDED, &[], (1500 - before) as f64, Duration::from_secs(60));
     assert_eq!(
@@ -181,7 +181,7 @@ fn killed_after_store_write_before_commit() {
 
     let second = values(2000..3000, 2);
     scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
-    let mut filter = spec.start(dir.path());
+    let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 2, &filter);
     let scrape = filter.scrape();
     let ahead = metric(&scrape, REBUILDS, &["reason=\"behind_or_ahead\""]);
@@ -218,7 +218,7 @@ fn killed_during_handover_before_commit() {
     scenario::produce(&tansu().client(), &input, &replays, Duration::ZERO).unwrap();
     scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
     spec.interval = "1s";
-    let mut filter = spec.start(dir.path());
+    let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 2, &filter);
     assert!(filter.terminate().success());
     let all: Vec<_> = first
@@ -241,7 +241,7 @@ fn store_deleted_between_runs() {
     let first = values(0..3000, 3);
     scenario::produce(&tansu().client(), &input, &first, Duration::ZERO).unwrap();
     let spec = FilterSpec::new(&input, &output, dir.path()).killable();
-    let mut filter = spec.start(dir.path());
+    let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 3, &filter);
     assert!(filter.terminate().success());
 
@@ -250,7 +250,7 @@ fn store_deleted_between_runs() {
     let second = values(3000..4000, 3);
     scenario::produce(&tansu().client(), &input, &replays, Duration::ZERO).unwrap();
     scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
-    let mut filter = spec.start(dir.path());
+    let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 3, &filter);
     let scrape = filter.scrape();
     assert_eq!(metric(&scrape, REBUILDS, &["reason=\"missing\""]), 3.0, "{scrape}");
@@ -320,7 +320,7 @@ fn store_garbled_between_runs() {
     let first = values(0..3000, 2);
     scenario::produce(&tansu().client(), &input, &first, Duration::ZERO).unwrap();
     let spec = FilterSpec::new(&input, &output, dir.path()).killable();
-    let mut filter = spec.start(dir.path());
+    let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 2, &filter);
     assert!(filter.terminate().success());
 
@@ -329,7 +329,7 @@ fn store_garbled_between_runs() {
     let second = values(3000..3500, 2);
     scenario::produce(&tansu().client(), &input, &replays, Duration::ZERO).unwrap();
     scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
-    let mut filter = spec.start(dir.path());
+    let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 2, &filter);
     let scrape = filter.scrape();
     // The garbled database is moved aside (`corrupt`, once for the store); each partition then
@@ -352,7 +352,7 @@ fn store_garbled_between_runs() {
     assert_once_in_order(&all, &output, 2, 3500);
 
     // And the run after that starts from a healthy store again.
-    let mut filter = spec.start(dir.path());
+    let mut filter = spec.survivor().start(dir.path());
     filter.wait_ready(Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), REBUILDS, &[]), 0.0, "{}", filter.logs());
     assert!(filter.terminate().success());
@@ -443,7 +443,7 @@ fn a_restart_after_a_crash_uses_the_committed_snapshot() {
     let second = values(1000..1200, 1);
     scenario::produce(&tansu().client(), &input, &replays, Duration::ZERO).unwrap();
     scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
-    let mut filter = spec.start(dir.path());
+    let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 1, &filter);
     let scrape = filter.scrape();
     assert_eq!(metric(&scrape, REBUILDS, &[]), 0.0, "the snapshot was used:\n{scrape}");
@@ -468,7 +468,7 @@ fn records_forwarded_after_the_snapshot_are_relearned() {
     let first = values(0..500, 1);
     scenario::produce(&tansu().client(), &input, &first, Duration::ZERO).unwrap();
     let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
-    let mut filter = spec.start(dir.path());
+    let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 1, &filter);
     assert!(filter.terminate().success(), "{}", filter.logs());
 
@@ -487,7 +487,7 @@ fn records_forwarded_after_the_snapshot_are_relearned() {
     scenario::produce(&tansu().client(), &input, &replays, Duration::ZERO).unwrap();
     scenario::produce(&tansu().client(), &input, &third, Duration::ZERO).unwrap();
     spec.interval = "1s";
-    let mut filter = spec.start(dir.path());
+    let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 1, &filter);
     let scrape = filter.scrape();
     assert_eq!(
@@ -550,7 +550,7 @@ fn the_fence_waits_out_a_killed_owners_records_in_flight() {
     assert_eq!(metric(&first.scrape(), FORWARDED, &[]), 300.0);
     first.kill9();
 
-    let mut second = spec.start(dir.path());
+    let mut second = spec.survivor().start(dir.path());
     let deadline = Instant::now() + Duration::from_secs(60);
     while !second.logs().contains("partition assigned") {
         assert!(Instant::now() < deadline, "never assigned:\n{}", second.logs());

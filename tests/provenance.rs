@@ -163,7 +163,7 @@ fn key_partitioning_on_a_broker_that_drops_metadata() {
     std::fs::remove_dir_all(&spec.store).unwrap();
 
     spec.interval = "1s";
-    let mut again = spec.start(dir.path());
+    let mut again = spec.survivor().start(dir.path());
     wait_drained(&spec, 1, &[&again], Duration::from_secs(90), || again.logs());
     let scrape = again.scrape();
     assert!(again.terminate().success(), "{}", again.logs());

@@ -122,7 +122,7 @@ fn a_lost_assignment_with_records_in_flight_drops_them_and_exits() {
     let alogs = a.logs();
     let mut b = None;
     if !a.running() {
-        let mut b_spec = spec.clone();
+        let mut b_spec = spec.survivor();
         b_spec.store = dir.path().join("store-b");
         b = Some(b_spec.start(dir.path()));
     }

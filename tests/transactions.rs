@@ -189,7 +189,7 @@ fn a_first_start_at_latest_killed_before_its_first_checkpoint_resumes_where_it_b
     assert!(!status.success(), "aborted at the crash point:\n{}", first.logs());
 
     spec.interval = "1s";
-    let mut again = spec.start(dir.path());
+    let mut again = spec.survivor().start(dir.path());
     let deadline = Instant::now() + Duration::from_secs(90);
     while committed_offset(&kafka, &spec.group, &input) != Some(100) {
         assert!(

@@ -118,9 +118,9 @@ impl Broker {
         for p in 0..partitions {
             tpl.add_partition(topic, p);
         }
-        let got = consumer
-            .committed_offsets(tpl, Duration::from_secs(10))
-            .expect("committed offsets");
+        let got = patiently("committed offsets", || {
+            consumer.committed_offsets(tpl.clone(), Duration::from_secs(10))
+        });
         got.elements()
             .iter()
             .map(|e| {
@@ -141,7 +141,10 @@ impl Broker {
             .map(|p| {
                 (
                     p,
-                    consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).unwrap().1,
+                    patiently("watermarks", || {
+                        consumer.fetch_watermarks(topic, p, Duration::from_secs(10))
+                    })
+                    .1,
                 )
             })
             .collect()
@@ -229,6 +232,27 @@ impl Broker {
     pub fn produce_raw(&self, topic: &str, partition: i32, records: &[Raw]) {
         produce_raw(&self.client(), topic, partition, records)
     }
+}
+
+/// Runs a request of the test's own (not the filter's) to the broker, retrying a request that
+/// timed out: tansu 0.6 with SQLite storage can stall a client for more than the 10 s request
+/// timeout while the machine is busy (seen with several test suites at once: 50 % I/O wait).
+/// Three attempts; any other error, or the third timeout, fails the test.
+fn patiently<T>(what: &str, mut request: impl FnMut() -> rdkafka::error::KafkaResult<T>) -> T {
+    use rdkafka::error::KafkaError;
+    use rdkafka::types::RDKafkaErrorCode::OperationTimedOut;
+    for attempt in 1.. {
+        match request() {
+            Ok(v) => return v,
+            Err(KafkaError::MetadataFetch(OperationTimedOut) | KafkaError::OffsetFetch(OperationTimedOut))
+                if attempt < 3 =>
+            {
+                eprintln!("{what}: the broker timed out (attempt {attempt}); retrying");
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+    unreachable!()
 }
 
 /// A unique name for a topic or group: `prefix-<random>`.
@@ -325,6 +349,16 @@ impl FilterSpec {
             "range".into(),
         ));
         self
+    }
+
+    /// The member that outlives a [`Self::killable`] one: the same group protocol (the `range`
+    /// assignor: a member with another one could not join while the dead one's session runs)
+    /// but librdkafka's 45 s session, so that a busy broker holding its heartbeats back (see
+    /// [`Self::new`]) does not take its partitions away while the test counts on it.
+    pub fn survivor(&self) -> Self {
+        let mut s = self.clone();
+        s.session_timeout_ms = None;
+        s
     }
 
     /// The configuration text for HTTP port `port`.
