@@ -253,7 +253,10 @@ fn store_deleted_between_runs() {
     let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 3, &filter);
     let scrape = filter.scrape();
-    assert_eq!(metric(&scrape, REBUILDS, &["reason=\"missing\""]), 3.0, "{scrape}");
+    // Every partition rebuilt because the store had no snapshot, for no other reason (a partition
+    // moved by a rebalance meanwhile is rebuilt again, for the same reason).
+    let missing = metric(&scrape, REBUILDS, &["reason=\"missing\""]);
+    assert!(missing >= 3.0 && metric(&scrape, REBUILDS, &[]) == missing, "{scrape}");
     assert_eq!(metric(&scrape, DROPPED, &[]), 1000.0);
     assert!(filter
         .logs()
