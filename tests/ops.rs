@@ -242,6 +242,7 @@ fn every_dashboard_metric_is_in_a_live_scrape() {
     tansu().create_topic(&input, 2);
     tansu().create_topic(&output, 2);
     let tombstone = raw(Some("gone"), None, &[]);
+    let event_time = wall_ms();
     for p in 0..2 {
         let mut batch = numbered(0..300);
         batch.extend(numbered(250..300)); // a replay
@@ -259,8 +260,11 @@ fn every_dashboard_metric_is_in_a_live_scrape() {
     let mut filter = spec.start(dir.path());
     filter.wait_ready(Duration::from_secs(60));
     for p in 0..2 {
-        let mut batch = numbered(280..300); // replays of records forwarded before the restart
-        batch.extend(numbered(1000..1100));
+        // Replays of records forwarded before the restart, keeping their event time (written now
+        // with a new one, they would be past the 2 s horizon and rightly forwarded).
+        let replays: Vec<(i64, Raw)> = numbered(280..300).into_iter().map(|r| (event_time, r)).collect();
+        tansu().produce_timed(&input, p, &replays);
+        let mut batch = numbered(1000..1100);
         batch.push(tombstone.clone());
         tansu().produce_raw(&input, p, &batch);
     }
@@ -369,6 +373,8 @@ fn dashboard_and_provisioning_agree() {
         "throughput",
         "duplicate rate",
         "drops by generation",
+        "replay distance",
+        "horizon",
         "checkpoint duration",
         "fingerprints held",
         "store size",

@@ -19,7 +19,8 @@ use super::context::FilterConsumer;
 use super::filter::Filter;
 use super::mode::Mode;
 use super::{Fatal, KAFKA_TIMEOUT};
-use crate::partition::{FirstForward, InFlight, Partition, Recovering, Rotation, Running};
+use crate::horizon::Clock;
+use crate::partition::{FirstForward, InFlight, Partition, Recovering, Running};
 use crate::recovery::{recover, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest};
 use crate::telemetry::{self, PartitionMetrics};
 
@@ -219,7 +220,7 @@ impl Filter {
     /// (`clean = false`), and makes sure a crash before the first checkpoint still leaves
     /// metadata to recover from.
     fn commit_ownership(&self, consumer: &FilterConsumer, p: i32, rec: &Recovered) -> Result<(), KafkaError> {
-        let record = CheckpointRecord::new(p, rec.resume, &rec.gens, rec.ckpt.clone(), false, None);
+        let record = CheckpointRecord::new(p, rec.resume, &rec.gens, rec.clock, rec.ckpt.clone(), false, None);
         let t = Instant::now();
         let committed = commit_list(&self.cfg, &[&record]).and_then(|tpl| consumer.commit(&tpl, CommitMode::Sync));
         debug!(
@@ -252,7 +253,7 @@ impl Filter {
             inflight: InFlight::new(rec.resume),
             out_positions: rec.out_positions,
             ckpt: rec.ckpt,
-            rotation: Rotation::new(),
+            clock: Clock::resumed(rec.clock),
             first_forward: Some(FirstForward {
                 assigned: rec.since,
                 rescanned: rec.scanned,
@@ -321,7 +322,7 @@ impl Filter {
         self.finish_persisting(consumer);
         let deadline = Instant::now() + HANDOVER_TIMEOUT;
         if let Mode::Transactional = self.mode {
-            return Ok(self.commit_transaction(consumer, false, parts, continuing)?);
+            return Ok(self.commit_transaction(consumer, parts, continuing)?);
         }
         if !self.wait_deliveries(parts, deadline) {
             return Err(match &self.failure {

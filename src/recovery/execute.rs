@@ -13,7 +13,8 @@ use tracing::{info, warn};
 use super::plan::{plan, Facts, Notice, Plan, Reread, Resume, Snapshot};
 use super::{check, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest, REQUEST_TIMEOUT};
 use crate::config::{Partitioning, Start};
-use crate::generations::{Generation, Generations, Positions};
+use crate::generations::{now_ms, Generation, Generations, Positions};
+use crate::horizon;
 use crate::kafka;
 use crate::metadata::new_checkpoint_id;
 use crate::telemetry::{self, PartitionMetrics, Totals};
@@ -45,10 +46,17 @@ pub fn execute(
                 let Snapshot::Present(s) = &facts.snapshot else {
                     unreachable!("only a present snapshot is planned to load")
                 };
+                let clock = s.clock.or(meta_clock(&facts));
                 match env.store.load_generations(p, s) {
                     Ok(gens) => {
                         let gens = Generations::from_parts(gens, keep);
-                        return finish(env, reader, req, gens, resume, ckpt, &reread);
+                        let start = Loaded {
+                            gens,
+                            resume,
+                            ckpt,
+                            clock,
+                        };
+                        return finish(env, reader, req, start, &reread);
                     }
                     Err(e) => facts.snapshot = Snapshot::Unreadable(e.to_string()),
                 }
@@ -64,11 +72,21 @@ pub fn execute(
                     .into_iter()
                     .map(|g| Generation::new(g.epoch, resume, g.out_start, 0))
                     .collect();
-                let gens = Generations::from_parts(gens, keep);
-                return finish(env, reader, req, gens, resume, new_checkpoint_id(), &reread);
+                let start = Loaded {
+                    gens: Generations::from_parts(gens, keep),
+                    resume,
+                    ckpt: new_checkpoint_id(),
+                    clock: meta_clock(&facts),
+                };
+                return finish(env, reader, req, start, &reread);
             }
         }
     }
+}
+
+/// The partition clock the committed metadata carries, if any.
+fn meta_clock(facts: &Facts) -> Option<i64> {
+    facts.meta.as_ref().and_then(|m| m.clock)
 }
 
 /// The output partitions whose records partition `p`'s generations hold: `p` itself
@@ -141,25 +159,49 @@ fn fresh(
         fresh: true,
         scanned: 0,
         since: req.since,
+        clock: None,
     })
 }
 
-/// Waits for the fence if the plan says so, then re-reads the output into `gens`.
+/// What a loaded or rebuilt partition starts from, before the re-read of the output.
+struct Loaded {
+    /// Its generations (loaded, or empty at the metadata's output starts).
+    gens: Generations,
+    /// Where consumption resumes.
+    resume: i64,
+    /// The checkpoint id the state descends from.
+    ckpt: String,
+    /// The partition clock the checkpoint carried (snapshot or metadata), if any.
+    clock: Option<i64>,
+}
+
+/// Waits for the fence if the plan says so, then re-reads the output into `start`'s generations.
+/// The newest timestamp among the re-read records moves the partition clock on (records
+/// forwarded after the checkpoint by an owner that then crashed had moved it), and the current
+/// generation, which re-learns them, takes the clock's bucket.
 fn finish(
     env: &RecoveryEnv,
     reader: &kafka::Reader,
     req: &RecoveryRequest,
-    mut gens: Generations,
-    resume: i64,
-    ckpt: String,
+    start: Loaded,
     reread: &Reread,
 ) -> Result<Recovered, RecoveryError> {
+    let Loaded {
+        mut gens,
+        resume,
+        ckpt,
+        clock,
+    } = start;
     check(&req.cancel)?;
     if reread.wait_for_fence {
         wait_for_fence(env, req)?;
     }
     let out_parts = output_partitions(env, req.partition);
-    let (out_positions, scanned) = scan(env, reader, req, &out_parts, reread, &mut gens)?;
+    let (out_positions, scanned, newest) = scan(env, reader, req, &out_parts, reread, &mut gens)?;
+    let clock = horizon::recovered(clock, newest);
+    if let Some(c) = clock {
+        gens.set_current_bucket(horizon::bucket_of(c, horizon::interval_ms(env.cfg.checkpoint.interval)));
+    }
     Ok(Recovered {
         gens,
         resume,
@@ -168,6 +210,7 @@ fn finish(
         fresh: false,
         scanned,
         since: req.since,
+        clock,
     })
 }
 
@@ -200,11 +243,13 @@ struct Progress<'a> {
     last_progress: Instant,
     /// Poll errors so far.
     errors: u32,
+    /// The newest effective time among the records read ([`horizon::reread_ms`]).
+    newest: Option<i64>,
 }
 
 /// Re-reads output partitions `out_parts` from `reread.from` to their end (or `reread.to`),
-/// re-learning fingerprints into `gens`. Returns the end position per output partition and the
-/// number of records read.
+/// re-learning fingerprints into `gens`. Returns the end position per output partition, the
+/// number of records read and the newest effective time among them.
 fn scan(
     env: &RecoveryEnv,
     reader: &kafka::Reader,
@@ -212,10 +257,10 @@ fn scan(
     out_parts: &[i32],
     reread: &Reread,
     gens: &mut Generations,
-) -> Result<(Positions, u64), RecoveryError> {
+) -> Result<(Positions, u64, Option<i64>), RecoveryError> {
     let (tpl, mut progress) = ranges(env, reader, out_parts, reread)?;
     if progress.remaining.is_empty() {
-        return Ok((progress.ends, progress.scanned));
+        return Ok((progress.ends, progress.scanned, None));
     }
     reader.assign(&tpl)?;
     let metrics = PartitionMetrics::new(req.partition, env.cfg.checkpoint.generations as usize);
@@ -232,7 +277,7 @@ fn scan(
             None => {}
         }
     }
-    Ok((progress.ends, progress.scanned))
+    Ok((progress.ends, progress.scanned, progress.newest))
 }
 
 /// Where the re-read of each output partition starts (never before its low watermark), and
@@ -255,6 +300,7 @@ fn ranges<'a>(
         started: Instant::now(),
         last_progress: Instant::now(),
         errors: 0,
+        newest: None,
     };
     for q in out_parts {
         let (low, high) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
@@ -296,6 +342,8 @@ impl Progress<'_> {
         if let Ok(fp) = env.fingerprinter.fingerprint(m) {
             gens.relearn(fp.0, q, o);
         }
+        let newest = horizon::reread_ms(m.timestamp().to_millis(), now_ms());
+        self.newest = horizon::recovered(self.newest, newest);
         self.scanned += 1;
         metrics.scanned.increment(1);
         Totals::bump(&env.totals.scanned);
