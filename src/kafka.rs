@@ -9,7 +9,7 @@ use std::time::Duration;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use crate::config::{Config, Delivery, Partitioning, Start};
+use crate::config::{Config, Delivery, Partitioning};
 
 /// Properties kafka-dedup sets itself, whatever `[kafka.properties]` says, and why.
 pub const ENFORCED: &[(&str, &str)] = &[
@@ -144,13 +144,10 @@ pub fn consumer_config(cfg: &Config) -> ClientConfig {
     set_default(&mut c, "isolation.level", "read_committed");
     set_default(&mut c, "statistics.interval.ms", "5000");
     set_default(&mut c, "fetch.wait.max.ms", "100");
-    c.set(
-        "auto.offset.reset",
-        match cfg.input.start {
-            Start::Earliest => "earliest",
-            Start::Latest => "latest",
-        },
-    );
+    // Where nothing is committed, recovery seeks to `input.start` itself; everywhere else the
+    // consumer resumes at a committed offset, and one out of range (below the log start after
+    // retention) must move to the oldest record left, never to the end.
+    c.set("auto.offset.reset", "earliest");
     c.set("enable.auto.commit", "false");
     c.set("enable.auto.offset.store", "false");
     c.set("enable.partition.eof", "false");
@@ -161,6 +158,16 @@ pub fn consumer_config(cfg: &Config) -> ClientConfig {
 ///
 /// Defaults (overridable): `partitioner=murmur2_random` (the Java client's key hashing, used when
 /// `output.partitioning = "key"`), `linger.ms=5` (librdkafka's default, stated).
+///
+/// Set by kafka-dedup in idempotent mode ([`IDEMPOTENT_FIXED`], refused under
+/// `[kafka.properties]`), so that a partition's output never has a gap that a restart could only
+/// fill out of order: `message.timeout.ms=0` (a record waits for its acknowledgement as long as
+/// it takes: an unreachable output pauses the filter, it does not fail records; librdkafka's
+/// default would give up after 5 minutes, possibly while later records get through) and
+/// `enable.gapless.guarantee=true` (librdkafka stops the producer with a fatal error instead of
+/// letting later records through after a batch failed for good). Transactional mode: librdkafka
+/// derives the message timeout from `transaction.timeout.ms`, which is set from the checkpoint
+/// interval ([`transaction_timeout_ms`]).
 pub fn producer_config(cfg: &Config) -> ClientConfig {
     let mut c = base(cfg, Role::Producer);
     set_default(&mut c, "partitioner", "murmur2_random");
@@ -168,10 +175,34 @@ pub fn producer_config(cfg: &Config) -> ClientConfig {
     c.set("enable.idempotence", "true");
     // Producer statistics are not used; without a handler rdkafka would log each at info.
     c.remove("statistics.interval.ms");
-    if cfg.output.delivery == Delivery::Transactional {
-        c.set("transactional.id", cfg.transactional_id());
+    match cfg.output.delivery {
+        Delivery::Idempotent => {
+            for (k, v) in IDEMPOTENT_FIXED {
+                c.set(*k, *v);
+            }
+        }
+        Delivery::Transactional => {
+            c.set("transactional.id", cfg.transactional_id());
+            set_default(
+                &mut c,
+                "transaction.timeout.ms",
+                &transaction_timeout_ms(cfg.checkpoint.interval).to_string(),
+            );
+        }
     }
     c
+}
+
+/// Producer properties kafka-dedup sets in idempotent mode, with their values (see
+/// [`producer_config`]). `[kafka.properties]` may not set them to anything else.
+pub const IDEMPOTENT_FIXED: &[(&str, &str)] = &[("message.timeout.ms", "0"), ("enable.gapless.guarantee", "true")];
+
+/// Default `transaction.timeout.ms` in transactional mode: one checkpoint interval (how long a
+/// transaction stays open) plus a minute for the commit, and at least librdkafka's default,
+/// 60 s. The broker refuses more than its `transaction.max.timeout.ms` (15 minutes by default)
+/// when the producer starts.
+pub fn transaction_timeout_ms(interval: std::time::Duration) -> u64 {
+    (interval.as_millis() as u64).saturating_add(60_000).max(60_000)
 }
 
 /// A consumer outside the group, for recovery: reads committed offsets (same `group.id`, never

@@ -40,6 +40,7 @@ pub mod metadata;
 pub mod migrate;
 pub mod partition;
 pub mod pipeline;
+pub mod provenance;
 pub mod recovery;
 pub mod scenario;
 pub mod security;

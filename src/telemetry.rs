@@ -9,12 +9,15 @@
 //! `/readyz` read without scraping.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter, Gauge, Histogram, Unit,
 };
+use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::config::OnMissing;
+use crate::config::{Config, OnMissing};
 use crate::state::PartitionState;
 
 /// `kafka_dedup_records_consumed_total{partition}`: records read from the input topic.
@@ -28,10 +31,18 @@ pub const DUPLICATES_DROPPED: &str = "kafka_dedup_duplicates_dropped_total";
 /// its first copy was seen (when known): how far back replays reach, against the horizon.
 pub const DUPLICATE_DISTANCE: &str = "kafka_dedup_duplicate_offset_distance_records";
 /// `kafka_dedup_unfingerprintable_records_total{partition,action,reason}`: records whose
-/// fingerprint source was absent or unreadable, by `fingerprint.on_missing` action.
+/// fingerprint source was absent or unreadable, by `fingerprint.on_missing` action (the
+/// configured one) and [`UNFINGERPRINTABLE_REASONS`].
 pub const UNFINGERPRINTABLE: &str = "kafka_dedup_unfingerprintable_records_total";
-/// `kafka_dedup_checkpoints_total{result}`: checkpoints completed (`ok`) or failed (`failed`).
+/// The values of the `reason` label of [`UNFINGERPRINTABLE`]
+/// ([`crate::fingerprint::Unfingerprintable::reason`]).
+pub const UNFINGERPRINTABLE_REASONS: [&str; 3] = ["absent", "not_json", "pointer_not_found"];
+/// `kafka_dedup_checkpoints_total{result}`: checkpoints by [`CHECKPOINT_RESULTS`]: `ok` once the
+/// group coordinator confirmed the offset commit (or the transaction committed), `failed` when it
+/// refused it or it could not be sent.
 pub const CHECKPOINTS: &str = "kafka_dedup_checkpoints_total";
+/// The values of the `result` label of [`CHECKPOINTS`].
+pub const CHECKPOINT_RESULTS: [&str; 2] = ["ok", "failed"];
 /// `kafka_dedup_checkpoint_duration_seconds`: from the checkpoint's start to the offset commit
 /// being sent.
 pub const CHECKPOINT_DURATION: &str = "kafka_dedup_checkpoint_duration_seconds";
@@ -47,9 +58,20 @@ pub const HORIZON: &str = "kafka_dedup_horizon_seconds";
 /// `kafka_dedup_store_size_bytes`: sled's size on disk.
 pub const STORE_SIZE: &str = "kafka_dedup_store_size_bytes";
 /// `kafka_dedup_store_rebuilds_total{reason}`: partitions whose generations were rebuilt from the
-/// output topic because the local store could not be used (`missing`, `behind_or_ahead`,
-/// `corrupt`, `other_deployment`, `no_metadata`).
+/// output topic because the local store could not be used, by [`STORE_REBUILD_REASONS`].
 pub const STORE_REBUILDS: &str = "kafka_dedup_store_rebuilds_total";
+/// The values of the `reason` label of [`STORE_REBUILDS`] (the callers of [`store_rebuild`]:
+/// [`crate::recovery`] and the store's [`crate::store::Opened::Replaced`]): `missing` (no
+/// snapshot of the partition), `behind_or_ahead` (a snapshot of another checkpoint), `corrupt`,
+/// `other_deployment` (a store written for another input or group), `no_metadata` (a committed
+/// offset without checkpoint metadata or horizon marker).
+pub const STORE_REBUILD_REASONS: [&str; 5] = [
+    "missing",
+    "behind_or_ahead",
+    "corrupt",
+    "other_deployment",
+    "no_metadata",
+];
 /// `kafka_dedup_recovery_records_scanned_total{partition}`: output records re-read during recovery.
 pub const RECOVERY_SCANNED: &str = "kafka_dedup_recovery_records_scanned_total";
 /// `kafka_dedup_recovery_duration_seconds`: from assignment to the partition running.
@@ -59,7 +81,7 @@ pub const RECOVERY_DURATION: &str = "kafka_dedup_recovery_duration_seconds";
 pub const CONSUMER_LAG: &str = "kafka_dedup_consumer_lag_records";
 /// `kafka_dedup_partition_state{partition,state}`: 1 for the partition's current life-cycle state
 /// (the `state` label is a [`PartitionState::name`]), 0 for the others; all 0 once the partition
-/// is released.
+/// is released (and left out of the scrape: [`render`]).
 pub const PARTITION_STATE: &str = "kafka_dedup_partition_state";
 /// `kafka_dedup_ready`: 1 when `/readyz` answers ready, else 0; set at each scrape, so an alert
 /// can say what an orchestrator's readiness probe sees.
@@ -70,8 +92,31 @@ pub const READY: &str = "kafka_dedup_ready";
 /// partitioner would put the key in this partition: a custom partitioner or a changed partition
 /// count).
 pub const OUT_OF_SCOPE: &str = "kafka_dedup_out_of_scope_records_total";
+/// The values of the `reason` label of [`OUT_OF_SCOPE`].
+pub const OUT_OF_SCOPE_REASONS: [&str; 2] = ["null_key", "key_elsewhere"];
 /// `kafka_dedup_build_info{version}`: always 1.
 pub const BUILD_INFO: &str = "kafka_dedup_build_info";
+/// `kafka_dedup_start_time_seconds`: when the process started (Unix time, seconds); it changes
+/// when the process restarts (the alert `KafkaDedupRestarting`).
+pub const START_TIME: &str = "kafka_dedup_start_time_seconds";
+/// `kafka_dedup_oldest_generation_info{generation}`: always 1; `generation` is the age of the
+/// oldest live generation (`checkpoint.generations - 1`), the value of [`DUPLICATES_DROPPED`]'s
+/// `generation` label whose replays are about to fall out of the horizon. Lets a query pick
+/// those without knowing the configuration: `... and ignoring (partition) <this>`.
+pub const OLDEST_GENERATION: &str = "kafka_dedup_oldest_generation_info";
+
+/// Every counter (every name above ending in `_total`; a unit test checks the list against this
+/// file). Each is in the first scrape, at 0, with all its known label values.
+pub const COUNTERS: [&str; 8] = [
+    RECORDS_CONSUMED,
+    RECORDS_FORWARDED,
+    DUPLICATES_DROPPED,
+    UNFINGERPRINTABLE,
+    CHECKPOINTS,
+    STORE_REBUILDS,
+    RECOVERY_SCANNED,
+    OUT_OF_SCOPE,
+];
 
 /// Registers help texts and units with the installed recorder. Idempotent.
 pub fn describe() {
@@ -137,10 +182,66 @@ pub fn describe() {
         "Records whose replays may land in another partition (null key, or a key placed elsewhere)."
     );
     describe_gauge!(BUILD_INFO, Unit::Count, "Build information; always 1.");
+    describe_gauge!(START_TIME, Unit::Seconds, "Start time of the process, Unix seconds.");
+    describe_gauge!(
+        OLDEST_GENERATION,
+        Unit::Count,
+        "Always 1; the generation label is the age of the oldest live generation."
+    );
     gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    gauge!(START_TIME).set(started());
+    // The process-wide counters and histograms, at 0 before their first event.
+    for result in CHECKPOINT_RESULTS {
+        counter!(CHECKPOINTS, "result" => result).increment(0);
+    }
+    for reason in STORE_REBUILD_REASONS {
+        counter!(STORE_REBUILDS, "reason" => reason).increment(0);
+    }
+    let _ = histogram!(CHECKPOINT_DURATION);
+    let _ = histogram!(RECOVERY_DURATION);
+    let _ = histogram!(DUPLICATE_DISTANCE);
 }
 
-/// Metric handles of one input partition, registered once at assignment.
+/// The process's start time (Unix seconds), fixed at the first call.
+fn started() -> f64 {
+    static STARTED: OnceLock<f64> = OnceLock::new();
+    *STARTED.get_or_init(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs() as f64)
+    })
+}
+
+/// Renders `handle`'s metrics in the Prometheus text format, leaving out every sample whose
+/// `partition` label names a partition that `owned` says this process does not own (see the
+/// module documentation: the exporter cannot remove one series).
+pub fn render(handle: &PrometheusHandle, owned: impl Fn(i32) -> bool) -> String {
+    let text = handle.render();
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        if partition_of(line).is_none_or(&owned) {
+            out.push_str(line);
+        }
+    }
+    out
+}
+
+/// The value of the `partition` label of a sample line (`name{a="x",partition="3"} 1`), if any.
+fn partition_of(line: &str) -> Option<i32> {
+    if line.starts_with('#') {
+        return None;
+    }
+    let labels = &line[line.find('{')? + 1..];
+    let labels = &labels[..labels.find('}')?];
+    labels
+        .split(',')
+        .find_map(|l| l.strip_prefix("partition=\""))
+        .and_then(|v| v.strip_suffix('"'))
+        .and_then(|v| v.parse().ok())
+}
+
+/// Metric handles of one input partition, registered once at assignment: every per-partition
+/// series of the partition exists (at 0) from then on, see the module documentation.
 pub struct PartitionMetrics {
     /// Records consumed.
     pub consumed: Counter,
@@ -160,15 +261,25 @@ pub struct PartitionMetrics {
     pub null_key: Counter,
     /// Records whose key a default partitioner would place elsewhere (see [`OUT_OF_SCOPE`]).
     pub key_elsewhere: Counter,
-    /// The `partition` label value, for the handles registered on use (unfingerprintable
-    /// records) and the state gauge.
+    /// Unfingerprintable records under the configured `on_missing` action, by
+    /// [`UNFINGERPRINTABLE_REASONS`] (same index).
+    unfingerprintable: [Counter; 3],
+    /// The configured `fingerprint.on_missing`, the `action` label of `unfingerprintable`.
+    on_missing: OnMissing,
+    /// The `partition` label value, for the state gauge and a label value registered on use.
     partition: String,
 }
 
 impl PartitionMetrics {
-    /// Registers the handles of `partition` for `generations` live generations.
-    pub fn new(partition: i32, generations: usize) -> Self {
+    /// Registers the handles of `partition` with every label value `cfg` makes possible:
+    /// `checkpoint.generations` generation ages, the `fingerprint.on_missing` action. Also sets
+    /// [`OLDEST_GENERATION`].
+    pub fn new(partition: i32, cfg: &Config) -> Self {
+        let generations = cfg.checkpoint.generations as usize;
+        let on_missing = cfg.fingerprint.on_missing;
         let p = partition.to_string();
+        gauge!(OLDEST_GENERATION, "generation" => generations.saturating_sub(1).to_string()).set(1.0);
+        // Registering a handle creates its series, at 0.
         PartitionMetrics {
             consumed: counter!(RECORDS_CONSUMED, "partition" => p.clone()),
             forwarded: counter!(RECORDS_FORWARDED, "partition" => p.clone()),
@@ -181,16 +292,30 @@ impl PartitionMetrics {
                 .collect(),
             horizon: gauge!(HORIZON, "partition" => p.clone()),
             scanned: counter!(RECOVERY_SCANNED, "partition" => p.clone()),
-            null_key: counter!(OUT_OF_SCOPE, "partition" => p.clone(), "reason" => "null_key"),
-            key_elsewhere: counter!(OUT_OF_SCOPE, "partition" => p.clone(), "reason" => "key_elsewhere"),
+            null_key: counter!(OUT_OF_SCOPE, "partition" => p.clone(), "reason" => OUT_OF_SCOPE_REASONS[0]),
+            key_elsewhere: counter!(OUT_OF_SCOPE, "partition" => p.clone(), "reason" => OUT_OF_SCOPE_REASONS[1]),
+            unfingerprintable: UNFINGERPRINTABLE_REASONS.map(|reason| {
+                counter!(UNFINGERPRINTABLE, "partition" => p.clone(), "action" => on_missing.as_str(), "reason" => reason)
+            }),
+            on_missing,
             partition: p,
         }
     }
 
-    /// Counts an unfingerprintable record (rare path: registers on use).
+    /// Counts an unfingerprintable record (`reason`: one of [`UNFINGERPRINTABLE_REASONS`]).
     pub fn unfingerprintable(&self, action: OnMissing, reason: &'static str) {
-        counter!(UNFINGERPRINTABLE, "partition" => self.partition.clone(), "action" => action.as_str(), "reason" => reason)
-            .increment(1);
+        let known = UNFINGERPRINTABLE_REASONS.iter().position(|r| *r == reason);
+        debug_assert!(
+            known.is_some() && action == self.on_missing,
+            "unfingerprintable {action:?}/{reason}: not registered at 0 (UNFINGERPRINTABLE_REASONS, on_missing)"
+        );
+        match known {
+            Some(i) if action == self.on_missing => self.unfingerprintable[i].increment(1),
+            _ => {
+                counter!(UNFINGERPRINTABLE, "partition" => self.partition.clone(), "action" => action.as_str(), "reason" => reason)
+                    .increment(1);
+            }
+        }
     }
 
     /// Sets the life-cycle state gauge: 1 for `state`, 0 for the others.
@@ -198,7 +323,8 @@ impl PartitionMetrics {
         set_partition_state(&self.partition, Some(state));
     }
 
-    /// Zeroes the per-partition gauges when the partition is released.
+    /// Zeroes the per-partition gauges when the partition is released (its series then leave the
+    /// scrape: [`render`]).
     pub fn release(&self) {
         for g in &self.held {
             g.set(0.0);
@@ -227,8 +353,12 @@ pub fn ready(ready: bool) {
     gauge!(READY).set(if ready { 1.0 } else { 0.0 });
 }
 
-/// Counts a store rebuild of one partition.
+/// Counts a store rebuild of one partition (`reason`: one of [`STORE_REBUILD_REASONS`]).
 pub fn store_rebuild(reason: &'static str) {
+    debug_assert!(
+        STORE_REBUILD_REASONS.contains(&reason),
+        "store rebuild reason {reason} is not in STORE_REBUILD_REASONS"
+    );
     counter!(STORE_REBUILDS, "reason" => reason).increment(1);
 }
 
@@ -287,5 +417,211 @@ impl Totals {
     /// Reads `c`.
     pub fn get(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use metrics_exporter_prometheus::PrometheusBuilder;
+
+    use super::*;
+    use crate::fingerprint::Unfingerprintable;
+
+    /// One sample of a scrape: its labels, sorted.
+    type Labels = BTreeMap<String, String>;
+
+    /// The samples of a Prometheus text scrape: name -> (labels -> value).
+    fn samples(text: &str) -> BTreeMap<String, BTreeMap<Labels, f64>> {
+        let mut out: BTreeMap<String, BTreeMap<Labels, f64>> = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n, rest.strip_suffix('}').unwrap()),
+                None => (series, ""),
+            };
+            let labels = labels
+                .split(',')
+                .filter(|l| !l.is_empty())
+                .map(|l| {
+                    let (k, v) = l.split_once('=').unwrap();
+                    (k.to_string(), v.trim_matches('"').to_string())
+                })
+                .collect();
+            out.entry(name.to_string())
+                .or_default()
+                .insert(labels, value.parse().unwrap());
+        }
+        out
+    }
+
+    fn config(generations: u32, on_missing: &str) -> Config {
+        let text = format!(
+            "[input]\ntopic = \"in\"\n[output]\ntopic = \"out\"\n[fingerprint]\non_missing = \"{on_missing}\"\n\
+             [checkpoint]\ngenerations = {generations}\n"
+        );
+        Config::from_toml_str(&text, Some(Default::default())).unwrap()
+    }
+
+    /// Every label set of the product of `dims` (label name, values).
+    fn product(dims: &[(&str, Vec<String>)]) -> BTreeSet<Labels> {
+        let mut out = vec![Labels::new()];
+        for (name, values) in dims {
+            out = out
+                .iter()
+                .flat_map(|l| {
+                    values.iter().map(move |v| {
+                        let mut l = l.clone();
+                        l.insert(name.to_string(), v.clone());
+                        l
+                    })
+                })
+                .collect();
+        }
+        out.into_iter().collect()
+    }
+
+    fn strings(values: &[&str]) -> Vec<String> {
+        values.iter().map(|v| v.to_string()).collect()
+    }
+
+    /// What a process that was just assigned partitions 0 and 1 exports, before any record: the
+    /// recorder as `run` installs it, [`describe`], then [`PartitionMetrics::new`] per partition.
+    fn first_scrape(cfg: &Config) -> (PrometheusHandle, Vec<PartitionMetrics>) {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let partitions = metrics::with_local_recorder(&recorder, || {
+            describe();
+            vec![PartitionMetrics::new(0, cfg), PartitionMetrics::new(1, cfg)]
+        });
+        (handle, partitions)
+    }
+
+    /// Item 1 of issue 16: every counter is in the first scrape, at 0, with exactly its known
+    /// label values (for three generations and `on_missing = "drop"`).
+    #[test]
+    fn every_counter_is_in_the_first_scrape_at_zero_with_its_label_values() {
+        let cfg = config(3, "drop");
+        let (handle, _partitions) = first_scrape(&cfg);
+        let scrape = samples(&render(&handle, |_| true));
+        let partition = ("partition", strings(&["0", "1"]));
+        let expected: BTreeMap<&str, BTreeSet<Labels>> = [
+            (RECORDS_CONSUMED, product(std::slice::from_ref(&partition))),
+            (RECORDS_FORWARDED, product(std::slice::from_ref(&partition))),
+            (RECOVERY_SCANNED, product(std::slice::from_ref(&partition))),
+            (
+                DUPLICATES_DROPPED,
+                product(&[partition.clone(), ("generation", strings(&["0", "1", "2"]))]),
+            ),
+            (
+                UNFINGERPRINTABLE,
+                product(&[
+                    partition.clone(),
+                    ("action", strings(&["drop"])),
+                    ("reason", strings(&UNFINGERPRINTABLE_REASONS)),
+                ]),
+            ),
+            (
+                OUT_OF_SCOPE,
+                product(&[partition.clone(), ("reason", strings(&OUT_OF_SCOPE_REASONS))]),
+            ),
+            (CHECKPOINTS, product(&[("result", strings(&CHECKPOINT_RESULTS))])),
+            (STORE_REBUILDS, product(&[("reason", strings(&STORE_REBUILD_REASONS))])),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            expected.keys().copied().collect::<BTreeSet<_>>(),
+            COUNTERS.into_iter().collect::<BTreeSet<_>>(),
+            "this test covers every counter"
+        );
+        for (name, label_sets) in &expected {
+            let got = scrape
+                .get(*name)
+                .unwrap_or_else(|| panic!("{name} is missing from the first scrape"));
+            assert_eq!(&got.keys().cloned().collect::<BTreeSet<_>>(), label_sets, "{name}");
+            assert!(got.values().all(|v| *v == 0.0), "{name}: {got:?}");
+        }
+        // The oldest generation is named, the start time is set, the histograms are there.
+        let oldest = &scrape[OLDEST_GENERATION];
+        assert_eq!(oldest.len(), 1, "{oldest:?}");
+        assert_eq!(oldest.keys().next().unwrap()["generation"], "2");
+        assert!(
+            scrape[START_TIME].values().all(|t| *t > 1.7e9),
+            "{:?}",
+            scrape[START_TIME]
+        );
+        for h in [CHECKPOINT_DURATION, RECOVERY_DURATION, DUPLICATE_DISTANCE] {
+            assert!(scrape.contains_key(&format!("{h}_count")), "{h} is missing");
+        }
+    }
+
+    /// [`COUNTERS`] lists every counter name defined in this file.
+    #[test]
+    fn counters_lists_every_counter_of_this_file() {
+        let defined: BTreeSet<&str> = include_str!("telemetry.rs")
+            .lines()
+            .filter(|l| l.starts_with("pub const ") && l.contains(": &str = \""))
+            .filter_map(|l| l.split('"').nth(1))
+            .filter(|name| name.ends_with("_total"))
+            .collect();
+        assert_eq!(defined, COUNTERS.into_iter().collect::<BTreeSet<_>>());
+    }
+
+    /// Every reason a record can lack a fingerprint for is registered at 0.
+    #[test]
+    fn every_unfingerprintable_reason_is_known() {
+        for why in [
+            Unfingerprintable::Absent,
+            Unfingerprintable::NotJson(String::new()),
+            Unfingerprintable::PointerNotFound,
+        ] {
+            assert!(UNFINGERPRINTABLE_REASONS.contains(&why.reason()), "{why:?}");
+        }
+    }
+
+    /// A partition this process no longer owns leaves the scrape, with every series of it; the
+    /// others and the process-wide series stay; owned again, it shows its counters where they
+    /// were.
+    #[test]
+    fn a_released_partition_leaves_the_scrape_and_comes_back_with_its_counts() {
+        let (handle, partitions) = first_scrape(&config(2, "forward"));
+        partitions[1].consumed.increment(5);
+        partitions[1].unfingerprintable(OnMissing::Forward, "absent");
+        let with_both = render(&handle, |_| true);
+        let only_0 = render(&handle, |p| p == 0);
+        let has = |text: &str, p: &str| text.lines().any(|l| l.contains(&format!("partition=\"{p}\"")));
+        assert!(has(&with_both, "1") && has(&only_0, "0"), "{only_0}");
+        assert!(!has(&only_0, "1"), "{only_0}");
+        let (all, kept) = (samples(&with_both), samples(&only_0));
+        for (name, series) in &all {
+            let expected: BTreeMap<&Labels, &f64> = series
+                .iter()
+                .filter(|(l, _)| l.get("partition").is_none_or(|p| p == "0"))
+                .collect();
+            let got: BTreeMap<&Labels, &f64> = kept.get(name).into_iter().flatten().collect();
+            assert_eq!(got, expected, "{name}");
+        }
+        let back = samples(&render(&handle, |_| true));
+        let one = |name: &str, extra: &[(&str, &str)]| {
+            let mut l = Labels::from([("partition".to_string(), "1".to_string())]);
+            l.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+            back[name][&l]
+        };
+        assert_eq!(one(RECORDS_CONSUMED, &[]), 5.0);
+        assert_eq!(
+            one(UNFINGERPRINTABLE, &[("action", "forward"), ("reason", "absent")]),
+            1.0
+        );
+    }
+
+    #[test]
+    fn partition_label_of_a_sample_line() {
+        assert_eq!(partition_of("a_total{partition=\"12\"} 3\n"), Some(12));
+        assert_eq!(partition_of("a_total{generation=\"1\",partition=\"0\"} 1"), Some(0));
+        assert_eq!(partition_of("a{version=\"0.1.0\"} 1"), None);
+        assert_eq!(partition_of("a 1"), None);
+        assert_eq!(partition_of("# HELP a{partition=\"1\"} x"), None);
     }
 }

@@ -381,3 +381,120 @@ fn refused_checkpoint_commits_are_counted_and_retried() {
     let v = scenario::verify(&values(0..200), &m.broker.read_values("out", 1));
     assert!(v.ok() && v.output_records == 200, "{v:?}");
 }
+
+/// Order survives a delivery that fails for good while later records are in flight: the broker
+/// refuses one produce request mid-stream (a permanent error), with 20 ms round trips keeping
+/// several requests in flight behind it. The filter stops (exit 1) without committing past the
+/// refused records, and no record after them may reach the output before them: once the broker
+/// accepts again, a restart forwards the rest, and the output holds every record once, in input
+/// order.
+#[test]
+fn a_refused_delivery_never_leaves_a_gap() {
+    let m = mock(1, &[("in", 1), ("out", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = spec_on(&m, "in", "out", dir.path());
+    let records = values(0..20_000);
+    m.broker.produce_values("in", &records, Duration::ZERO);
+    m.cluster.broker_round_trip_time(1, Duration::from_millis(20)).unwrap();
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(FORWARDED, &[], 2000.0, Duration::from_secs(60));
+    m.cluster.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+    );
+    let status = filter.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "{}", filter.logs());
+    m.cluster.broker_round_trip_time(1, Duration::ZERO).unwrap();
+    let out = m.broker.read_values("out", 1);
+    let firsts = &out[&0];
+    assert!(
+        firsts.iter().enumerate().all(|(i, v)| *v == i as u64),
+        "the output before the restart is a prefix of the input, without a gap: {} records, first gap at {:?}",
+        firsts.len(),
+        firsts.iter().enumerate().find(|(i, v)| **v != *i as u64)
+    );
+    let mut again = spec.start(dir.path());
+    let ends = m.broker.end_offsets("in", 1);
+    wait_committed_on(&m, &spec.group, "in", &ends, &again);
+    assert!(again.terminate().success(), "{}", again.logs());
+    let v = scenario::verify(&records, &m.broker.read_values("out", 1));
+    assert!(v.ok() && v.output_records == 20_000, "{v:?}");
+}
+
+/// `input.start = "latest"` applies only where nothing was committed. The filter forwards 100
+/// records and stops (committed 100); while it is down, 6 MB more arrive and the mock cluster's
+/// retention (5 MB per partition) deletes the oldest, the committed offset included. On restart
+/// the committed offset is below the log start: the filter must resume at the oldest record
+/// left, not skip everything retained by jumping to the end.
+#[test]
+fn a_committed_offset_lost_to_retention_resumes_at_the_log_start() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let m = mock(1, &[("in", 1), ("out", 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_on(&m, "in", "out", dir.path());
+    spec.env.push(("KAFKA_DEDUP__INPUT__START".into(), "latest".into()));
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    m.broker.produce_values("in", &values(0..100), Duration::ZERO);
+    filter.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(60));
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(m.broker.committed(&spec.group, "in", 1)[&0].0, Some(100));
+
+    let big: Vec<Raw> = (0..600u32)
+        .map(|i| raw(None, Some(&format!("{i:>10000}")), &[]))
+        .collect();
+    m.broker.produce_raw("in", 0, &big);
+    let reader: BaseConsumer = m.broker.client().create().unwrap();
+    let (low, high) = reader.fetch_watermarks("in", 0, Duration::from_secs(10)).unwrap();
+    assert!(
+        low > 100,
+        "retention moved the log start past the committed offset: {low}..{high}"
+    );
+
+    let mut again = spec.start(dir.path());
+    again.wait_metric(FORWARDED, &[], (high - low) as f64, Duration::from_secs(60));
+    let logs = again.logs();
+    assert!(logs.contains("resuming at the log start"), "{logs}");
+    assert!(again.terminate().success(), "{logs}");
+    assert_eq!(m.broker.committed(&spec.group, "in", 1)[&0].0, Some(high));
+}
+
+/// Issue 14, case 1: a transactional hand-over that fails must not leave the released
+/// partition's records in the open transaction, where the next periodic commit would make them
+/// visible after the new owner forwarded them again. Filter A (transactional, no periodic
+/// checkpoint) forwards 200 records into its open transaction; the coordinator then refuses the
+/// next EndTxn, and B joins: A's hand-over commit fails, so A must abort the transaction and
+/// exit 1. (The mock cluster does not hide aborted records from read_committed readers, so what
+/// is checked is A's abort and exit; the invisibility of aborted records is Kafka's.)
+#[test]
+fn a_failed_transactional_handover_aborts_and_exits() {
+    let m = mock(1, &[("in", 2), ("out", 2)]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_on(&m, "in", "out", dir.path());
+    spec.interval = "1h";
+    spec.env
+        .push(("KAFKA_DEDUP__OUTPUT__DELIVERY".into(), "transactional".into()));
+    let with_id = |name: &str| {
+        let mut s = spec.clone();
+        s.store = dir.path().join(format!("store-{name}"));
+        s.env.push((
+            "KAFKA_DEDUP__OUTPUT__TRANSACTIONAL_ID".into(),
+            unique(&format!("txn-{name}")),
+        ));
+        s
+    };
+    let mut a = with_id("a").start(dir.path());
+    a.wait_ready(Duration::from_secs(60));
+    m.broker.produce_values("in", &values(0..200), Duration::ZERO);
+    a.wait_metric(FORWARDED, &[], 200.0, Duration::from_secs(60));
+    m.cluster.request_errors(
+        RDKafkaApiKey::EndTxn,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION],
+    );
+    let _b = with_id("b").start(dir.path());
+    let status = a.wait_exit(Duration::from_secs(90));
+    let logs = a.logs();
+    assert_eq!(status.code(), Some(1), "{logs}");
+    assert!(logs.contains("hand-over of partitions"), "{logs}");
+    assert!(logs.contains("open transaction aborted"), "{logs}");
+}

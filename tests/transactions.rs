@@ -140,3 +140,73 @@ fn transactional_checkpoints_crash_and_fencing() {
          {aborted} records of the zombie's aborted transaction in the log"
     );
 }
+
+/// Writes `values` to partition 0 of `topic`, one record per batch (this broker's high
+/// watermark is only right when a partition's last batch holds one record).
+fn produce_one_by_one(kafka: &Broker, topic: &str, values: std::ops::Range<u64>) {
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    let mut c = kafka.client();
+    c.set("linger.ms", "0");
+    let producer: ThreadedProducer<_> = c.create().unwrap();
+    for v in values {
+        let text = v.to_string();
+        producer
+            .send(BaseRecord::to(topic).partition(0).key(&text).payload(&text))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        producer.flush(Duration::from_secs(10)).unwrap();
+    }
+}
+
+/// Issue 14, case 9: transactional mode with `input.start = "latest"`, killed before its first
+/// checkpoint. The first start begins at the input's end (50); records 50..100 arrive, some are
+/// forwarded in the open transaction, and the process dies (crash point after 20
+/// acknowledgements; the transaction is never committed). The restart must resume at 50, where
+/// the first start began, not at the input's end again (which would skip 50..100 for good).
+#[test]
+fn a_first_start_at_latest_killed_before_its_first_checkpoint_resumes_where_it_began() {
+    let kafka = Broker::transactional();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("txl-in"), unique("txl-out"));
+    kafka.create_topic(&input, 1);
+    kafka.create_topic(&output, 1);
+    produce_one_by_one(&kafka, &input, 0..50);
+    let mut spec = FilterSpec::on(kafka.clone(), &input, &output, dir.path()).killable();
+    spec.interval = "1h";
+    spec.env.extend([
+        ("KAFKA_DEDUP__OUTPUT__DELIVERY".to_string(), "transactional".to_string()),
+        ("KAFKA_DEDUP__OUTPUT__TRANSACTIONAL_ID".to_string(), unique("txl")),
+        ("KAFKA_DEDUP__INPUT__START".to_string(), "latest".to_string()),
+    ]);
+    let mut crashing = spec.clone();
+    crashing
+        .env
+        .push(("KAFKA_DEDUP_CRASH_AT".to_string(), "after-ack:20".to_string()));
+    let mut first = crashing.start(dir.path());
+    first.wait_ready(Duration::from_secs(90));
+    produce_one_by_one(&kafka, &input, 50..100);
+    let status = first.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "aborted at the crash point:\n{}", first.logs());
+
+    spec.interval = "1s";
+    let mut again = spec.start(dir.path());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while committed_offset(&kafka, &spec.group, &input) != Some(100) {
+        assert!(
+            Instant::now() < deadline,
+            "committed {:?}:\n{}",
+            committed_offset(&kafka, &spec.group, &input),
+            again.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(again.terminate().success(), "{}", again.logs());
+    // The aborted transaction's records stay visible on this broker; after them, 50..100 once.
+    let out = kafka.read_values(&output, 1)[&0].clone();
+    let tail: Vec<u64> = out.iter().rev().take(50).rev().copied().collect();
+    assert_eq!(tail, (50..100).collect::<Vec<u64>>(), "{out:?}\n{}", again.logs());
+    assert!(
+        out.iter().all(|v| (50..100).contains(v)),
+        "nothing before the first start: {out:?}"
+    );
+}

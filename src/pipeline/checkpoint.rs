@@ -143,9 +143,9 @@ pub(super) struct CheckpointPart {
     /// What is committed; its offset is the target: every record before it must be
     /// acknowledged first.
     record: CheckpointRecord,
-    /// Frozen generations after the rotation, oldest first.
+    /// Frozen generations as of the checkpoint's start, oldest first.
     frozen: Vec<Arc<Generation>>,
-    /// The current generation as of the rotation, stored empty: records taken since are
+    /// The current generation as of the checkpoint's start, stored empty: records taken since are
     /// re-learned from the output.
     current: Generation,
 }

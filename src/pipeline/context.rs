@@ -6,12 +6,13 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 use rdkafka::statistics::Statistics;
 use rdkafka::{Message, TopicPartitionList};
-use tracing::warn;
+use tracing::{debug, error, info, warn};
 
 use super::filter::Filter;
 use super::produce::{Acknowledgement, DeliveryEvent, DeliveryFailure};
@@ -43,6 +44,25 @@ impl ClientContext for DeliveryContext {
     fn error(&self, error: KafkaError, reason: &str) {
         self.status.note_client_error(&error, reason);
         warn!(error = %error, reason, "kafka producer error");
+    }
+
+    /// librdkafka's log lines, as rust-rdkafka's default does, except the configuration warning
+    /// that `enable.gapless.guarantee` is experimental: kafka-dedup sets it on purpose
+    /// (`kafka::producer_config`), so it is logged at debug instead of at every start.
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+        if fac == "CONFWARN" && log_message.contains("enable.gapless.guarantee") {
+            return debug!(target: "librdkafka", "librdkafka: {fac} {log_message} (set by kafka-dedup)");
+        }
+        match level {
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+                error!(target: "librdkafka", "librdkafka: {fac} {log_message}")
+            }
+            RDKafkaLogLevel::Warning => warn!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                info!(target: "librdkafka", "librdkafka: {fac} {log_message}")
+            }
+            RDKafkaLogLevel::Debug => debug!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
+        }
     }
 }
 

@@ -132,6 +132,33 @@ pub enum Fatal {
     /// A transaction step failed (transactional mode).
     #[error("transaction: {0}")]
     Transaction(#[from] TransactionError),
+    /// A hand-over (revocation or stop) could not finish: what the producer still held was
+    /// dropped (idempotent mode) or the open transaction aborted (transactional mode), so no
+    /// record of the partitions given up can reach the output later; the process exits and the
+    /// next owner's recovery (and fence wait) takes over.
+    #[error(
+        "hand-over of partitions {partitions:?} failed ({error}); records not acknowledged were dropped, \
+             the next owner recovers from the output topic"
+    )]
+    Handover {
+        /// The input partitions being handed over.
+        partitions: Vec<i32>,
+        /// Why it failed.
+        error: Arc<HandoverError>,
+    },
+    /// The group took partitions away without a hand-over (session timeout, fenced member)
+    /// while records of them were still unacknowledged (or, in transactional mode, in the open
+    /// transaction): they were dropped from the producer and the process exits, so none can
+    /// land after the next owner re-read the output (README, "The guarantee during a
+    /// rebalance").
+    #[error(
+        "assignment of partitions {partitions:?} lost with records not yet acknowledged; they were dropped \
+             from the producer, the next owner recovers from the output topic"
+    )]
+    AssignmentLost {
+        /// The input partitions lost.
+        partitions: Vec<i32>,
+    },
 }
 
 /// The identity a store must have to be used with `cfg`.
@@ -164,7 +191,7 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     info!(input = %cfg.input.topic, output = %cfg.output.topic, group = %cfg.input.group_id, "filter started");
 
     let result = poll_loop(&consumer, &shutdown);
-    stop(&consumer, &result, &status);
+    let result = stop(&consumer, result, &status);
     consumer.unsubscribe();
     drop(consumer);
     store.remove_live_file();
@@ -276,18 +303,21 @@ fn handle_batch(f: &mut Filter, batch: &mut Vec<Admitted<'_>>, shutdown: &Shutdo
     Ok(())
 }
 
-/// After the loop: a clean hand-over of every partition, or, after an error, an abort.
-fn stop(consumer: &FilterConsumer, result: &Result<(), Fatal>, status: &Status) {
+/// After the loop: a clean hand-over of every partition, or, after an error (or a hand-over
+/// that failed), an abort. Returns the error the process stops with, if any.
+fn stop(consumer: &FilterConsumer, result: Result<(), Fatal>, status: &Status) -> Result<(), Fatal> {
     let mut f = consumer.context().lock();
-    match result {
+    let result = match result {
         Ok(()) => {
             info!("stopping: handing over every partition");
-            f.shutdown(consumer);
+            f.shutdown(consumer)
         }
-        Err(e) => {
-            error!(error = %e, "stopping on error");
-            status.set_fatal(e.to_string());
-            f.abort();
-        }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = &result {
+        error!(error = %e, "stopping on error");
+        status.set_fatal(e.to_string());
+        f.abort();
     }
+    result
 }

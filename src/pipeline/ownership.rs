@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::Producer;
+use rdkafka::producer::{Producer, PurgeConfig};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
@@ -24,9 +24,6 @@ use crate::partition::{FirstForward, InFlight, Partition, Recovering, Running};
 use crate::recovery::{recover, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest};
 use crate::telemetry::{self, PartitionMetrics};
 
-/// How long a revocation or shutdown waits for in-flight deliveries before giving up on a clean
-/// hand-over (the next owner then waits `output.fence_wait` instead).
-const HANDOVER_TIMEOUT: Duration = Duration::from_secs(60);
 /// Delay before retrying a recovery that failed (broker unreachable, ...).
 const RECOVERY_RETRY: Duration = Duration::from_secs(2);
 
@@ -77,6 +74,18 @@ pub enum HandoverError {
     /// The offsets could not be listed or committed.
     #[error(transparent)]
     Commit(#[from] KafkaError),
+}
+
+impl HandoverError {
+    /// True when the failed hand-over leaves records that could still reach the output: some not
+    /// acknowledged (a timeout), or in an open transaction. A commit refused after every record
+    /// was acknowledged leaves none: the next owner just recovers from the output topic.
+    pub fn leaves_records_behind(&self) -> bool {
+        match self {
+            HandoverError::Transaction(_) | HandoverError::Timeout => true,
+            HandoverError::Failed(_) | HandoverError::Commit(_) => false,
+        }
+    }
 }
 
 /// Why a recovered partition could not start running; its recovery is retried.
@@ -205,7 +214,14 @@ impl Filter {
             Err(RecoveryError::Cancelled) => return,
             Err(e) => return self.schedule_retry(p, &e.to_string()),
         };
-        if let Mode::Idempotent { .. } = self.mode {
+        let commit = match self.mode {
+            Mode::Idempotent { .. } => true,
+            // Nothing committed yet (a first start at `input.start`): a crash before the first
+            // transaction commits must not make the next start look for `input.start` again
+            // (with `latest`, the records in between would be skipped).
+            Mode::Transactional => rec.fresh,
+        };
+        if commit {
             if let Err(e) = self.commit_ownership(consumer, p, &rec) {
                 return self.schedule_retry(p, &StartError::Commit(e).to_string());
             }
@@ -216,11 +232,17 @@ impl Filter {
         self.run(p, inc, rec);
     }
 
-    /// Idempotent mode: tells later owners that someone produces for this partition now
-    /// (`clean = false`), and makes sure a crash before the first checkpoint still leaves
-    /// metadata to recover from.
+    /// Commits the position a recovered partition starts at. Idempotent mode: tells later owners
+    /// that someone produces for this partition now (`clean = false`), and makes sure a crash
+    /// before the first checkpoint still leaves metadata to recover from. Transactional mode
+    /// (first start only): pins the start position, with the output's end as the committed
+    /// transaction's end (nothing of this owner is there yet).
     fn commit_ownership(&self, consumer: &FilterConsumer, p: i32, rec: &Recovered) -> Result<(), KafkaError> {
-        let record = CheckpointRecord::new(p, rec.resume, &rec.gens, rec.clock, rec.ckpt.clone(), false, None);
+        let out_end = match self.mode {
+            Mode::Idempotent { .. } => None,
+            Mode::Transactional => Some(rec.out_positions.clone()),
+        };
+        let record = CheckpointRecord::new(p, rec.resume, &rec.gens, rec.clock, rec.ckpt.clone(), false, out_end);
         let t = Instant::now();
         let committed = commit_list(&self.cfg, &[&record]).and_then(|tpl| consumer.commit(&tpl, CommitMode::Sync));
         debug!(
@@ -233,7 +255,7 @@ impl Filter {
 
     /// Installs recovered partition `p` (ownership `inc`) as running.
     fn run(&mut self, p: i32, inc: u64, rec: Recovered) {
-        let metrics = PartitionMetrics::new(p, self.cfg.checkpoint.generations as usize);
+        let metrics = PartitionMetrics::new(p, &self.cfg);
         metrics.set_state(crate::state::PartitionState::Running);
         let took = rec.since.elapsed();
         telemetry::recovery(took.as_secs_f64());
@@ -286,19 +308,68 @@ impl Filter {
         if running.is_empty() {
             return;
         }
-        if lost {
-            warn!(partitions = ?running, "assignment lost (session timeout or fenced); releasing without commit");
-            self.release(&running);
-            return;
-        }
-        if self.failure.is_some() {
-            self.release(&running);
-            return;
-        }
-        if let Err(e) = self.handover(consumer, &running, true) {
-            warn!(partitions = ?running, error = %e, "clean hand-over failed; the next owner recovers from the output topic");
+        if self.failure.is_none() {
+            if lost {
+                self.lose(&running);
+            } else if let Err(e) = self.handover(consumer, &running, true) {
+                if e.leaves_records_behind() {
+                    self.give_up(&running, e);
+                } else {
+                    warn!(partitions = ?running, error = %e, "clean hand-over failed with every record acknowledged; the next owner recovers from the output topic");
+                }
+            }
         }
         self.release(&running);
+    }
+
+    /// The group took `parts` away without a hand-over. Records of them that the producer still
+    /// holds could land after the next owner re-read the output (it may have the partitions
+    /// already, and this process may even get them back while its producer retries): if there
+    /// are any, they are dropped and the pipeline stops ([`Fatal::AssignmentLost`]; the next
+    /// owner's fence wait covers what was already on the wire). In transactional mode the open
+    /// transaction may hold records of them: it is aborted and the pipeline stops.
+    fn lose(&mut self, parts: &[i32]) {
+        let unacknowledged = parts
+            .iter()
+            .any(|p| matches!(self.partitions.get(p), Some(Partition::Running(r)) if !r.inflight.is_idle()));
+        let must_stop = matches!(self.mode, Mode::Transactional) || unacknowledged;
+        if !must_stop {
+            warn!(partitions = ?parts, "assignment lost (session timeout or fenced) with every record acknowledged; releasing without commit");
+            return;
+        }
+        error!(partitions = ?parts, "assignment lost (session timeout or fenced) with records not acknowledged or not committed; dropping them and stopping");
+        self.drop_unsent();
+        self.fail(Fatal::AssignmentLost {
+            partitions: parts.to_vec(),
+        });
+    }
+
+    /// A hand-over of `parts` failed: nothing the producer still holds may reach the output after
+    /// the partitions are released, so it is dropped ([`Self::drop_unsent`]) and the pipeline
+    /// stops with [`Fatal::Handover`].
+    fn give_up(&mut self, parts: &[i32], error: HandoverError) {
+        self.drop_unsent();
+        self.fail(Fatal::Handover {
+            partitions: parts.to_vec(),
+            error: Arc::new(error),
+        });
+    }
+
+    /// Makes sure nothing produced and not acknowledged (idempotent mode) or not committed
+    /// (transactional mode) reaches the output from now on: purges the producer's queue and
+    /// in-flight requests (librdkafka neither sends nor retries them; a request already written
+    /// to the socket may still land, within a network round trip, which the next owner's fence
+    /// wait covers), or aborts the open transaction.
+    pub(super) fn drop_unsent(&mut self) {
+        match self.mode {
+            Mode::Idempotent { .. } => self.producer.purge(PurgeConfig::default().queue().inflight()),
+            Mode::Transactional => match self.producer.abort_transaction(KAFKA_TIMEOUT) {
+                Ok(()) => {
+                    info!("open transaction aborted: none of its records becomes visible to read_committed readers")
+                }
+                Err(e) => warn!(error = %e, "aborting the transaction failed; the next start fences it"),
+            },
+        }
     }
 
     /// Forgets `parts`: their metrics, their part of a checkpoint in progress, their status.
@@ -320,7 +391,7 @@ impl Filter {
         // A background store write for an earlier checkpoint must land first, or it could
         // overwrite the newer snapshot written here.
         self.finish_persisting(consumer);
-        let deadline = Instant::now() + HANDOVER_TIMEOUT;
+        let deadline = Instant::now() + self.cfg.output.handover_timeout;
         if let Mode::Transactional = self.mode {
             return Ok(self.commit_transaction(consumer, parts, continuing)?);
         }
@@ -340,26 +411,34 @@ impl Filter {
         Ok(())
     }
 
-    /// Stops the pipeline cleanly: hands over every partition. Called on SIGTERM/SIGINT.
-    pub fn shutdown(&mut self, consumer: &FilterConsumer) {
+    /// Stops the pipeline cleanly: hands over every partition. Called on SIGTERM/SIGINT. A
+    /// hand-over that fails is [`Fatal::Handover`] (the caller then aborts).
+    pub fn shutdown(&mut self, consumer: &FilterConsumer) -> Result<(), Fatal> {
         self.cancel_recoveries();
         let running = self.running();
         if !running.is_empty() {
-            if let Err(e) = self.handover(consumer, &running, false) {
-                warn!(error = %e, "shutdown without a clean hand-over; the next start recovers from the output topic")
+            match self.handover(consumer, &running, false) {
+                Err(e) if e.leaves_records_behind() => {
+                    return Err(Fatal::Handover {
+                        partitions: running,
+                        error: Arc::new(e),
+                    })
+                }
+                Err(e) => {
+                    warn!(error = %e, "shutdown without a clean hand-over (every record acknowledged); the next start recovers from the output topic")
+                }
+                Ok(()) => {}
             }
         }
         let all: Vec<i32> = self.partitions.keys().copied().collect();
         self.release(&all);
+        Ok(())
     }
 
-    /// After a fatal error: abort the open transaction (transactional mode); commit nothing.
+    /// After a fatal error: drops what the producer holds ([`Self::drop_unsent`]: purged, or the
+    /// open transaction aborted); commits nothing.
     pub fn abort(&mut self) {
-        if let Mode::Transactional = self.mode {
-            if let Err(e) = self.producer.abort_transaction(KAFKA_TIMEOUT) {
-                warn!(error = %e, "aborting the transaction failed; the next start fences it");
-            }
-        }
+        self.drop_unsent();
         self.cancel_recoveries();
         // Released without commit: closing the consumer must not hand anything over.
         let all: Vec<i32> = self.partitions.keys().copied().collect();

@@ -18,6 +18,7 @@ use super::context::DeliveryContext;
 use super::filter::Filter;
 use super::{Fatal, Shutdown};
 use crate::partition::{Partition, Running, Target, SEQ_BITS};
+use crate::provenance::{Provenance, HEADER, REASON_HEADER};
 use crate::telemetry::Totals;
 
 /// Where the output acknowledged a record.
@@ -69,16 +70,22 @@ pub(super) struct Destination<'a> {
     pub target: Target,
 }
 
-/// Provenance headers added to records copied to the duplicates or dead-letter topic.
+/// Provenance headers added to records copied to the duplicates or dead-letter topic
+/// ([`crate::provenance`]).
 pub(super) fn provenance(topic: &str, partition: i32, offset: i64, reason: &str) -> OwnedHeaders {
+    let source = Provenance {
+        topic: topic.to_string(),
+        partition,
+        offset,
+    };
     OwnedHeaders::new()
         .insert(Header {
-            key: "kafka-dedup.reason",
+            key: REASON_HEADER,
             value: Some(reason),
         })
         .insert(Header {
-            key: "kafka-dedup.source",
-            value: Some(&format!("{topic}/{partition}/{offset}")),
+            key: HEADER,
+            value: Some(&source.encode()),
         })
 }
 

@@ -136,7 +136,7 @@ fn fresh(
     let cfg = &env.cfg;
     let p = req.partition;
     let resume = match resume {
-        Resume::At(o) => o,
+        Resume::At(o) => within_retention(env, reader, p, o)?,
         Resume::Start(start) => {
             let (low, high) = reader.fetch_watermarks(&cfg.input.topic, p, REQUEST_TIMEOUT)?;
             match start {
@@ -204,7 +204,7 @@ fn finish(
     }
     Ok(Recovered {
         gens,
-        resume,
+        resume: within_retention(env, reader, req.partition, resume)?,
         out_positions,
         ckpt,
         fresh: false,
@@ -212,6 +212,26 @@ fn finish(
         since: req.since,
         clock,
     })
+}
+
+/// The committed offset `resume` of input partition `p`, or the partition's log start when
+/// retention deleted the records from `resume` on while nobody consumed them (logged: they are
+/// gone, never forwarded). `input.start` never decides here: it applies only where nothing was
+/// committed (the group consumer's `auto.offset.reset` is always `earliest`, so an offset out
+/// of range can only move forward to the oldest record left).
+fn within_retention(env: &RecoveryEnv, reader: &kafka::Reader, p: i32, resume: i64) -> Result<i64, RecoveryError> {
+    let (low, _) = reader.fetch_watermarks(&env.cfg.input.topic, p, REQUEST_TIMEOUT)?;
+    if resume < low {
+        warn!(
+            partition = p,
+            committed = resume,
+            log_start = low,
+            "retention deleted the input records from the committed offset to the log start before they were \
+             forwarded; resuming at the log start"
+        );
+        return Ok(low);
+    }
+    Ok(resume)
 }
 
 /// Lets in-flight records of a previous owner land: waits until `output.fence_wait` has passed
@@ -263,13 +283,13 @@ fn scan(
         return Ok((progress.ends, progress.scanned, None));
     }
     reader.assign(&tpl)?;
-    let metrics = PartitionMetrics::new(req.partition, env.cfg.checkpoint.generations as usize);
+    let metrics = PartitionMetrics::new(req.partition, &env.cfg);
     (progress.started, progress.last_progress) = (Instant::now(), Instant::now());
     while !progress.remaining.is_empty() {
         check(&req.cancel)?;
         match reader.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => progress.record(env, req, &m, gens, &metrics),
-            Some(Err(KafkaError::PartitionEOF(q))) if progress.remaining.remove(&q) => {
+            Some(Err(KafkaError::PartitionEOF(q))) if progress.remaining.contains(&q) => {
                 progress.at_end(reader, &env.cfg.output.topic, q)
             }
             Some(Err(KafkaError::PartitionEOF(_))) => {}
@@ -316,6 +336,20 @@ fn ranges<'a>(
         progress.ends.insert(*q, start);
     }
     Ok((tpl, progress))
+}
+
+/// Whether an end-of-partition event ends the re-read of an output partition. Reading to the
+/// end (`stop` is `None`), it does. Reading to a limit (transactional mode: the end of the
+/// previous owner's committed transaction), only once the reader's `position` reached it: a
+/// read_committed reader's end is the last stable offset, which another producer's open
+/// transaction on the same output partition (another replica's, in `key` partitioning) holds
+/// below the records the previous owner committed; the re-read then waits for it to move (it
+/// does within that producer's transaction timeout).
+fn eof_ends_reread(position: Option<i64>, stop: Option<i64>) -> bool {
+    match stop {
+        None => true,
+        Some(stop) => position.is_some_and(|p| p >= stop),
+    }
 }
 
 impl Progress<'_> {
@@ -367,15 +401,34 @@ impl Progress<'_> {
         );
     }
 
-    /// Output partition `q` reached its end: its end is at least the reader's position.
+    /// Output partition `q` reached its end (as a read_committed reader sees it): its end is at
+    /// least the reader's position, and its re-read is over unless a limit lies beyond
+    /// ([`eof_ends_reread`]).
     fn at_end(&mut self, reader: &kafka::Reader, topic: &str, q: i32) {
-        let position = reader
+        let position = match reader
             .position()
             .ok()
-            .and_then(|pos| pos.find_partition(topic, q).map(|e| e.offset()));
-        if let Some(Offset::Offset(o)) = position {
+            .and_then(|pos| pos.find_partition(topic, q).map(|e| e.offset()))
+        {
+            Some(Offset::Offset(o)) => Some(o),
+            _ => None,
+        };
+        if let Some(o) = position {
             let e = self.ends.entry(q).or_insert(o);
             *e = (*e).max(o);
+        }
+        let stop = self.limit.and_then(|l| l.get(&q).copied());
+        if eof_ends_reread(position, stop) {
+            self.remaining.remove(&q);
+        } else if self.last_progress.elapsed() >= PROGRESS_EVERY {
+            self.last_progress = Instant::now();
+            info!(
+                output_partition = q,
+                position,
+                until = stop,
+                "re-read waiting for the output's last stable offset to reach the committed transaction's end \
+                 (another producer's transaction is open)"
+            );
         }
     }
 
@@ -387,5 +440,27 @@ impl Progress<'_> {
             return Err(e.into());
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::eof_ends_reread;
+
+    /// One row per case: (reader position at the end event, limit, whether the re-read ends).
+    #[test]
+    fn the_reread_ends_at_the_end_or_at_the_limit_never_below_it() {
+        #[rustfmt::skip]
+        let rows = [
+            (Some(100), None,      true,  "reading to the end: the end event ends it"),
+            (None,      None,      true,  "reading to the end, position unknown"),
+            (Some(100), Some(100), true,  "the limit reached"),
+            (Some(101), Some(100), true,  "past the limit (a commit marker after it)"),
+            (Some(90),  Some(100), false, "the last stable offset below the limit: wait for it"),
+            (None,      Some(100), false, "position unknown with a limit: keep reading"),
+        ];
+        for (position, stop, ends, why) in rows {
+            assert_eq!(eof_ends_reread(position, stop), ends, "{why}");
+        }
     }
 }
