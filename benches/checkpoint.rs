@@ -40,6 +40,7 @@ fn write<'a>(epoch: u64, gens: Vec<&'a Generation>) -> PartitionWrite<'a> {
         out_covered: positions(),
         generations: gens,
         clean: false,
+        clock: None,
     }
 }
 

@@ -2,10 +2,12 @@
 //! plus `checkpoint.generations - 1` previous ones (docs/ARCHITECTURE.md, "Generations").
 //!
 //! A record is a replay when its fingerprint is in any live generation. New fingerprints go into
-//! the current generation. At each checkpoint the current generation is frozen (it becomes
-//! immutable and shareable with the store writer) and a new, empty one starts; the oldest beyond
-//! the configured count is dropped. Memory and the dedup horizon are therefore bounded by what
-//! arrives in `generations` intervals.
+//! the current generation. Each generation is a bucket of record time (`checkpoint.interval` of
+//! the partition clock, [`crate::horizon`]): when a record moves the clock into a later bucket, the
+//! current generation is frozen (it becomes immutable and shareable with the store writer) and a
+//! new, empty one starts, once per bucket crossed; the oldest beyond the configured count is
+//! dropped. Memory and the dedup horizon are therefore bounded by what arrives in `generations`
+//! intervals of record time.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,11 +19,16 @@ use crate::table::{FingerprintTable, UNKNOWN_OFFSET};
 /// has one entry, the output partition equal to the input partition.
 pub type Positions = BTreeMap<i32, i64>;
 
-/// One generation: the fingerprints forwarded during one checkpoint interval.
+/// One generation: the fingerprints forwarded while the partition clock was in one bucket.
 #[derive(Debug)]
 pub struct Generation {
     /// Increases by one at every rotation of this partition; carried in the commit metadata.
     pub epoch: u64,
+    /// Its record-time bucket (`floor(partition clock / checkpoint.interval)` while it was
+    /// current, [`crate::horizon::bucket_of`]); `None` when not known (written by an older
+    /// kafka-dedup, or rebuilt before the clock was known). Two generations share a bucket after
+    /// a stuck-clock escape. Only the horizon gauge reads it; rotation follows the clock.
+    pub bucket: Option<i64>,
     /// Wall-clock creation time, milliseconds since the Unix epoch (for `inspect`).
     pub created_at_ms: i64,
     /// Input offset at which the generation started; first-seen offsets are stored relative to it.
@@ -41,10 +48,26 @@ impl Generation {
     pub fn new(epoch: u64, in_start: i64, out_start: Positions, expected: usize) -> Self {
         Generation {
             epoch,
+            bucket: None,
             created_at_ms: now_ms(),
             in_start,
             out_start,
             table: FingerprintTable::with_capacity(expected),
+            stored_len: AtomicUsize::new(0),
+        }
+    }
+
+    /// An empty generation with the same epoch, bucket, creation time and starts: how a
+    /// periodic checkpoint stores the current generation (its records are re-learned from the
+    /// output topic).
+    pub fn empty_copy(&self) -> Generation {
+        Generation {
+            epoch: self.epoch,
+            bucket: self.bucket,
+            created_at_ms: self.created_at_ms,
+            in_start: self.in_start,
+            out_start: self.out_start.clone(),
+            table: FingerprintTable::with_capacity(0),
             stored_len: AtomicUsize::new(0),
         }
     }
@@ -187,6 +210,48 @@ impl Generations {
             self.frozen.pop_front();
         }
         frozen
+    }
+
+    /// Rotates `times` times for the partition clock's move into bucket `bucket`
+    /// ([`crate::horizon::advance`]): the new current generation is bucket `bucket`, those in
+    /// between (empty, standing for buckets the clock skipped) `bucket - times + 1 ..`; all start
+    /// at input offset `in_start` and output positions `out_start`. The new current table is
+    /// pre-sized from the generation current before (see [`Generations::rotate`]).
+    pub fn rotate_to(&mut self, times: u32, bucket: i64, in_start: i64, out_start: Positions) {
+        let expected = self.current.len() + self.current.len() / 8;
+        for i in 1..=times {
+            let last = i == times;
+            let capacity = if last { expected } else { 0 };
+            let mut next = Generation::new(self.current.epoch + 1, in_start, out_start.clone(), capacity);
+            next.bucket = Some(bucket.saturating_sub(i64::from(times - i)));
+            let frozen = Arc::new(std::mem::replace(&mut self.current, next));
+            self.frozen.push_back(frozen);
+            while self.frozen.len() + 1 > self.keep {
+                self.frozen.pop_front();
+            }
+        }
+    }
+
+    /// Sets the current generation's bucket: when the partition clock becomes known (the first
+    /// record of a partition whose clock was not), or moved on during a recovery.
+    pub fn set_current_bucket(&mut self, bucket: i64) {
+        self.current.bucket = Some(bucket);
+    }
+
+    /// The bucket of the oldest live generation, counted back from the current one's: each
+    /// older generation is the bucket before the next newer one, or the same bucket when it was
+    /// frozen by a stuck-clock escape (its stored bucket equals the newer one's). A bucket that
+    /// is not known, or that says more (a generation relabelled by a recovery, or bucketed with
+    /// another `checkpoint.interval`), counts as the bucket before: the span this gives is never
+    /// more than what is held. `None` while the current generation's bucket is not known.
+    pub fn oldest_bucket(&self) -> Option<i64> {
+        let mut b = self.current.bucket?;
+        for g in self.frozen.iter().rev() {
+            if g.bucket != Some(b) {
+                b = b.saturating_sub(1);
+            }
+        }
+        Some(b)
     }
 
     /// The current generation.

@@ -7,15 +7,17 @@
 //!    callbacks (rebalances, acknowledgements) to the same [`pipeline::Filter`].
 //! 2. Fingerprint: [`pipeline::Filter::admit`] computes each record's [`fingerprint`] (xxh3-128
 //!    of the configured source) and prefetches its slots in the partition's [`generations`].
+//!    When the record is handled, its timestamp advances the partition clock first, which
+//!    rotates the generations when it enters a later bucket of record time ([`horizon`]).
 //! 3. Route: [`pipeline::route::route`] decides, as a pure function of the lookup and the
 //!    configuration, whether it is forwarded, dropped as a replay, or handled by `on_missing`.
 //! 4. Produce: [`pipeline::Filter::on_record`] counts it ([`telemetry`]) and produces it to
 //!    `output.topic` (same partition, key, value, headers, timestamp) or a side topic; its input
 //!    offset waits in [`partition::InFlight`].
 //! 5. Acknowledge: the producer's acknowledgement moves the partition's commit position.
-//! 6. Checkpoint: every `checkpoint.interval` generations rotate, the frozen ones go to the
-//!    [`store`], and input offsets are committed with [`metadata::CheckpointMeta`]; transactional
-//!    mode commits a transaction instead.
+//! 6. Checkpoint: every `checkpoint.interval` the frozen generations go to the [`store`], and
+//!    input offsets are committed with [`metadata::CheckpointMeta`] (which carries the partition
+//!    clock); transactional mode commits a transaction instead.
 //! 7. On assignment, [`recovery`] (read, plan, execute) rebuilds a partition's generations from
 //!    the store and the output topic (the truth) before it runs; [`partition::Partition`] is its
 //!    life cycle, [`state::PartitionState`] its name.
@@ -30,6 +32,7 @@ pub mod crash;
 pub mod demo;
 pub mod fingerprint;
 pub mod generations;
+pub mod horizon;
 pub mod http;
 pub mod inspect;
 pub mod kafka;

@@ -2,7 +2,7 @@
 //! generations from Kafka alone (docs/ARCHITECTURE.md, "Principles" and "Recovery").
 //!
 //! It is compact JSON, for example
-//! `{"kd":1,"epoch":7,"ckpt":"5f0c…","gens":[{"0":1200},{"0":1350}],"clean":false}`:
+//! `{"kd":1,"epoch":7,"ckpt":"5f0c…","gens":[{"0":1200},{"0":1350}],"clean":false,"clock":1700000009300}`:
 //! - `epoch`: the current generation's epoch;
 //! - `ckpt`: id of the store snapshot written for this commit; a local store is used only when it
 //!   holds a snapshot with the same id (otherwise it is behind, ahead, or from elsewhere);
@@ -12,7 +12,18 @@
 //!   nothing in flight): the next owner need not wait out in-flight records;
 //! - `out_end` (transactional mode): output offsets after the last record of the committed
 //!   transaction; recovery reads no further, so records of a later, aborted transaction are
-//!   never learned even from a broker that does not filter them for read_committed readers.
+//!   never learned even from a broker that does not filter them for read_committed readers;
+//! - `clock` (optional): the partition clock at this checkpoint, ms since the Unix epoch
+//!   ([`crate::horizon`]): the next owner continues it, so an old-stamped first record neither
+//!   rotates its generations nor seeds the clock. Absent in a commit of an older kafka-dedup
+//!   (or of a partition that has taken no record yet): the next owner takes the newest timestamp
+//!   among the output records it re-reads, or, with nothing re-read, its first record's.
+//!
+//! Version: `kd` 1. `clock` was added without a new version: it is optional, the other fields
+//! kept their meaning (`gens` still lists the live generations, oldest first, whatever rotates
+//! them), and an older kafka-dedup that reads it ignores it and falls back to its own rotation,
+//! which is harmless; a new version would instead make an older instance in a rolling update
+//! treat every commit of a newer one as foreign.
 //!
 //! Kafka limits offset metadata to `offset.metadata.max.bytes` (broker default 4096 bytes);
 //! [`CheckpointMeta::encode`] keeps within [`MAX_METADATA_BYTES`].
@@ -49,6 +60,9 @@ pub struct CheckpointMeta {
     /// Transactional mode: output positions just past the committed transaction.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub out_end: Option<Positions>,
+    /// The partition clock at this checkpoint, ms since the Unix epoch; `None` when not known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<i64>,
 }
 
 impl CheckpointMeta {
@@ -95,12 +109,24 @@ mod tests {
             gens: vec![[(0, 1200)].into_iter().collect(), [(0, 1350)].into_iter().collect()],
             clean: false,
             out_end: None,
+            clock: Some(1_700_000_009_300),
         };
         let s = m.encode();
         assert!(s.len() < 200, "{s}");
         assert_eq!(CheckpointMeta::decode(&s), Some(m));
         assert_eq!(CheckpointMeta::decode(""), None);
         assert_eq!(CheckpointMeta::decode("some other tool"), None);
+        assert!(s.contains(r#""clock":1700000009300"#), "{s}");
+    }
+
+    /// A commit of an older kafka-dedup (no `clock`) decodes with the clock not known; one
+    /// without a clock is written without the field, as an older build wrote it.
+    #[test]
+    fn a_commit_without_clock_is_read_as_not_known() {
+        let old = r#"{"kd":1,"epoch":7,"ckpt":"5f0c5f0c5f0c5f0c","gens":[{"0":1200},{"0":1350}],"clean":false}"#;
+        let m = CheckpointMeta::decode(old).expect("an older build's commit decodes");
+        assert_eq!(m.clock, None);
+        assert_eq!(m.encode(), old);
     }
 
     #[test]
@@ -113,6 +139,7 @@ mod tests {
             gens: vec![wide.clone(), wide.clone(), wide],
             clean: true,
             out_end: None,
+            clock: Some(i64::MAX),
         };
         let s = m.encode();
         assert!(s.len() <= MAX_METADATA_BYTES, "{}", s.len());

@@ -230,6 +230,7 @@ mod tests {
                 out_covered: Positions::new(),
                 generations: vec![&g],
                 clean: true,
+                clock: None,
             }])
             .unwrap();
     }

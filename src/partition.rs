@@ -5,7 +5,7 @@
 //!   assigned ──► Recovering ──(generations rebuilt, offset sought)──► Running ──► revoked (removed)
 //!                    │                                                 │  ▲
 //!                    └──────────── revoked: worker cancelled ──────────┘  └─ checkpointing: a
-//!                                                                            rotation target is
+//!                                                                            checkpoint target is
 //!                                                                            pending (see pipeline)
 //! ```
 //!
@@ -18,7 +18,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::generations::{now_ms, Generations, Positions};
+use crate::generations::{Generations, Positions};
+use crate::horizon::Clock;
 pub use crate::state::PartitionState;
 use crate::telemetry::PartitionMetrics;
 
@@ -197,8 +198,8 @@ pub struct Running {
     pub out_positions: Positions,
     /// Id of the snapshot/commit this state descends from (kept while the store still matches).
     pub ckpt: String,
-    /// When generations rotate; see [`Rotation`].
-    pub rotation: Rotation,
+    /// The partition clock: when generations rotate ([`crate::horizon`]).
+    pub clock: Clock,
     /// When the partition was assigned and how many output records its recovery re-read; logged
     /// with the first record this ownership forwards, then cleared.
     pub first_forward: Option<FirstForward>,
@@ -213,102 +214,6 @@ pub struct FirstForward {
     pub assigned: Instant,
     /// Output records its recovery re-read.
     pub rescanned: u64,
-}
-
-/// Decides when a partition's generations rotate, so that the horizon is measured in the input's
-/// record time rather than in the filter's wall-clock time.
-///
-/// The partition's *record clock* is the newest record timestamp taken, never ahead of the wall
-/// clock (a record stamped in the future by a skewed producer clock counts as "now"). A checkpoint
-/// rotates a partition when it took records since the last rotation and the record clock moved at
-/// least 0.9 x `checkpoint.interval` since the last rotation. Checkpoints come once per interval
-/// of wall-clock time, so a rotation needs both an interval of wall-clock time and 0.9 interval of
-/// record time: the generation of a first copy is dropped `generations` rotations later,
-/// at least `generations - 1` intervals of wall-clock time and 0.9 x that of record time later. Caught up,
-/// that is every checkpoint; when the filter stalls or lags, idle wall-clock time does not age
-/// the generations. Records without a timestamp fall back to wall-clock rotation; a record clock
-/// that stops advancing rotates anyway after 10 intervals, bounding memory.
-#[derive(Debug, Clone)]
-pub struct Rotation {
-    /// Records taken since the last rotation.
-    pub taken: u64,
-    /// Newest record timestamp (ms) at the last rotation; set by the first record otherwise.
-    pub base_ts: Option<i64>,
-    /// Newest record timestamp (ms) taken.
-    pub max_ts: Option<i64>,
-    /// True if a record without timestamp was taken since the last rotation.
-    pub untimed: bool,
-    /// Wall-clock time of the last rotation.
-    pub at: Instant,
-}
-
-impl Rotation {
-    /// No rotation yet.
-    pub fn new() -> Self {
-        Rotation {
-            taken: 0,
-            base_ts: None,
-            max_ts: None,
-            untimed: false,
-            at: Instant::now(),
-        }
-    }
-
-    /// Notes a taken record with timestamp `ts` (ms since the Unix epoch, if any).
-    #[inline]
-    pub fn took(&mut self, ts: Option<i64>) {
-        self.taken += 1;
-        match ts {
-            Some(t) => {
-                if self.base_ts.is_none() {
-                    self.base_ts = Some(t.min(now_ms()));
-                }
-                if self.max_ts.is_none_or(|m| t > m) {
-                    self.max_ts = Some(t);
-                }
-            }
-            None => self.untimed = true,
-        }
-    }
-
-    /// True when the checkpoint should rotate (see the type's documentation).
-    pub fn due(&self, interval: std::time::Duration) -> bool {
-        self.due_at(interval, now_ms())
-    }
-
-    /// [`Rotation::due`] with the wall clock at `now` (ms since the Unix epoch).
-    pub fn due_at(&self, interval: std::time::Duration, now: i64) -> bool {
-        if self.taken == 0 {
-            return false;
-        }
-        if self.untimed {
-            return true;
-        }
-        let threshold = (interval.as_millis() as i64 * 9 / 10).max(1);
-        match (self.base_ts, self.max_ts) {
-            (Some(base), Some(max)) => max.min(now) - base >= threshold || self.at.elapsed() >= interval * 10,
-            _ => true,
-        }
-    }
-
-    /// Records that the generations rotated now.
-    pub fn rotated(&mut self) {
-        self.rotated_at(now_ms())
-    }
-
-    /// [`Rotation::rotated`] with the wall clock at `now` (ms since the Unix epoch).
-    pub fn rotated_at(&mut self, now: i64) {
-        self.taken = 0;
-        self.untimed = false;
-        self.base_ts = self.max_ts.map(|m| m.min(now));
-        self.at = Instant::now();
-    }
-}
-
-impl Default for Rotation {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 /// The life-cycle state of one owned input partition.
@@ -375,53 +280,6 @@ mod tests {
         if (s.wrapping_sub(new.base_seq) & SEQ_MASK) != 0 {
             assert_eq!(new.ack(s), None);
         }
-    }
-
-    #[test]
-    fn rotation_follows_record_time_not_idle_time() {
-        let second = std::time::Duration::from_secs(1);
-        let mut r = Rotation::new();
-        assert!(!r.due(second), "nothing taken");
-        r.took(Some(10_000));
-        r.took(Some(10_500));
-        assert!(!r.due(second), "0.5 s of record time");
-        r.took(Some(10_950));
-        assert!(r.due(second), "0.95 s of record time");
-        r.rotated();
-        assert!(!r.due(second), "idle after the rotation");
-        r.took(Some(11_000));
-        assert!(!r.due(second), "the base is the newest timestamp at the rotation");
-        r.took(Some(11_900));
-        assert!(r.due(second));
-        r.rotated();
-        r.took(None);
-        assert!(r.due(second), "records without timestamps rotate on the wall clock");
-    }
-
-    /// A record stamped in the future (a producer's skewed clock) neither makes the record clock
-    /// jump ahead of the wall clock nor leaves the base there, where later, correctly stamped
-    /// records would not advance it for as long as the skew.
-    #[test]
-    fn future_timestamps_count_as_now() {
-        let second = std::time::Duration::from_secs(1);
-        let hour = 3_600_000;
-        let now = 1_000_000_000_000;
-        let mut r = Rotation::new();
-        r.base_ts = Some(now);
-        r.max_ts = Some(now);
-        r.took(Some(now + hour));
-        assert!(
-            !r.due_at(second, now + 100),
-            "the record clock is at most the wall clock"
-        );
-        assert!(r.due_at(second, now + 1_000), "a second of wall-clock time later");
-        r.rotated_at(now + 1_000);
-        assert_eq!(r.base_ts, Some(now + 1_000), "the base is not left an hour ahead");
-        r.took(Some(now + 2_000));
-        assert!(
-            r.due_at(second, now + 2_000),
-            "correctly stamped records advance it again"
-        );
     }
 
     #[test]

@@ -43,10 +43,18 @@ pub const UNFINGERPRINTABLE_REASONS: [&str; 5] = crate::fingerprint::Unfingerpri
 pub const CHECKPOINTS: &str = "kafka_dedup_checkpoints_total";
 /// The values of the `result` label of [`CHECKPOINTS`].
 pub const CHECKPOINT_RESULTS: [&str; 2] = ["ok", "failed"];
-/// `kafka_dedup_checkpoint_duration_seconds`: from rotation to the offset commit being sent.
+/// `kafka_dedup_checkpoint_duration_seconds`: from the checkpoint's start to the offset commit
+/// being sent.
 pub const CHECKPOINT_DURATION: &str = "kafka_dedup_checkpoint_duration_seconds";
 /// `kafka_dedup_fingerprints_held{partition,generation}`: fingerprints per live generation (age).
 pub const FINGERPRINTS_HELD: &str = "kafka_dedup_fingerprints_held";
+/// `kafka_dedup_horizon_seconds{partition}`: the record-time span the live generations cover now,
+/// from the start of the oldest live generation's bucket to the partition clock
+/// ([`crate::horizon::span_ms`]): how far back, on the partition clock, a replay's first copy is
+/// still held. Between `(generations - 1)` and `generations` x `checkpoint.interval` once the
+/// partition has rotated `generations - 1` times; less after a stuck-clock escape. Set once the
+/// partition clock is known.
+pub const HORIZON: &str = "kafka_dedup_horizon_seconds";
 /// `kafka_dedup_store_size_bytes`: sled's size on disk.
 pub const STORE_SIZE: &str = "kafka_dedup_store_size_bytes";
 /// `kafka_dedup_store_rebuilds_total{reason}`: partitions whose generations were rebuilt from the
@@ -158,12 +166,17 @@ pub fn describe() {
     describe_histogram!(
         CHECKPOINT_DURATION,
         Unit::Seconds,
-        "Checkpoint duration, rotation to offset commit."
+        "Checkpoint duration, start to offset commit."
     );
     describe_gauge!(
         FINGERPRINTS_HELD,
         Unit::Count,
         "Fingerprints held per live generation (by age)."
+    );
+    describe_gauge!(
+        HORIZON,
+        Unit::Seconds,
+        "Record time the live generations cover: oldest live bucket's start to the partition clock."
     );
     describe_gauge!(STORE_SIZE, Unit::Bytes, "Size of the local fingerprint store on disk.");
     describe_counter!(
@@ -279,6 +292,8 @@ pub struct PartitionMetrics {
     pub distance: Histogram,
     /// Fingerprints held by generation age; index = age.
     pub held: Vec<Gauge>,
+    /// Record time the live generations cover, seconds ([`HORIZON`]).
+    pub horizon: Gauge,
     /// Output records re-read during recovery.
     pub scanned: Counter,
     /// Records with a null key (see [`OUT_OF_SCOPE`]).
@@ -314,6 +329,7 @@ impl PartitionMetrics {
             held: (0..generations)
                 .map(|age| gauge!(FINGERPRINTS_HELD, "partition" => p.clone(), "generation" => age.to_string()))
                 .collect(),
+            horizon: gauge!(HORIZON, "partition" => p.clone()),
             scanned: counter!(RECOVERY_SCANNED, "partition" => p.clone()),
             null_key: counter!(OUT_OF_SCOPE, "partition" => p.clone(), "reason" => OUT_OF_SCOPE_REASONS[0]),
             key_elsewhere: counter!(OUT_OF_SCOPE, "partition" => p.clone(), "reason" => OUT_OF_SCOPE_REASONS[1]),
@@ -363,6 +379,7 @@ impl PartitionMetrics {
         for g in &self.held {
             g.set(0.0);
         }
+        self.horizon.set(0.0);
         set_partition_state(&self.partition, None);
     }
 }
@@ -419,7 +436,7 @@ pub fn checkpoint_result(ok: bool) {
     counter!(CHECKPOINTS, "result" => if ok { "ok" } else { "failed" }).increment(1);
 }
 
-/// Records how long a checkpoint took, from the rotation to its offset commit being sent.
+/// Records how long a checkpoint took, from its start to its offset commit being sent.
 pub fn checkpoint_duration(seconds: f64) {
     histogram!(CHECKPOINT_DURATION).record(seconds);
 }

@@ -480,3 +480,113 @@ fn missing_side_topic_is_refused_before_the_store_is_touched() {
         "the store was created before the topics were checked"
     );
 }
+
+const HORIZON: &str = "kafka_dedup_horizon_seconds";
+
+/// A record time (ms since the Unix epoch) a minute in the past, on a whole second, so that the
+/// timelines below fall into known 1 s buckets and stay behind the wall clock (a later stamp
+/// would count as "now").
+fn timeline_origin() -> i64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    (now - 60_000) / 1000 * 1000
+}
+
+/// The record with value `v` (no key, no headers).
+fn value(v: &str) -> Raw {
+    raw(None, Some(v), &[])
+}
+
+/// Issue 13, case 1: a quiet partition forgets. `checkpoint.interval = "1s"`, `generations = 2`
+/// (H_min 1 s, H_max 2 s), nothing on the partition but value `P` stamped 0 s, 0.3 s, 4.8 s and
+/// 9.3 s: forwarded, dropped (0.3 s after the first copy), forwarded (4.8 s after it), forwarded
+/// (4.5 s after the second forwarded copy). Before the fix the record clock moved only after the
+/// arriving record was looked up, so the last two were dropped too.
+#[test]
+fn a_quiet_partition_forgets_after_the_horizon() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("quiet-in"), unique("quiet-out"));
+    tansu().create_topic(&input, 1);
+    tansu().create_topic(&output, 1);
+    let t0 = timeline_origin();
+    let timeline: Vec<(i64, Raw)> = [0, 300, 4_800, 9_300]
+        .into_iter()
+        .map(|t| (t0 + t, value("P")))
+        .collect();
+    tansu().produce_timed(&input, 0, &timeline);
+
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(CONSUMED, &[], 4.0, Duration::from_secs(60));
+    tansu().wait_committed(
+        &spec.group,
+        &input,
+        &[(0, 4)].into_iter().collect(),
+        Duration::from_secs(60),
+        || filter.logs(),
+    );
+    let scrape = filter.scrape();
+    assert_eq!(
+        (metric(&scrape, FORWARDED, &[]), metric(&scrape, DROPPED, &[])),
+        (3.0, 1.0),
+        "forwarded and dropped: P at 0 s, 0.3 s, 4.8 s, 9.3 s must be forwarded, dropped, forwarded, forwarded\n{scrape}"
+    );
+    // The live generations are the buckets [8 s, 9 s) and [9 s, 10 s); the clock is at 9.3 s.
+    let horizon = metric(&scrape, HORIZON, &["partition=\"0\""]);
+    assert!(
+        (horizon - 1.3).abs() < 1e-9,
+        "{HORIZON} {horizon}, expected 1.3\n{scrape}"
+    );
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(text_values(&tansu().read_records(&output, 1), 0), vec!["P"; 3]);
+}
+
+/// Issue 13, case 3: a hand-over neither shortens nor stretches the horizon. The first owner
+/// takes `x` at 0 s, `a` at 8.5 s and `b` at 9 s (`a` now in the previous generation, the
+/// bucket [8 s, 9 s)) and stops cleanly. The next owner (a restart on the same store) first takes
+/// `r0` stamped 1 s (an upstream replay keeps its event time), then `c` at 9.4 s, and, after a
+/// checkpoint, the replay of `a` at its original 8.5 s: 0.9 s after its first copy on the
+/// partition clock, inside H_min (1 s), so it must be dropped. Before the fix the new owner
+/// seeded its rotation from `r0` and the checkpoint after `c` dropped the previous owner's
+/// generation, which let the replay through.
+#[test]
+fn an_old_stamped_first_record_after_a_hand_over_keeps_the_horizon() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("handover-in"), unique("handover-out"));
+    tansu().create_topic(&input, 1);
+    tansu().create_topic(&output, 1);
+    let t0 = timeline_origin();
+    let committed = |n: i64| -> BTreeMap<i32, i64> { [(0, n)].into_iter().collect() };
+    tansu().produce_timed(
+        &input,
+        0,
+        &[(t0, value("x")), (t0 + 8_500, value("a")), (t0 + 9_000, value("b"))],
+    );
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut first = spec.start(dir.path());
+    tansu().wait_committed(&spec.group, &input, &committed(3), Duration::from_secs(60), || {
+        first.logs()
+    });
+    assert!(first.terminate().success(), "{}", first.logs());
+
+    tansu().produce_timed(&input, 0, &[(t0 + 1_000, value("r0")), (t0 + 9_400, value("c"))]);
+    let mut second = spec.start(dir.path());
+    // Committed past `c`: a checkpoint ran after the new owner took it.
+    tansu().wait_committed(&spec.group, &input, &committed(5), Duration::from_secs(60), || {
+        second.logs()
+    });
+    tansu().produce_timed(&input, 0, &[(t0 + 8_500, value("a"))]);
+    tansu().wait_committed(&spec.group, &input, &committed(6), Duration::from_secs(60), || {
+        second.logs()
+    });
+    let scrape = second.scrape();
+    assert!(second.terminate().success(), "{}", second.logs());
+    assert_eq!(
+        text_values(&tansu().read_records(&output, 1), 0),
+        vec!["x", "a", "b", "r0", "c"],
+        "the replay of a, 0.9 s after its first copy, must be dropped\n{scrape}"
+    );
+    assert_eq!(metric(&scrape, DROPPED, &[]), 1.0, "{scrape}");
+}

@@ -301,6 +301,7 @@ fn write_store(path: &Path, n: u64, stamp: Option<u32>) {
             out_covered: [(0, n as i64)].into_iter().collect(),
             generations: vec![&g],
             clean: true,
+            clock: None,
         }])
         .unwrap();
     if let Some(v) = stamp {
@@ -632,6 +633,7 @@ fn write_format_fixture() {
                 out_covered: [(*p, end)].into_iter().collect(),
                 generations: gens.iter().collect(),
                 clean: true,
+                clock: None,
             }
         })
         .collect();

@@ -44,6 +44,7 @@ fn save(store: &Store, gens: &Generations, clean: bool) {
             out_covered: pos(2, 160),
             generations: gens.iter().collect(),
             clean,
+            clock: None,
         }])
         .unwrap();
 }

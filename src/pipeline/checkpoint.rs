@@ -1,15 +1,20 @@
 //! Checkpoints: what makes the state of the running partitions durable.
 //!
+//! Nothing rotates here: generations rotate when a record moves its partition's clock into a later
+//! bucket of record time ([`crate::horizon`], in the filter), so a checkpoint only makes durable
+//! what exists. Rotations between two checkpoints are fine: each generation's `out_start` is a
+//! lower bound of where its records lie in the output, and the next checkpoint names the live
+//! generations as they are then.
+//!
 //! Idempotent mode, every `checkpoint.interval`, in stages that never stop consumption:
-//! 1. rotate the generations of every running partition whose input advanced by an interval of
-//!    record time ([`Rotation`](crate::partition::Rotation): a stalled or lagging filter does not
-//!    shorten the horizon) and note each partition's target offset (the consumer's position:
-//!    everything taken so far, plus transaction markers librdkafka skipped);
+//! 1. note each running partition's target offset (the consumer's position: everything taken so
+//!    far, plus transaction markers librdkafka skipped), its frozen generations (shared `Arc`s)
+//!    and an empty copy of its current one, and its partition clock;
 //! 2. [`Stage::Delivering`]: wait until every record before each target is acknowledged;
 //! 3. [`Stage::Persisting`]: write the frozen generations and positions to the store in one
 //!    atomic sled batch and flush, on a background thread;
 //! 4. commit the targets with their [`CheckpointMeta`] (epoch, output start of each live
-//!    generation) and the horizon markers ([`commit_list`]).
+//!    generation, partition clock) and the horizon markers ([`commit_list`]).
 //!
 //! Transactional mode: a checkpoint commits the producer's transaction with the offsets in it
 //! ([`Filter::commit_transaction`]), then stores the partitions' state.
@@ -57,14 +62,19 @@ pub(crate) struct CheckpointRecord {
     pub clean: bool,
     /// Transactional mode: output positions just past the committed transaction.
     pub out_end: Option<Positions>,
+    /// The partition clock, ms since the Unix epoch ([`crate::horizon::Clock`]); `None` when not
+    /// known. The next owner continues it.
+    pub clock: Option<i64>,
 }
 
 impl CheckpointRecord {
-    /// The checkpoint of partition `partition` at input `offset`, with generations `gens`.
+    /// The checkpoint of partition `partition` at input `offset`, with generations `gens` and
+    /// partition clock `clock`.
     pub fn new(
         partition: i32,
         offset: i64,
         gens: &Generations,
+        clock: Option<i64>,
         ckpt: String,
         clean: bool,
         out_end: Option<Positions>,
@@ -77,6 +87,7 @@ impl CheckpointRecord {
             gens: gens.out_starts(),
             clean,
             out_end,
+            clock,
         }
     }
 
@@ -85,7 +96,15 @@ impl CheckpointRecord {
     fn of_running(p: i32, run: &mut Running, clean: bool, transactional: bool) -> Self {
         run.ckpt = new_checkpoint_id();
         let out_end = transactional.then(|| run.out_positions.clone());
-        Self::new(p, run.inflight.watermark(), &run.gens, run.ckpt.clone(), clean, out_end)
+        Self::new(
+            p,
+            run.inflight.watermark(),
+            &run.gens,
+            run.clock.time(),
+            run.ckpt.clone(),
+            clean,
+            out_end,
+        )
     }
 
     /// The metadata committed with the offset.
@@ -97,6 +116,7 @@ impl CheckpointRecord {
             gens: self.gens.clone(),
             clean: self.clean,
             out_end: self.out_end.clone(),
+            clock: self.clock,
         }
     }
 
@@ -111,6 +131,7 @@ impl CheckpointRecord {
             out_covered,
             generations,
             clean: self.clean,
+            clock: self.clock,
         }
     }
 }
@@ -122,9 +143,9 @@ pub(super) struct CheckpointPart {
     /// What is committed; its offset is the target: every record before it must be
     /// acknowledged first.
     record: CheckpointRecord,
-    /// Frozen generations after the rotation, oldest first.
+    /// Frozen generations as of the checkpoint's start, oldest first.
     frozen: Vec<Arc<Generation>>,
-    /// The current generation as of the rotation, stored empty: records taken since are
+    /// The current generation as of the checkpoint's start, stored empty: records taken since are
     /// re-learned from the output.
     current: Generation,
 }
@@ -211,7 +232,7 @@ impl Filter {
             return Ok(());
         }
         let parts = self.partitions.len();
-        match self.commit_transaction(consumer, true, &[], true) {
+        match self.commit_transaction(consumer, &[], true) {
             Ok(()) => {
                 debug!(partitions = parts, "checkpoint committed (transaction)");
                 Ok(())
@@ -296,11 +317,10 @@ impl Filter {
         }
     }
 
-    /// Step 1: rotate every running partition and note its commit target.
+    /// Step 1: note every running partition's commit target and the state it commits.
     fn begin_checkpoint(&mut self, consumer: &FilterConsumer) {
         let running = self.running();
         self.skip_to_positions(consumer, &running);
-        let interval = self.cfg.checkpoint.interval;
         let mut parts = BTreeMap::new();
         for (p, state) in self.partitions.iter_mut() {
             let Partition::Running(run) = state else { continue };
@@ -308,26 +328,15 @@ impl Filter {
                 continue; // halted (`halt`): its committed offset stays until it runs again
             }
             let target = run.inflight.next_offset();
-            if run.rotation.due(interval) {
-                run.rotation.rotated();
-                let frozen = run.gens.rotate(target, run.out_positions.clone());
-                debug!(
-                    partition = p,
-                    epoch = frozen.epoch + 1,
-                    target,
-                    frozen = frozen.len(),
-                    "generation rotated"
-                );
-            }
             run.ckpt = new_checkpoint_id();
-            let cur = run.gens.current();
+            let record = CheckpointRecord::new(*p, target, &run.gens, run.clock.time(), run.ckpt.clone(), false, None);
             parts.insert(
                 *p,
                 CheckpointPart {
                     incarnation: run.incarnation,
-                    record: CheckpointRecord::new(*p, target, &run.gens, run.ckpt.clone(), false, None),
+                    record,
                     frozen: run.gens.frozen().cloned().collect(),
-                    current: Generation::new(cur.epoch, cur.in_start, cur.out_start.clone(), 0),
+                    current: run.gens.current().empty_copy(),
                 },
             );
         }
@@ -352,12 +361,7 @@ impl Filter {
             .map(|part| PersistJob {
                 record: part.record.clone(),
                 frozen: part.frozen.clone(),
-                current: Generation::new(
-                    part.current.epoch,
-                    part.current.in_start,
-                    part.current.out_start.clone(),
-                    0,
-                ),
+                current: part.current.empty_copy(),
             })
             .collect();
         let (tx, rx) = mpsc::channel();
@@ -438,20 +442,16 @@ impl Filter {
         }
     }
 
-    /// Transactional mode: rotates (periodic checkpoint) or not (hand-over), flushes, commits
-    /// the transaction with the offsets of every running partition, stores their state, and
-    /// begins the next transaction when `continuing`. `clean_for` get `clean = true`.
+    /// Transactional mode (a periodic checkpoint or a hand-over): flushes, commits the
+    /// transaction with the offsets of every running partition, stores their state, and begins
+    /// the next transaction when `continuing`. `clean_for` get `clean = true`.
     pub(super) fn commit_transaction(
         &mut self,
         consumer: &FilterConsumer,
-        rotate: bool,
         clean_for: &[i32],
         continuing: bool,
     ) -> Result<(), TransactionError> {
         let started = Instant::now();
-        if rotate {
-            self.rotate_running(consumer);
-        }
         self.producer.flush(KAFKA_TIMEOUT).map_err(TransactionError::Flush)?;
         let running = self.running();
         if !self.wait_deliveries(&running, Instant::now() + KAFKA_TIMEOUT) {
@@ -477,23 +477,6 @@ impl Filter {
         telemetry::checkpoint_result(true);
         Totals::bump(&self.totals.checkpoints);
         Ok(())
-    }
-
-    /// Transactional mode, periodic checkpoint: rotates each running partition that is due, at
-    /// its next offset.
-    fn rotate_running(&mut self, consumer: &FilterConsumer) {
-        let running = self.running();
-        self.skip_to_positions(consumer, &running);
-        let interval = self.cfg.checkpoint.interval;
-        for state in self.partitions.values_mut() {
-            if let Partition::Running(run) = state {
-                let target = run.inflight.next_offset();
-                if run.rotation.due(interval) {
-                    run.rotation.rotated();
-                    run.gens.rotate(target, run.out_positions.clone());
-                }
-            }
-        }
     }
 
     /// Checkpoint records of the running partitions among `parts`, each at its commit position

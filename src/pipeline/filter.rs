@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::Message;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::context::{DeliveryContext, FilterConsumer};
 use super::halt::Halt;
@@ -21,7 +21,8 @@ use super::route::{route, Policy, Route};
 use super::{Fatal, RunError, Shutdown, TopicCounts, KAFKA_TIMEOUT};
 use crate::config::Config;
 use crate::fingerprint::{Fingerprint, Fingerprinter, Unfingerprintable};
-use crate::generations::Generation;
+use crate::generations::{now_ms, Generation};
+use crate::horizon;
 use crate::inspect::live::{LiveRequest, PartitionView};
 use crate::kafka;
 use crate::partition::{Partition, Running, Target};
@@ -173,6 +174,7 @@ impl Filter {
             return Ok(());
         }
         consumed(run, msg, self.topics.input, &self.totals);
+        take_time(run, msg, &self.cfg, offset);
         let hit = fp.as_ref().ok().and_then(|f| run.gens.lookup(f.0));
         let decided = route(&self.policy, p, offset, fp, hit);
         count(run, &decided, &self.totals);
@@ -291,8 +293,10 @@ impl Filter {
         }
     }
 
-    /// Sets the fingerprints-held gauges of every running partition and the store size gauge.
+    /// Sets the fingerprints-held and horizon gauges of every running partition and the store
+    /// size gauge.
     fn refresh_gauges(&self) {
+        let interval = horizon::interval_ms(self.cfg.checkpoint.interval);
         for state in self.partitions.values() {
             if let Partition::Running(run) = state {
                 let gens: Vec<&Generation> = run.gens.iter().collect();
@@ -301,16 +305,52 @@ impl Filter {
                         h.set(g.len() as f64);
                     }
                 }
+                if let (Some(c), Some(oldest)) = (run.clock.time(), run.gens.oldest_bucket()) {
+                    run.metrics
+                        .horizon
+                        .set(horizon::span_ms(c, oldest, interval) as f64 / 1000.0);
+                }
             }
         }
         telemetry::store_size(self.store.size_on_disk());
     }
 }
 
-/// Counts a record taken from the consumer, its clock, and whether its replays could land in
-/// another partition (null key, or a key a default partitioner places elsewhere).
+/// Advances `run`'s partition clock with the record at input `offset`, before it is looked up,
+/// rotating the generations when the clock enters a later bucket ([`horizon::advance`]); the new
+/// generations start at `offset` and at the output positions acknowledged so far (a lower bound
+/// of where their records will lie).
+fn take_time(run: &mut Running, msg: &BorrowedMessage<'_>, cfg: &Config, offset: i64) {
+    let interval = horizon::interval_ms(cfg.checkpoint.interval);
+    let generations = cfg.checkpoint.generations;
+    let rotations = horizon::advance(
+        &mut run.clock,
+        msg.timestamp().to_millis(),
+        now_ms(),
+        interval,
+        generations,
+    );
+    let Some(bucket) = run.clock.bucket(interval) else {
+        return;
+    };
+    if rotations > 0 {
+        run.gens.rotate_to(rotations, bucket, offset, run.out_positions.clone());
+        debug!(
+            partition = msg.partition(),
+            offset,
+            rotations,
+            epoch = run.gens.current().epoch,
+            bucket,
+            "generations rotated"
+        );
+    } else if run.gens.current().bucket.is_none() {
+        run.gens.set_current_bucket(bucket);
+    }
+}
+
+/// Counts a record taken from the consumer, and whether its replays could land in another
+/// partition (null key, or a key a default partitioner places elsewhere).
 fn consumed(run: &mut Running, msg: &BorrowedMessage<'_>, input_partitions: usize, totals: &Totals) {
-    run.rotation.took(msg.timestamp().to_millis());
     run.metrics.consumed.increment(1);
     match msg.key() {
         None => run.metrics.null_key.increment(1),

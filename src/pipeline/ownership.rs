@@ -21,7 +21,8 @@ use super::context::FilterConsumer;
 use super::filter::Filter;
 use super::mode::Mode;
 use super::{Fatal, KAFKA_TIMEOUT};
-use crate::partition::{FirstForward, InFlight, Partition, Recovering, Rotation, Running};
+use crate::horizon::Clock;
+use crate::partition::{FirstForward, InFlight, Partition, Recovering, Running};
 use crate::recovery::{recover, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest};
 use crate::telemetry::{self, PartitionMetrics};
 
@@ -280,7 +281,7 @@ impl Filter {
             Mode::Idempotent { .. } => None,
             Mode::Transactional => Some(rec.out_positions.clone()),
         };
-        let record = CheckpointRecord::new(p, rec.resume, &rec.gens, rec.ckpt.clone(), false, out_end);
+        let record = CheckpointRecord::new(p, rec.resume, &rec.gens, rec.clock, rec.ckpt.clone(), false, out_end);
         let t = Instant::now();
         let committed = commit_list(&self.cfg, &[&record]).and_then(|tpl| consumer.commit(&tpl, CommitMode::Sync));
         debug!(
@@ -314,7 +315,7 @@ impl Filter {
             inflight: InFlight::new(rec.resume),
             out_positions: rec.out_positions,
             ckpt: rec.ckpt,
-            rotation: Rotation::new(),
+            clock: Clock::resumed(rec.clock),
             first_forward: Some(FirstForward {
                 assigned: rec.since,
                 rescanned: rec.scanned,
@@ -434,7 +435,7 @@ impl Filter {
         self.finish_persisting(consumer);
         let deadline = Instant::now() + self.cfg.output.handover_timeout;
         if let Mode::Transactional = self.mode {
-            return Ok(self.commit_transaction(consumer, false, parts, continuing)?);
+            return Ok(self.commit_transaction(consumer, parts, continuing)?);
         }
         if !self.wait_deliveries(parts, deadline) {
             return Err(match &self.failure {

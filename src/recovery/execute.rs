@@ -15,7 +15,8 @@ use super::plan::{
 };
 use super::{check, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest, REQUEST_TIMEOUT};
 use crate::config::{Partitioning, Start};
-use crate::generations::{Generation, Generations, Positions};
+use crate::generations::{now_ms, Generation, Generations, Positions};
+use crate::horizon;
 use crate::kafka;
 use crate::metadata::new_checkpoint_id;
 use crate::provenance::Provenance;
@@ -48,10 +49,17 @@ pub fn execute(
                 let Snapshot::Present(s) = &facts.snapshot else {
                     unreachable!("only a present snapshot is planned to load")
                 };
+                let clock = s.clock.or(meta_clock(&facts));
                 match env.store.load_generations(p, s) {
                     Ok(gens) => {
                         let gens = Generations::from_parts(gens, keep);
-                        return finish(env, reader, req, gens, resume, ckpt, &reread, untrusted(&facts));
+                        let start = Loaded {
+                            gens,
+                            resume,
+                            ckpt,
+                            clock,
+                        };
+                        return finish(env, reader, req, start, &reread, untrusted(&facts));
                     }
                     Err(e) => facts.snapshot = Snapshot::Unreadable(e.to_string()),
                 }
@@ -72,12 +80,21 @@ pub fn execute(
                     .into_iter()
                     .map(|g| Generation::new(g.epoch, resume, g.out_start, 0))
                     .collect();
-                let gens = Generations::from_parts(gens, keep);
-                let untrusted = untrusted(&facts);
-                return finish(env, reader, req, gens, resume, new_checkpoint_id(), &reread, untrusted);
+                let start = Loaded {
+                    gens: Generations::from_parts(gens, keep),
+                    resume,
+                    ckpt: new_checkpoint_id(),
+                    clock: meta_clock(&facts),
+                };
+                return finish(env, reader, req, start, &reread, untrusted(&facts));
             }
         }
     }
+}
+
+/// The partition clock the committed metadata carries, if any.
+fn meta_clock(facts: &Facts) -> Option<i64> {
+    facts.meta.as_ref().and_then(|m| m.clock)
 }
 
 /// The output partitions whose records partition `p`'s generations hold: `p` itself
@@ -150,6 +167,7 @@ fn fresh(
         fresh: true,
         scanned: 0,
         since: req.since,
+        clock: None,
     })
 }
 
@@ -159,20 +177,38 @@ fn untrusted(facts: &Facts) -> bool {
     facts.meta.is_none() && facts.provenance
 }
 
-/// Waits for the fence if the plan says so, then re-reads the output into `gens`. `untrusted`:
-/// the committed offset `resume` has no kafka-dedup metadata; if the output proves it behind
-/// ([`behind_output`]), the partition resumes after the newest record the output holds from it.
-#[allow(clippy::too_many_arguments)]
+/// What a loaded or rebuilt partition starts from, before the re-read of the output.
+struct Loaded {
+    /// Its generations (loaded, or empty at the metadata's output starts).
+    gens: Generations,
+    /// Where consumption resumes.
+    resume: i64,
+    /// The checkpoint id the state descends from.
+    ckpt: String,
+    /// The partition clock the checkpoint carried (snapshot or metadata), if any.
+    clock: Option<i64>,
+}
+
+/// Waits for the fence if the plan says so, then re-reads the output into `start`'s generations.
+/// The newest timestamp among the re-read records moves the partition clock on (records
+/// forwarded after the checkpoint by an owner that then crashed had moved it), and the current
+/// generation, which re-learns them, takes the clock's bucket. `untrusted`: the committed offset
+/// has no kafka-dedup metadata; if the output proves it behind ([`behind_output`]), the partition
+/// resumes after the newest record the output holds from it.
 fn finish(
     env: &RecoveryEnv,
     reader: &kafka::Reader,
     req: &RecoveryRequest,
-    mut gens: Generations,
-    mut resume: i64,
-    ckpt: String,
+    start: Loaded,
     reread: &Reread,
     untrusted: bool,
 ) -> Result<Recovered, RecoveryError> {
+    let Loaded {
+        mut gens,
+        resume,
+        ckpt,
+        clock,
+    } = start;
     check(&req.cancel)?;
     if reread.wait_for_fence {
         wait_for_fence(env, req)?;
@@ -184,6 +220,11 @@ fn finish(
         None
     };
     let scanned = scan(env, reader, req, &out_parts, reread, &mut gens)?;
+    let clock = horizon::recovered(clock, scanned.clock_ms);
+    if let Some(c) = clock {
+        gens.set_current_bucket(horizon::bucket_of(c, horizon::interval_ms(env.cfg.checkpoint.interval)));
+    }
+    let mut resume = resume;
     if behind_output(resume, before) {
         let proven = match resume_from_output(Some(resume), &scanned.newest, env.cfg.input.start) {
             Resume::At(o) => o,
@@ -211,6 +252,7 @@ fn finish(
         fresh: false,
         scanned: scanned.records,
         since: req.since,
+        clock,
     })
 }
 
@@ -239,6 +281,10 @@ fn from_output(
         wait_for_fence: false,
     };
     let scanned = scan(env, reader, req, &out_parts, &reread, &mut gens)?;
+    let clock = horizon::recovered(None, scanned.clock_ms);
+    if let Some(c) = clock {
+        gens.set_current_bucket(horizon::bucket_of(c, horizon::interval_ms(cfg.checkpoint.interval)));
+    }
     let resume = match resume_from_output(committed, &scanned.newest, cfg.input.start) {
         Resume::At(o) => within_retention(env, reader, p, o)?,
         Resume::Start(start) => start_offset(env, reader, p, start)?,
@@ -268,6 +314,7 @@ fn from_output(
         fresh: true,
         scanned: scanned.records,
         since: req.since,
+        clock,
     })
 }
 
@@ -441,6 +488,8 @@ struct Progress<'a> {
     /// Per output partition, the newest input offset of the recovering partition found in it
     /// (provenance header).
     newest: BTreeMap<i32, i64>,
+    /// The newest effective time among the records read ([`horizon::reread_ms`]).
+    clock_ms: Option<i64>,
 }
 
 /// What a re-read found.
@@ -452,11 +501,13 @@ struct Scanned {
     /// Per output partition, the newest input offset of the recovering partition found in it,
     /// by provenance ([`crate::provenance`]).
     newest: BTreeMap<i32, i64>,
+    /// The newest effective time among the records read ([`horizon::reread_ms`]).
+    clock_ms: Option<i64>,
 }
 
 /// Re-reads output partitions `out_parts` from `reread.from` to their end (or `reread.to`),
-/// re-learning fingerprints into `gens`. Returns the end position per output partition and the
-/// number of records read.
+/// re-learning fingerprints into `gens`. Returns the end position per output partition, the
+/// number of records read and the newest effective time among them.
 fn scan(
     env: &RecoveryEnv,
     reader: &kafka::Reader,
@@ -508,6 +559,7 @@ fn ranges<'a>(
         last_progress: Instant::now(),
         errors: 0,
         newest: BTreeMap::new(),
+        clock_ms: None,
     };
     for q in out_parts {
         let (low, high) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
@@ -546,6 +598,7 @@ impl Progress<'_> {
             ends: self.ends,
             records: self.scanned,
             newest: self.newest,
+            clock_ms: self.clock_ms,
         }
     }
 
@@ -576,6 +629,8 @@ impl Progress<'_> {
             let newest = self.newest.entry(q).or_insert(source.offset);
             *newest = (*newest).max(source.offset);
         }
+        let newest = horizon::reread_ms(m.timestamp().to_millis(), now_ms());
+        self.clock_ms = horizon::recovered(self.clock_ms, newest);
         self.scanned += 1;
         metrics.scanned.increment(1);
         Totals::bump(&env.totals.scanned);

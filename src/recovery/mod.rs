@@ -12,7 +12,9 @@
 //!    (its module documentation has the whole table);
 //! 3. [`execute`]: load the snapshot (a snapshot that fails to load is planned again as
 //!    unreadable), count and log a rebuild, wait for the fence, re-read the output partition(s)
-//!    and insert each record's fingerprint into the generation whose output range holds it.
+//!    and insert each record's fingerprint into the generation whose output range holds it. The
+//!    partition clock continues from the snapshot's or the metadata's, moved on by the newest
+//!    timestamp among the re-read records ([`crate::horizon::recovered`]).
 //!
 //! The fence: in idempotent mode, unless the previous owner handed over cleanly, recovery waits
 //! until `output.fence_wait` has passed since the assignment before reading the output's end, so
@@ -88,6 +90,10 @@ pub struct Recovered {
     pub fresh: bool,
     /// Output records re-read.
     pub scanned: u64,
+    /// The partition clock to continue, ms since the Unix epoch ([`crate::horizon::recovered`]):
+    /// the checkpoint's, moved on by the newest timestamp among the re-read output records;
+    /// `None` when neither is known (the first record taken sets it).
+    pub clock: Option<i64>,
     /// When the partition was assigned (for the recovery's duration).
     pub since: Instant,
 }

@@ -361,6 +361,7 @@ mod tests {
             gens: vec![pos(P, 1200), pos(P, 1350)],
             clean,
             out_end,
+            clock: None,
         })
     }
 
@@ -373,6 +374,7 @@ mod tests {
             generations: Vec::new(),
             written_at_ms: 0,
             clean: true,
+            clock: None,
         })
     }
 

@@ -93,6 +93,12 @@ pub struct PartitionSnapshot {
     /// instance may have owned the partition after this snapshot was written.
     #[serde(default)]
     pub clean: bool,
+    /// The partition clock at this checkpoint, ms since the Unix epoch ([`crate::horizon`]): a
+    /// restart that loads this snapshot continues it. Absent (written by an older kafka-dedup, or
+    /// before the partition took a record): not known. Optional, so format 1 is unchanged
+    /// (`migrations/README.md`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clock: Option<i64>,
 }
 
 /// Description of one stored generation.
@@ -110,6 +116,10 @@ pub struct GenerationMeta {
     pub count: u64,
     /// Chunks stored (`ceil(count / CHUNK_ENTRIES)`).
     pub chunks: u32,
+    /// Its record-time bucket ([`Generation::bucket`]); absent when not known. Optional, so
+    /// format 1 is unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket: Option<i64>,
 }
 
 /// Why a store cannot be used.
@@ -176,6 +186,8 @@ pub struct PartitionWrite<'a> {
     pub generations: Vec<&'a Generation>,
     /// See [`PartitionSnapshot::clean`].
     pub clean: bool,
+    /// See [`PartitionSnapshot::clock`].
+    pub clock: Option<i64>,
 }
 
 impl Store {
@@ -387,6 +399,7 @@ impl Store {
             })?;
             let g = Generation {
                 epoch: meta.epoch,
+                bucket: meta.bucket,
                 created_at_ms: meta.created_at_ms,
                 in_start: meta.in_start,
                 out_start: meta.out_start.clone(),
@@ -522,6 +535,7 @@ impl GenerationMeta {
             out_start: g.out_start.clone(),
             count: count as u64,
             chunks: count.div_ceil(CHUNK_ENTRIES) as u32,
+            bucket: g.bucket,
         }
     }
 }
@@ -537,6 +551,7 @@ impl PartitionWrite<'_> {
             generations,
             written_at_ms: now_ms(),
             clean: self.clean,
+            clock: self.clock,
         }
     }
 }
@@ -581,6 +596,7 @@ mod tests {
                 out_covered: pos(0, 90),
                 generations: vec![&g1, &g2],
                 clean: false,
+                clock: None,
             }])
             .unwrap();
         assert!(g1.is_stored());
@@ -605,6 +621,7 @@ mod tests {
                 out_covered: pos(0, 180),
                 generations: vec![&g2, &g3],
                 clean: false,
+                clock: None,
             }])
             .unwrap();
         let keys = store.db.scan_prefix(chunk_prefix(0)).count();
@@ -627,6 +644,7 @@ mod tests {
                 out_covered: pos(3, 1),
                 generations: vec![&g],
                 clean: false,
+                clock: None,
             }])
             .unwrap();
         let k = chunk_key(3, 1, 0);
@@ -654,6 +672,7 @@ mod tests {
                     out_covered: pos(0, 0),
                     generations: vec![&g],
                     clean: false,
+                    clock: None,
                 }])
                 .unwrap();
         }
@@ -716,6 +735,7 @@ mod tests {
                 out_covered: pos(0, 1000),
                 generations: vec![&g],
                 clean: true,
+                clock: None,
             }])
             .unwrap();
     }

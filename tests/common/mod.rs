@@ -183,6 +183,26 @@ impl Broker {
         kafka_dedup::scenario::produce(&self.client(), topic, records, duration).expect("produce the input");
     }
 
+    /// Writes `records` (partition, value) as [`scenario::produce`] does (key and value: the
+    /// decimal text), all with timestamp `timestamp` (ms since the Unix epoch): upstream replays
+    /// that keep the event time of their first copies, as Flink and Kafka Streams sinks do. (A
+    /// replay stamped when it is written is, on the partition clock, as old as the time since
+    /// its first copy, and is forwarded once that exceeds the horizon: README, "The guarantee".)
+    pub fn produce_values_at(&self, topic: &str, records: &[(i32, u64)], timestamp: i64) {
+        use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+        let producer: ThreadedProducer<_> = self.client().create().unwrap();
+        for (p, v) in records {
+            let text = v.to_string();
+            let record = BaseRecord::to(topic)
+                .partition(*p)
+                .key(&text)
+                .payload(&text)
+                .timestamp(timestamp);
+            producer.send(record).map_err(|(e, _)| e).unwrap();
+        }
+        producer.flush(Duration::from_secs(60)).unwrap();
+    }
+
     /// The decimal values of every record of `topic`, per partition in offset order
     /// ([`scenario::read_values`], read_committed).
     pub fn read_values(&self, topic: &str, partitions: i32) -> BTreeMap<i32, Vec<u64>> {
@@ -230,8 +250,25 @@ impl Broker {
 
     /// Produces records (key, value, headers) to one partition, in order, and waits for them.
     pub fn produce_raw(&self, topic: &str, partition: i32, records: &[Raw]) {
-        produce_raw(&self.client(), topic, partition, records)
+        let untimed: Vec<(Option<i64>, &Raw)> = records.iter().map(|r| (None, r)).collect();
+        produce_raw(&self.client(), topic, partition, &untimed)
     }
+
+    /// Produces records to one partition, in order, each with the given timestamp (ms since the
+    /// Unix epoch; the producer's CreateTime), and waits for them: timelines written with chosen
+    /// record times instead of sleeps.
+    pub fn produce_timed(&self, topic: &str, partition: i32, records: &[(i64, Raw)]) {
+        let timed: Vec<(Option<i64>, &Raw)> = records.iter().map(|(t, r)| (Some(*t), r)).collect();
+        produce_raw(&self.client(), topic, partition, &timed)
+    }
+}
+
+/// The wall clock, ms since the Unix epoch: the timestamp a record produced now gets.
+pub fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 /// Runs a request of the test's own (not the filter's) to the broker, retrying a request that
@@ -659,12 +696,16 @@ fn owned_headers(headers: &[(Vec<u8>, Option<Vec<u8>>)]) -> rdkafka::message::Ow
     h
 }
 
-/// Produces records (key, value, headers) to one partition, in order, and waits for them.
-fn produce_raw(config: &ClientConfig, topic: &str, partition: i32, records: &[Raw]) {
+/// Produces records (key, value, headers; a timestamp when given, else the producer's clock) to
+/// one partition, in order, and waits for them.
+fn produce_raw(config: &ClientConfig, topic: &str, partition: i32, records: &[(Option<i64>, &Raw)]) {
     use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
     let producer: ThreadedProducer<_> = config.create().unwrap();
-    for r in records {
+    for (ts, r) in records {
         let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(partition);
+        if let Some(ts) = ts {
+            rec = rec.timestamp(*ts);
+        }
         if let Some(k) = &r.key {
             rec = rec.key(k.as_slice());
         }
