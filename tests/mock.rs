@@ -606,3 +606,53 @@ fn side_copy_refused_by_the_producer_halts_until_restarted() {
     assert_eq!(dead[&0].len(), 1);
     assert_eq!(dead[&0][0].value, records[1].value);
 }
+
+/// The output unwritable for longer than `max.poll.interval.ms` (here 6 s; the output's leader
+/// down for 20 s) with the producer's queue full (100 messages): the poll thread must not wait
+/// inside the producer for all that time. It would stop serving the group, which would take the
+/// partitions away while this process's producer still holds their records (they would land
+/// after the next owner re-read the output). Instead the partitions pause while the queue is
+/// full and resume when it drains: the filter never leaves the group, and every record comes
+/// out once, in order.
+#[test]
+fn a_long_output_outage_pauses_without_leaving_the_group() {
+    use rdkafka::mocking::MockCoordinator;
+    let m = mock(2, &[("in", 2), ("out", 2)]);
+    for p in 0..2 {
+        m.cluster.partition_leader("in", p, Some(1)).unwrap();
+        m.cluster.partition_leader("out", p, Some(2)).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_on(&m, "in", "out", dir.path());
+    spec.env.extend([
+        (
+            "KAFKA_DEDUP__KAFKA__PROPERTIES__QUEUE_BUFFERING_MAX_MESSAGES".to_string(),
+            "100".to_string(),
+        ),
+        (
+            "KAFKA_DEDUP__KAFKA__PROPERTIES__MAX_POLL_INTERVAL_MS".to_string(),
+            "6000".to_string(),
+        ),
+    ]);
+    m.cluster
+        .coordinator(MockCoordinator::Group(spec.group.clone()), 1)
+        .unwrap();
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    let records: Vec<(i32, u64)> = (0..3000).map(|v| ((v % 2) as i32, v)).collect();
+    m.broker.produce_values("in", &records[..1000], Duration::ZERO);
+    filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
+    m.cluster.broker_down(2).unwrap();
+    m.broker.produce_values("in", &records[1000..], Duration::ZERO);
+    std::thread::sleep(Duration::from_secs(20));
+    assert!(filter.running(), "the filter waits out the outage:\n{}", filter.logs());
+    m.cluster.broker_up(2).unwrap();
+    let ends = m.broker.end_offsets("in", 2);
+    wait_committed_on(&m, &spec.group, "in", &ends, &filter);
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let logs = filter.logs();
+    assert!(!logs.contains("assignment lost"), "{logs}");
+    assert!(logs.contains("partitions paused until it drains"), "{logs}");
+    let v = scenario::verify(&records, &m.broker.read_values("out", 2));
+    assert!(v.ok() && v.output_records == 3000, "{v:?}");
+}

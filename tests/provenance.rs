@@ -218,3 +218,29 @@ fn provenance_can_be_switched_off() {
     assert!(filter.terminate().success(), "{}", filter.logs());
     assert_eq!(kafka.read_forwarded(&output2, 1, &input)[&0], records);
 }
+
+/// The output names an input offset the input does not have (the input topic was deleted and
+/// recreated: its offsets start again at 0; or the output was written from another cluster).
+/// A group without offsets must not resume after that offset, which would skip every record of
+/// the new topic: the provenance is checked against the input and ignored.
+#[test]
+fn provenance_the_input_does_not_confirm_is_ignored() {
+    let kafka = tansu();
+    let (input, output) = (unique("recreated-in"), unique("recreated-out"));
+    kafka.create_topic(&input, 1);
+    kafka.create_topic(&output, 1);
+    let stale = raw(
+        Some("k"),
+        Some("old"),
+        &[("kafka-dedup.source", &format!("{input}/0/1000000"))],
+    );
+    kafka.produce_raw(&output, 0, &[stale]);
+    kafka.produce_values(&input, &values(0..50), Duration::ZERO);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    wait_drained(&spec, 1, &[&filter], Duration::from_secs(90), || filter.logs());
+    assert_eq!(metric(&filter.scrape(), FORWARDED, &[]), 50.0, "{}", filter.logs());
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert!(filter.logs().contains("holds no such record"), "{}", filter.logs());
+}

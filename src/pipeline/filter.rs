@@ -79,6 +79,22 @@ pub struct Filter {
     live: Receiver<LiveRequest>,
     /// Running partitions halted because a side topic refused a copy (`halt`).
     pub(super) halts: BTreeMap<i32, Halt>,
+    /// Since when the producer's queue has been full and every running partition paused
+    /// ([`Filter::back_off`]); `None` while records flow.
+    pub(super) backpressure: Option<Instant>,
+    /// The producer's `queue.buffering.max.messages` when set under `[kafka.properties]`
+    /// (librdkafka's default otherwise), for [`Filter::drive_backpressure`].
+    pub(super) producer_queue_messages: Option<i32>,
+}
+
+/// What became of a record handed to [`Filter::on_record`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// Taken (forwarded, dropped, copied), or not ours to take.
+    Done,
+    /// Not taken: the producer's queue stayed full. The rest of the batch must not be taken
+    /// either; the partitions are paused until the queue drains.
+    ProducerFull,
 }
 
 /// Since when an instance owns no partition, and when it last said so.
@@ -132,6 +148,10 @@ impl Filter {
             idle: Idle::default(),
             live,
             halts: BTreeMap::new(),
+            backpressure: None,
+            producer_queue_messages: crate::kafka::producer_config(&cfg)
+                .get("queue.buffering.max.messages")
+                .and_then(|v| v.trim().parse().ok()),
             cfg,
         })
     }
@@ -159,19 +179,20 @@ impl Filter {
         &mut self,
         msg: &BorrowedMessage<'_>,
         fp: Result<Fingerprint, Unfingerprintable>,
-    ) -> Result<(), Fatal> {
+    ) -> Result<Handled, Fatal> {
         let (p, offset) = (msg.partition(), msg.offset());
         let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
             // Recovering (fetched again after the seek) or no longer ours: never forwarded.
-            return Ok(());
+            return Ok(Handled::Done);
         };
         run.inflight.returned(offset);
         if offset < run.inflight.next_offset() {
-            return Ok(()); // handed over again after a seek
+            return Ok(Handled::Done); // handed over again after a seek
         }
-        if self.halts.contains_key(&p) {
-            // Halted (a side topic refused a copy): not taken, fetched again once it resumes.
-            return Ok(());
+        if self.halts.contains_key(&p) || self.backpressure.is_some() {
+            // Halted (a side topic refused a copy) or paused while the producer's queue is full:
+            // not taken, fetched again once it resumes.
+            return Ok(Handled::Done);
         }
         consumed(run, msg, self.topics.input, &self.totals);
         take_time(run, msg, &self.cfg, offset);
@@ -180,7 +201,7 @@ impl Filter {
         count(run, &decided, &self.totals);
         let Some((to, learn)) = destination(&self.cfg, p, offset, &decided)? else {
             run.inflight.take(offset, Target::None);
-            return Ok(());
+            return Ok(Handled::Done);
         };
         let topic = to.topic.to_string();
         let seq = run
@@ -192,13 +213,18 @@ impl Filter {
             Err(Refused::Stopping) => {
                 // Not taken: nothing past it is committed, the next owner processes it.
                 run.inflight.untake(offset);
-                return Ok(());
+                return Ok(Handled::Done);
+            }
+            Err(Refused::Full) => {
+                // Not taken: fetched again when the partitions resume.
+                run.inflight.untake(offset);
+                return Ok(Handled::ProducerFull);
             }
             Err(Refused::Kafka(error, Some(copy))) => {
                 // A side copy: the record stays taken and unacknowledged (nothing is committed
                 // past it) and the partition halts until the copy is taken.
                 self.halt(p, seq, offset, *copy, &error);
-                return Ok(());
+                return Ok(Handled::Done);
             }
             Err(Refused::Kafka(error, None)) => {
                 run.inflight.untake(offset);
@@ -215,7 +241,7 @@ impl Filter {
             run.gens.insert(fp.0, Some(offset));
         }
         crate::crash::point("after-produce");
-        Ok(())
+        Ok(Handled::Done)
     }
 
     /// Applies acknowledgements, installs recovered partitions, drives the checkpoint.
@@ -230,6 +256,7 @@ impl Filter {
         }
         self.retry_recoveries();
         self.drive_halts(consumer);
+        self.drive_backpressure(consumer);
         self.drive_checkpoint(consumer)?;
         if self.last_gauges.elapsed() >= GAUGE_EVERY {
             self.last_gauges = Instant::now();

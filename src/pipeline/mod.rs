@@ -22,6 +22,7 @@
 //!
 //! docs/ARCHITECTURE.md ("Checkpoint", "The partition life cycle") tells the whole story.
 
+mod backpressure;
 mod checkpoint;
 pub mod context;
 mod filter;
@@ -48,7 +49,7 @@ use crate::telemetry;
 
 pub use checkpoint::TransactionError;
 pub use context::{DeliveryContext, FilterConsumer, FilterContext};
-pub use filter::Filter;
+pub use filter::{Filter, Handled};
 pub use ownership::HandoverError;
 
 use context::StartupContext;
@@ -150,6 +151,11 @@ pub enum Fatal {
         /// Why it failed.
         error: Arc<HandoverError>,
     },
+    /// The group consumer failed for good (librdkafka's fatal error, e.g. `FENCED_INSTANCE_ID`:
+    /// another process uses the same `input.group_instance_id`); the process exits rather than
+    /// sit in the group owning nothing.
+    #[error("the consumer failed for good: {0}")]
+    Consumer(KafkaError),
     /// The group took partitions away without a hand-over (session timeout, fenced member)
     /// while records of them were still unacknowledged (or, in transactional mode, in the open
     /// transaction): they were dropped from the producer and the process exits, so none can
@@ -261,9 +267,9 @@ fn poll_loop(consumer: &FilterConsumer, shutdown: &Shutdown) -> Result<(), Fatal
         if shutdown.is_triggered() {
             return Ok(());
         }
-        take_batch(consumer, &mut batch);
+        let taken = take_batch(consumer, &mut batch);
         let mut f = consumer.context().lock();
-        if let Err(e) = handle_batch(&mut f, &mut batch, shutdown) {
+        if let Err(e) = taken.and_then(|()| handle_batch(&mut f, consumer, &mut batch, shutdown)) {
             f.fail(e.clone());
             return Err(e);
         }
@@ -274,7 +280,7 @@ fn poll_loop(consumer: &FilterConsumer, shutdown: &Shutdown) -> Result<(), Fatal
 /// Fills `batch` with up to [`BATCH`] records: the first waited for up to [`POLL_WAIT`], the
 /// rest only if the consumer already holds them. Polls without holding the filter: rebalance
 /// callbacks run inside `poll` and take it.
-fn take_batch<'c>(consumer: &'c FilterConsumer, batch: &mut Vec<Admitted<'c>>) {
+fn take_batch<'c>(consumer: &'c FilterConsumer, batch: &mut Vec<Admitted<'c>>) -> Result<(), Fatal> {
     batch.clear();
     let mut wait = POLL_WAIT;
     while batch.len() < BATCH {
@@ -284,6 +290,7 @@ fn take_batch<'c>(consumer: &'c FilterConsumer, batch: &mut Vec<Admitted<'c>>) {
                 batch.push((msg, fp));
                 wait = Duration::ZERO;
             }
+            Some(Err(e @ KafkaError::MessageConsumptionFatal(_))) => return Err(Fatal::Consumer(e)),
             Some(Err(e)) => {
                 debug!(error = %e, "consumer error");
                 break;
@@ -291,10 +298,16 @@ fn take_batch<'c>(consumer: &'c FilterConsumer, batch: &mut Vec<Admitted<'c>>) {
             None => break,
         }
     }
+    Ok(())
 }
 
 /// Handles the records of `batch` in order; stops at the first fatal error.
-fn handle_batch(f: &mut Filter, batch: &mut Vec<Admitted<'_>>, shutdown: &Shutdown) -> Result<(), Fatal> {
+fn handle_batch(
+    f: &mut Filter,
+    consumer: &FilterConsumer,
+    batch: &mut Vec<Admitted<'_>>,
+    shutdown: &Shutdown,
+) -> Result<(), Fatal> {
     for (msg, fp) in batch.drain(..) {
         // Once stopping, nothing more is taken: the producer refuses records then
         // (`Refused::Stopping`), and taking a later record of the same partition would let
@@ -302,7 +315,12 @@ fn handle_batch(f: &mut Filter, batch: &mut Vec<Admitted<'_>>, shutdown: &Shutdo
         if shutdown.is_triggered() {
             break;
         }
-        f.on_record(&msg, fp)?;
+        if f.on_record(&msg, fp)? == Handled::ProducerFull {
+            // The rest of the batch is not taken either: every running partition pauses and
+            // resumes, at its first record not taken, once the producer's queue drains.
+            f.back_off(consumer);
+            break;
+        }
     }
     Ok(())
 }

@@ -87,12 +87,13 @@ pub enum HandoverError {
 
 impl HandoverError {
     /// True when the failed hand-over leaves records that could still reach the output: some not
-    /// acknowledged (a timeout), or in an open transaction. A commit refused after every record
-    /// was acknowledged leaves none: the next owner just recovers from the output topic.
+    /// acknowledged (a timeout, or a delivery that failed, after which the rest of the producer's
+    /// queue is not known to have landed), or in an open transaction. A commit refused after
+    /// every record was acknowledged leaves none: the next owner just recovers from the output.
     pub fn leaves_records_behind(&self) -> bool {
         match self {
-            HandoverError::Transaction(_) | HandoverError::Timeout => true,
-            HandoverError::Failed(_) | HandoverError::Commit(_) => false,
+            HandoverError::Transaction(_) | HandoverError::Timeout | HandoverError::Failed(_) => true,
+            HandoverError::Commit(_) => false,
         }
     }
 }
@@ -158,6 +159,7 @@ impl Filter {
             partition: p,
             incarnation: rec.incarnation,
             since: rec.since,
+            attempt: Instant::now(),
             cancel: rec.cancel.clone(),
         };
         let tx = self.recoveries.tx.clone();

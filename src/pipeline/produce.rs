@@ -73,10 +73,19 @@ pub(super) struct Destination<'a> {
     pub target: Target,
 }
 
+/// How long [`send`] waits for room in the producer's queue before it gives the record back
+/// ([`Refused::Full`]): long enough that a fast output drains it (the usual back-pressure at full
+/// speed), short next to `max.poll.interval.ms` (300 s), past which the group would take the
+/// partitions away from a poll thread stuck here.
+const QUEUE_WAIT: Duration = Duration::from_secs(1);
+
 /// Why the producer did not take a record.
 pub(super) enum Refused {
     /// Its queue was full and a stop was requested while waiting.
     Stopping,
+    /// Its queue stayed full for [`QUEUE_WAIT`]: the output is slow or unreachable. The record is
+    /// not taken; the filter pauses its partitions ([`Filter::back_off`]) and keeps polling.
+    Full,
     /// Refused (for example larger than `message.max.bytes`); for a side copy, the copy, to be
     /// sent again (`halt`).
     Kafka(KafkaError, Option<Box<SideCopy>>),
@@ -107,12 +116,16 @@ pub(super) fn send(
     if let Some(h) = headers(msg, to.added) {
         record = record.headers(h);
     }
+    let mut full_since: Option<Instant> = None;
     loop {
         match producer.send(record) {
             Ok(()) => return Ok(()),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                 if shutdown.is_triggered() {
                     return Err(Refused::Stopping);
+                }
+                if full_since.get_or_insert_with(Instant::now).elapsed() >= QUEUE_WAIT {
+                    return Err(Refused::Full);
                 }
                 record = r;
                 std::thread::sleep(Duration::from_millis(2));

@@ -8,7 +8,7 @@ use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::plan::{
     behind_output, plan, resume_from_output, Facts, FromOutputReason, Notice, Plan, Reread, Resume, Snapshot,
@@ -59,7 +59,9 @@ pub fn execute(
                             ckpt,
                             clock,
                         };
-                        return finish(env, reader, req, start, &reread, untrusted(&facts));
+                        // A snapshot taken at exactly the committed offset proves the commit is
+                        // kafka-dedup's own: never asked whether it is behind.
+                        return finish(env, reader, req, start, &reread, false);
                     }
                     Err(e) => facts.snapshot = Snapshot::Unreadable(e.to_string()),
                 }
@@ -215,7 +217,9 @@ fn finish(
     }
     let out_parts = output_partitions(env, req.partition);
     let before = if untrusted {
-        provenance_before(env, reader, req.partition, &reread.from)?
+        // An offset the input does not have (a recreated topic) proves nothing.
+        let (_, high) = reader.fetch_watermarks(&env.cfg.input.topic, req.partition, REQUEST_TIMEOUT)?;
+        provenance_before(env, reader, req.partition, &reread.from)?.filter(|b| *b < high)
     } else {
         None
     };
@@ -226,7 +230,8 @@ fn finish(
     }
     let mut resume = resume;
     if behind_output(resume, before) {
-        let proven = match resume_from_output(Some(resume), &scanned.newest, env.cfg.input.start) {
+        let newest = confirmed(env, reader, req.partition, &scanned)?;
+        let proven = match resume_from_output(Some(resume), &newest, env.cfg.output.partitioning, env.cfg.input.start) {
             Resume::At(o) => o,
             Resume::Start(_) => resume,
         };
@@ -285,11 +290,12 @@ fn from_output(
     if let Some(c) = clock {
         gens.set_current_bucket(horizon::bucket_of(c, horizon::interval_ms(cfg.checkpoint.interval)));
     }
-    let resume = match resume_from_output(committed, &scanned.newest, cfg.input.start) {
+    let newest = confirmed(env, reader, p, &scanned)?;
+    let resume = match resume_from_output(committed, &newest, cfg.output.partitioning, cfg.input.start) {
         Resume::At(o) => within_retention(env, reader, p, o)?,
         Resume::Start(start) => start_offset(env, reader, p, start)?,
     };
-    if scanned.newest.is_empty() {
+    if newest.is_empty() {
         if committed.is_some() {
             announce(env, p, &Notice::NoMetadata, Resume::At(resume));
         }
@@ -316,6 +322,67 @@ fn from_output(
         since: req.since,
         clock,
     })
+}
+
+/// The key-and-value fingerprint of a record (nulls distinct from empty): what a forwarded copy
+/// shares with its input record.
+fn key_value_digest(record: &dyn crate::fingerprint::RecordFields) -> u128 {
+    crate::fingerprint::Fingerprinter::new(crate::fingerprint::Source::KeyValue)
+        .fingerprint(record)
+        .map_or(0, |f| f.0)
+}
+
+/// The newest input offsets the re-read found (per output partition) that the input confirms:
+/// the input partition still holds a record at that offset with the same key and value. The
+/// others are dropped with an error in the log: the input topic was recreated (its offsets
+/// start again at 0), or the output was written from another cluster (a mirrored topic's
+/// offsets differ), and resuming after them would skip records that were never forwarded.
+fn confirmed(
+    env: &RecoveryEnv,
+    reader: &kafka::Reader,
+    p: i32,
+    scanned: &Scanned,
+) -> Result<BTreeMap<i32, i64>, RecoveryError> {
+    let topic = &env.cfg.input.topic;
+    let mut out = BTreeMap::new();
+    for (q, offset) in &scanned.newest {
+        let want = scanned.newest_digest.get(q).copied();
+        let found = input_digest(reader, topic, p, *offset)?;
+        if found.is_some() && found == want {
+            out.insert(*q, *offset);
+        } else {
+            error!(
+                partition = p,
+                output_partition = q,
+                offset,
+                "the output names input offset {offset} as a record's source, but the input partition holds no such \
+                 record (recreated topic, or an output written from another cluster): not resuming from it"
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// The key-and-value fingerprint of the record at `topic`/`p`/`offset`; `None` when there is no
+/// record there (beyond the end, deleted by retention, or a transaction marker).
+fn input_digest(reader: &kafka::Reader, topic: &str, p: i32, offset: i64) -> Result<Option<u128>, RecoveryError> {
+    let (low, high) = reader.fetch_watermarks(topic, p, REQUEST_TIMEOUT)?;
+    if offset < low || offset >= high {
+        return Ok(None);
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, p, Offset::Offset(offset))?;
+    reader.assign(&tpl)?;
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    loop {
+        match reader.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) if m.offset() == offset => return Ok(Some(key_value_digest(&m))),
+            Some(Ok(_)) | Some(Err(KafkaError::PartitionEOF(_))) => return Ok(None),
+            Some(Err(e)) => return Err(e.into()),
+            None if Instant::now() > deadline => return Ok(None),
+            None => {}
+        }
+    }
 }
 
 /// The input offset of partition `p` that the record just before the re-read's start came from,
@@ -372,15 +439,22 @@ fn start_offset(env: &RecoveryEnv, reader: &kafka::Reader, p: i32, start: Start)
 fn horizon_start(env: &RecoveryEnv, reader: &kafka::Reader, out_parts: &[i32]) -> Result<Positions, RecoveryError> {
     let topic = &env.cfg.output.topic;
     let mut ends = Positions::new();
-    let mut newest: Option<i64> = None;
+    let mut newest_of = BTreeMap::new();
     for q in out_parts {
         let (low, high) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
         ends.insert(*q, high);
         if high > low {
-            newest = newest.max(last_timestamp(reader, topic, *q, low, high)?);
+            if let Some(t) = last_timestamp(reader, topic, *q, low, high)? {
+                newest_of.insert(*q, t.min(now_ms()));
+            }
         }
     }
-    let Some(newest) = newest else { return Ok(ends) };
+    let newest = newest_of.values().max().copied();
+    // (A future-stamped record counts as stamped now: it does not move the window past the
+    // records really there.)
+    let Some(newest) = newest else {
+        return Ok(ends);
+    };
     let span = env.cfg.checkpoint.interval.as_millis() as i64 * (env.cfg.checkpoint.generations as i64 + 1);
     let at = newest.saturating_sub(span).max(0);
     let mut tpl = TopicPartitionList::new();
@@ -389,8 +463,22 @@ fn horizon_start(env: &RecoveryEnv, reader: &kafka::Reader, out_parts: &[i32]) -
     }
     let found = reader.offsets_for_times(tpl, REQUEST_TIMEOUT)?;
     for q in out_parts {
-        if let Some(Offset::Offset(o)) = found.find_partition(topic, *q).map(|e| e.offset()) {
-            ends.insert(*q, o);
+        match found.find_partition(topic, *q).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => {
+                ends.insert(*q, o);
+            }
+            // Nothing stamped that late in this partition: it starts at its end. But the
+            // partition holding the newest record always has one; a broker that answers "none"
+            // there cannot look offsets up by time (librdkafka's mock cluster): re-read it all.
+            _ if newest_of.get(q) == Some(&newest) => {
+                let (low, _) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
+                warn!(
+                    output_partition = q,
+                    "the broker did not look the horizon's start up by time; re-reading the whole partition"
+                );
+                ends.insert(*q, low);
+            }
+            _ => {}
         }
     }
     Ok(ends)
@@ -442,7 +530,18 @@ fn last_timestamp(
 /// committed (the group consumer's `auto.offset.reset` is always `earliest`, so an offset out
 /// of range can only move forward to the oldest record left).
 fn within_retention(env: &RecoveryEnv, reader: &kafka::Reader, p: i32, resume: i64) -> Result<i64, RecoveryError> {
-    let (low, _) = reader.fetch_watermarks(&env.cfg.input.topic, p, REQUEST_TIMEOUT)?;
+    let (low, high) = reader.fetch_watermarks(&env.cfg.input.topic, p, REQUEST_TIMEOUT)?;
+    if resume > high {
+        error!(
+            partition = p,
+            resume,
+            log_end = high,
+            "the position to resume at lies beyond the input partition's end (the topic was recreated, or an \
+             unclean leader election truncated it); resuming at its end instead of skipping what will be written \
+             below the old position"
+        );
+        return Ok(high);
+    }
     if resume < low {
         warn!(
             partition = p,
@@ -457,9 +556,9 @@ fn within_retention(env: &RecoveryEnv, reader: &kafka::Reader, p: i32, resume: i
 }
 
 /// Lets in-flight records of a previous owner land: waits until `output.fence_wait` has passed
-/// since the assignment.
+/// since this recovery attempt began (the assignment, for a first attempt).
 fn wait_for_fence(env: &RecoveryEnv, req: &RecoveryRequest) -> Result<(), RecoveryError> {
-    let until = req.since + env.cfg.output.fence_wait;
+    let until = req.attempt + env.cfg.output.fence_wait;
     while Instant::now() < until {
         check(&req.cancel)?;
         std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
@@ -488,6 +587,9 @@ struct Progress<'a> {
     /// Per output partition, the newest input offset of the recovering partition found in it
     /// (provenance header).
     newest: BTreeMap<i32, i64>,
+    /// Per output partition, the key-and-value fingerprint of the record behind `newest`, to
+    /// check against the input record it names ([`confirmed`]).
+    newest_digest: BTreeMap<i32, u128>,
     /// The newest effective time among the records read ([`horizon::reread_ms`]).
     clock_ms: Option<i64>,
 }
@@ -501,6 +603,8 @@ struct Scanned {
     /// Per output partition, the newest input offset of the recovering partition found in it,
     /// by provenance ([`crate::provenance`]).
     newest: BTreeMap<i32, i64>,
+    /// The key-and-value fingerprint of each record behind `newest`.
+    newest_digest: BTreeMap<i32, u128>,
     /// The newest effective time among the records read ([`horizon::reread_ms`]).
     clock_ms: Option<i64>,
 }
@@ -559,12 +663,24 @@ fn ranges<'a>(
         last_progress: Instant::now(),
         errors: 0,
         newest: BTreeMap::new(),
+        newest_digest: BTreeMap::new(),
         clock_ms: None,
     };
     for q in out_parts {
         let (low, high) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
         let start = reread.from.get(q).copied().unwrap_or(high).max(low);
-        let stop = limit.and_then(|l| l.get(q).copied());
+        let mut stop = limit.and_then(|l| l.get(q).copied());
+        if let Some(s) = stop.filter(|s| *s > high) {
+            // The committed transaction's end lies beyond the partition's end: truncated (an
+            // unclean leader election) or recreated. Waiting for it would never end.
+            error!(
+                output_partition = q,
+                committed_end = s,
+                high_watermark = high,
+                "the output partition ends before the committed transaction's end; re-reading to its end"
+            );
+            stop = Some(high);
+        }
         if stop.is_some_and(|s| s <= start) || (stop.is_none() && start >= high && high == low) {
             progress.ends.insert(*q, start.max(stop.unwrap_or(start)));
             continue;
@@ -598,6 +714,7 @@ impl Progress<'_> {
             ends: self.ends,
             records: self.scanned,
             newest: self.newest,
+            newest_digest: self.newest_digest,
             clock_ms: self.clock_ms,
         }
     }
@@ -626,8 +743,10 @@ impl Progress<'_> {
             gens.relearn(fp.0, q, o);
         }
         if let Some(source) = Provenance::of(m, &env.cfg.input.topic).filter(|s| s.partition == req.partition) {
-            let newest = self.newest.entry(q).or_insert(source.offset);
-            *newest = (*newest).max(source.offset);
+            if self.newest.get(&q).is_none_or(|n| source.offset > *n) {
+                self.newest.insert(q, source.offset);
+                self.newest_digest.insert(q, key_value_digest(m));
+            }
         }
         let newest = horizon::reread_ms(m.timestamp().to_millis(), now_ms());
         self.clock_ms = horizon::recovered(self.clock_ms, newest);

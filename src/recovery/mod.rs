@@ -71,6 +71,10 @@ pub struct RecoveryRequest {
     pub incarnation: u64,
     /// When the partition was assigned.
     pub since: Instant,
+    /// When this attempt began (a retry after a failed one begins later): the fence wait counts
+    /// from here, so that records of a previous owner that could not land while the output was
+    /// unreachable (the reason the first attempt failed) get the whole wait once it is back.
+    pub attempt: Instant,
     /// Set when the partition is revoked meanwhile.
     pub cancel: Arc<AtomicBool>,
 }

@@ -20,7 +20,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{Delivery, Start};
+use crate::config::{Delivery, Partitioning, Start};
 use crate::generations::Positions;
 use crate::metadata::CheckpointMeta;
 use crate::store::PartitionSnapshot;
@@ -333,10 +333,24 @@ pub fn behind_output(committed: i64, before_horizon: Option<i64>) -> bool {
 /// the output partition receives the input partition's records in input order, so every record
 /// before the newest one was forwarded (and is there), dropped as a replay, or sent to a side
 /// topic. With `"key"` each output partition receives a subsequence in order, but a record bound
-/// for another output partition may not have landed when its owner died: the smallest of the
-/// per-partition newest offsets is the point before which all landed; what lies after it and
-/// did land was just re-learned, so it is dropped when met again.
-pub fn resume_from_output(committed: Option<i64>, newest: &BTreeMap<i32, i64>, start: Start) -> Resume {
+/// for another output partition may not have landed when its owner died, and an output partition
+/// that received none of them within the re-read window says nothing at all. So with a committed
+/// offset, `key` partitioning resumes there (what was forwarded after it was re-learned, so it
+/// is dropped when met again; an offset reset by an operator then forwards again what is older
+/// than the horizon). Without one, the smallest of the per-partition newest offsets: a record in
+/// flight to an output partition without any recent record of this input partition when its
+/// owner died just before the group's offsets were lost is not sent again (README, "Provenance").
+pub fn resume_from_output(
+    committed: Option<i64>,
+    newest: &BTreeMap<i32, i64>,
+    partitioning: Partitioning,
+    start: Start,
+) -> Resume {
+    if let (Partitioning::Key, Some(c)) = (partitioning, committed) {
+        // An output partition with no record of this input partition in the re-read window
+        // proves nothing about records bound for it: only the committed offset is safe.
+        return Resume::At(c);
+    }
     let proven = newest.values().min().map(|o| o.saturating_add(1));
     match (committed, proven) {
         (Some(c), Some(p)) => Resume::At(c.max(p)),
@@ -469,10 +483,19 @@ mod tests {
             ("reset forward past the output (skip on purpose): the committed offset", Some(150), newest(&[(0, 99)]), Resume::At(150)),
             ("a commit, nothing in the output: the committed offset", Some(40), newest(&[]), Resume::At(40)),
             ("key partitioning: the smallest of the per-partition newest offsets", None, newest(&[(0, 520), (1, 510), (2, 530)]), Resume::At(511)),
-            ("key partitioning, committed later than that", Some(515), newest(&[(0, 520), (1, 510)]), Resume::At(515)),
+            ("key partitioning, committed: the committed offset, even when output partitions are later", Some(500), newest(&[(0, 520), (1, 510)]), Resume::At(500)),
         ];
         for (case, committed, newest, want) in rows {
-            assert_eq!(resume_from_output(committed, &newest, Start::Latest), want, "{case}");
+            let partitioning = if newest.len() > 1 {
+                Partitioning::Key
+            } else {
+                Partitioning::Preserve
+            };
+            assert_eq!(
+                resume_from_output(committed, &newest, partitioning, Start::Latest),
+                want,
+                "{case}"
+            );
         }
     }
 

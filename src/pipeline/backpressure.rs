@@ -1,0 +1,82 @@
+//! Back-pressure from the output: when the producer's queue stays full (the output is slow or
+//! unreachable), the poll thread must not wait inside `send` for as long as that lasts. It would
+//! stop serving the consumer: past `max.poll.interval.ms` (300 s by default) librdkafka leaves
+//! the group, the partitions move to another member while this one's producer still holds their
+//! records, and those land after the new owner re-read the output (forwarded twice, out of
+//! order). So the record is given back ([`Refused::Full`](super::produce::Refused)), every
+//! running partition is paused, and the poll loop goes on serving rebalances and
+//! acknowledgements; once the queue has drained to half, each partition resumes at its first
+//! record not taken. A revocation meanwhile is an ordinary hand-over (it waits for the
+//! acknowledgements up to `output.handover_timeout`).
+
+use std::time::Instant;
+
+use rdkafka::consumer::Consumer;
+use rdkafka::producer::Producer;
+use rdkafka::TopicPartitionList;
+use tracing::{info, warn};
+
+use super::context::FilterConsumer;
+use super::filter::Filter;
+use super::ownership::resume_at;
+use crate::partition::Partition;
+
+/// librdkafka's default `queue.buffering.max.messages`.
+const DEFAULT_QUEUE_MESSAGES: i32 = 100_000;
+
+impl Filter {
+    /// The producer's queue stayed full: pauses every running partition that is not halted (a
+    /// halted one is paused already) until [`Self::drive_backpressure`] sees room again.
+    pub(super) fn back_off(&mut self, consumer: &FilterConsumer) {
+        if self.backpressure.is_some() {
+            return;
+        }
+        self.backpressure = Some(Instant::now());
+        let mut tpl = TopicPartitionList::new();
+        for p in self.unhalted_running() {
+            tpl.add_partition(&self.cfg.input.topic, p);
+        }
+        if let Err(e) = consumer.pause(&tpl) {
+            warn!(error = %e, "pausing the partitions while the producer's queue is full failed");
+        }
+        warn!(
+            queued = self.producer.in_flight_count(),
+            "the producer's queue is full (the output is slow or unreachable): partitions paused until it drains"
+        );
+    }
+
+    /// While backed off: once the producer's queue has drained to half its size, resumes every
+    /// running partition that is not halted at its first record not taken.
+    pub(super) fn drive_backpressure(&mut self, consumer: &FilterConsumer) {
+        let Some(since) = self.backpressure else { return };
+        let capacity = self.producer_queue_messages.unwrap_or(DEFAULT_QUEUE_MESSAGES);
+        if self.producer.in_flight_count() > capacity / 2 {
+            return;
+        }
+        for p in self.unhalted_running() {
+            let Some(Partition::Running(run)) = self.partitions.get(&p) else {
+                continue;
+            };
+            let next = run.inflight.next_offset();
+            if let Err(e) = resume_at(consumer, &self.cfg.input.topic, p, next) {
+                // Stay backed off; the next tick tries again.
+                warn!(partition = p, error = %e, "resuming after the producer's queue drained failed");
+                return;
+            }
+        }
+        self.backpressure = None;
+        info!(
+            seconds = since.elapsed().as_secs_f64(),
+            "the producer's queue drained: partitions resumed"
+        );
+    }
+
+    /// Running partitions that no side topic halted.
+    fn unhalted_running(&self) -> Vec<i32> {
+        self.partitions
+            .iter()
+            .filter(|(p, s)| matches!(s, Partition::Running(_)) && !self.halts.contains_key(p))
+            .map(|(p, _)| *p)
+            .collect()
+    }
+}
