@@ -24,9 +24,11 @@
 //!
 //! Around it: [`config`] (TOML + environment), [`security`] (TLS/SASL checks, secrets from
 //! files), [`kafka`] (client settings), [`service`] (signals, HTTP), [`http`] (every route),
-//! [`status`] (`/readyz`), [`inspect`] and [`migrate`] (store tools), [`demo`] and [`scenario`]
+//! [`status`] (`/readyz`), [`inspect`] and [`migrate`] (store tools), [`audit`] (did it work:
+//! duplicates, lost records and order, read from the topics), [`demo`] and [`scenario`]
 //! (the seed scenario). The design: `docs/ARCHITECTURE.md`.
 
+pub mod audit;
 pub mod config;
 pub mod crash;
 pub mod demo;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use kafka_dedup::audit::{self, AuditArgs};
 use kafka_dedup::config::Config;
 use kafka_dedup::demo::{run_demo, DemoOptions};
 use kafka_dedup::inspect::{self, InspectCommand};
@@ -67,6 +68,9 @@ enum Command {
         #[arg(long)]
         store: PathBuf,
     },
+    /// Did it work? Reads the input and output topics and reports, per partition, duplicates,
+    /// lost records and records out of order (exit 1 when there are any).
+    Audit(AuditArgs),
     /// Validate a configuration and print the effective settings (secrets redacted).
     CheckConfig {
         /// TOML configuration file.
@@ -127,6 +131,23 @@ fn main() -> ExitCode {
             }
         }
         Command::Migrate { store } => migrate(&store),
+        Command::Audit(args) => audit(&args),
+    }
+}
+
+/// `audit`: 0 when clean, 1 when anything was found or reading failed, 2 for configuration.
+fn audit(args: &AuditArgs) -> ExitCode {
+    init_logs("warn");
+    let cfg = match load(&args.config) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match audit::run(&cfg, args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("kafka-dedup audit: {e}");
+            ExitCode::from(e.exit_code())
+        }
     }
 }
 

@@ -1,0 +1,930 @@
+//! The audit's rules, as a pure function over two in-memory record streams: one input partition
+//! and the output partition it is forwarded to ([`audit_partition`]). No Kafka, no clock reads:
+//! the wall clock the timestamps are capped at comes in [`Rules::now_ms`].
+//!
+//! # The walk
+//!
+//! The output is read in offset order. Before an output record is judged, the input is read ahead
+//! far enough to hold its source: with provenance, up to the input offset it names; without, until
+//! an unmatched input record with its identity lies at or after the *cursor* (the source of the
+//! newest in-order output record), or the input clock is [`Horizon::max_ms`] past both the
+//! cursor's clock and the output record's own clock. The input records read and not yet settled
+//! form the *window*; an output record is matched to one of them:
+//!
+//! - with provenance ([`Origin`]): the input record at the offset it names;
+//! - without: an unmatched input record with the same [`Identity`], the first at or after the
+//!   cursor, else the first before it (which is then out of order).
+//!
+//! An input record is *settled* once the cursor's input clock is [`Horizon::max_ms`] past its own
+//! (nothing in order can still match it or excuse it), or when the output has ended; while the
+//! input is read ahead, also once the input read (to a named offset) or the output clock (to a
+//! fingerprint) is H_max past it, which is where the cursor is going. A record never matched is
+//! then a replay or lost (rules below). The window is therefore the input from H_max before the
+//! cursor to H_max past the newest output timestamp: memory is bounded by what the input holds
+//! in about two horizons, as the filter's own generations are. (This assumes the output keeps
+//! the input's timestamps, as kafka-dedup does: an output topic with `LogAppendTime` stamps its
+//! records later, and the window grows by that lag.)
+//!
+//! # The rules
+//!
+//! Clocks: each stream has a *partition clock*, the newest record timestamp read so far in that
+//! stream (a timestamp that is missing or negative does not move it, one later than
+//! [`Rules::now_ms`] counts as `now_ms`). Distances are measured on it, as the filter measures its
+//! horizon: H_min = (generations - 1) x interval, H_max = generations x interval ([`Horizon`]).
+//!
+//! - **Duplicate**: an output record that (a) carries provenance naming an input record an
+//!   earlier output record was already matched to (the same input record forwarded twice), or
+//!   (b) whose fingerprint an earlier output record has, less than H_min before it on the output
+//!   clock (a replay the filter must have dropped). A repeat H_min or more apart is not a
+//!   duplicate by (b): between H_min and H_max the filter may forward it, from H_max on it must.
+//!   Rule (a) holds while the input record is in the window; one named again after it settled
+//!   (H_max behind the cursor) is reported out of order, its earlier fate no longer known.
+//! - **Lost**: an input record in the range that no output record is matched to, unless it is a
+//!   replay: another copy of its fingerprint that was forwarded (matched), or already counted as
+//!   lost, or precedes the range (its fate is outside the audit; presumed forwarded) lies less than
+//!   H_max before it, or a forwarded copy lies less than H_min after it (the same event, forwarded
+//!   from its replay), on the input clock. So an event is counted lost once, however many
+//!   replays it has. Records without fingerprint follow `on_missing`: `forward` ones are matched
+//!   by their bytes (an xxh3-128 of key and value, [`content_hash`]) and are lost when not in the
+//!   output (they are never replays); `drop`, `dead_letter` and `fail` ones are not expected in
+//!   the output and never lost (counted as `not_forwardable`).
+//! - **Out of order**: an output record whose source has a lower input offset than the source of
+//!   an earlier output record (the cursor). Each such record counts once; the cursor stays.
+//! - **Unexpected**: an output record that is no copy of an input record of the range: with
+//!   provenance, it names another input partition, an offset holding no record the filter
+//!   forwards, or a record with another fingerprint; without, no input record nearby has its
+//!   identity.
+//!
+//! Which records are judged: input records in [`Bounds`] (offset and input clock); the records
+//! read before them (the *lead-in*, H_max of input clock) only inform. An output record is judged
+//! when its source is in the range (provenance, or a match); without provenance, a duplicate or
+//! unexpected record is judged when it comes after the first output record matched to the range
+//! (and, unexpected ones, before the last: records after it may copy input past the range).
+
+use std::collections::{HashMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::Xxh3Default;
+
+use crate::config::{CheckpointConfig, OnMissing};
+use crate::fingerprint::{Fingerprint, Fingerprinter, RecordFields};
+use crate::provenance::Provenance;
+
+/// Examples kept per finding and partition (the count is always exact).
+pub const EXAMPLES: usize = 10;
+
+/// The horizon the audit measures with, from `[checkpoint]`, in milliseconds of record time:
+/// the filter's bounds (issue 13, README "The guarantee"): a replay taken less than H_min after
+/// the copy it forwarded is always dropped, a repeat taken H_max or more after it always
+/// forwarded, on the partition clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Horizon {
+    /// H_min = (`generations` - 1) x `interval`, ms.
+    pub min_ms: i64,
+    /// H_max = `generations` x `interval`, ms.
+    pub max_ms: i64,
+}
+
+impl Horizon {
+    /// The horizon of a `[checkpoint]` section.
+    pub fn of(checkpoint: &CheckpointConfig) -> Horizon {
+        let interval = checkpoint.interval.as_millis().min(i64::MAX as u128) as i64;
+        let g = checkpoint.generations as i64;
+        Horizon {
+            min_ms: interval.saturating_mul(g - 1),
+            max_ms: interval.saturating_mul(g),
+        }
+    }
+}
+
+/// What identifies a record for matching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Identity {
+    /// The configured fingerprint (`fingerprint.source`).
+    Fingerprint(Fingerprint),
+    /// No fingerprint (the source is absent or unreadable): [`content_hash`] of its bytes.
+    Unfingerprintable(u128),
+}
+
+/// The input record an output record says it copies: the partition and offset of its provenance
+/// header ([`Provenance`]) naming the input topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    /// Input partition.
+    pub partition: i32,
+    /// Input offset.
+    pub offset: i64,
+}
+
+/// One record as the audit sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// Offset in its topic partition.
+    pub offset: i64,
+    /// Record timestamp, ms since the Unix epoch; `None` when the record has none.
+    pub timestamp: Option<i64>,
+    /// Fingerprint, or the content hash of a record without one.
+    pub identity: Identity,
+    /// Output records only: the provenance naming the input topic, if it carries one.
+    pub origin: Option<Origin>,
+}
+
+impl AuditRecord {
+    /// An input record: fingerprinted with `fingerprinter`.
+    pub fn input(
+        record: &dyn RecordFields,
+        offset: i64,
+        timestamp: Option<i64>,
+        fingerprinter: &Fingerprinter,
+    ) -> Self {
+        AuditRecord {
+            offset,
+            timestamp,
+            identity: identity(record, fingerprinter),
+            origin: None,
+        }
+    }
+
+    /// An output record: fingerprinted with `fingerprinter`, with the provenance naming
+    /// `input_topic` (the last such header, [`Provenance::of`]).
+    pub fn output(
+        record: &dyn RecordFields,
+        offset: i64,
+        timestamp: Option<i64>,
+        fingerprinter: &Fingerprinter,
+        input_topic: &str,
+    ) -> Self {
+        AuditRecord {
+            offset,
+            timestamp,
+            identity: identity(record, fingerprinter),
+            origin: Provenance::of(record, input_topic).map(|p| Origin {
+                partition: p.partition,
+                offset: p.offset,
+            }),
+        }
+    }
+}
+
+fn identity(record: &dyn RecordFields, fingerprinter: &Fingerprinter) -> Identity {
+    match fingerprinter.fingerprint(record) {
+        Ok(fp) => Identity::Fingerprint(fp),
+        Err(_) => Identity::Unfingerprintable(content_hash(record)),
+    }
+}
+
+/// The bytes of a record without fingerprint, for matching it to its copy: xxh3-128 over the key
+/// and the value, each as a null marker or a length-prefixed byte string. Headers are left out:
+/// the output copy carries kafka-dedup's provenance header besides the record's own.
+pub fn content_hash(record: &dyn RecordFields) -> u128 {
+    let mut h = Xxh3Default::new();
+    for part in [record.key(), record.value()] {
+        match part {
+            None => h.update(&[0]),
+            Some(b) => {
+                h.update(&[1]);
+                h.update(&(b.len() as u64).to_le_bytes());
+                h.update(b);
+            }
+        }
+    }
+    h.digest128()
+}
+
+/// Which input records are judged: offsets in `[from_offset, to_offset)` whose input clock is in
+/// `[since_ms, until_ms)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bounds {
+    /// First input offset judged.
+    pub from_offset: i64,
+    /// First input offset past the range.
+    pub to_offset: i64,
+    /// Input clock (ms since the Unix epoch) from which records are judged.
+    pub since_ms: i64,
+    /// Input clock from which records are no longer judged.
+    pub until_ms: i64,
+}
+
+impl Bounds {
+    /// Every record.
+    pub const ALL: Bounds = Bounds {
+        from_offset: i64::MIN,
+        to_offset: i64::MAX,
+        since_ms: i64::MIN,
+        until_ms: i64::MAX,
+    };
+
+    fn contains(&self, offset: i64, clock: i64) -> bool {
+        (self.from_offset..self.to_offset).contains(&offset) && (self.since_ms..self.until_ms).contains(&clock)
+    }
+}
+
+/// What the audit of one partition needs to know.
+#[derive(Debug, Clone)]
+pub struct Rules {
+    /// The input partition audited (its output partition under `partitioning = "preserve"`).
+    pub partition: i32,
+    /// The horizon.
+    pub horizon: Horizon,
+    /// `fingerprint.on_missing`: whether records without fingerprint are expected in the output.
+    pub on_missing: OnMissing,
+    /// The input records judged.
+    pub bounds: Bounds,
+    /// The wall clock, ms since the Unix epoch: later timestamps count as this.
+    pub now_ms: i64,
+}
+
+/// A finding: how many, and the first [`EXAMPLES`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding<T> {
+    /// How many records.
+    pub count: u64,
+    /// The first ones, in the order found.
+    pub examples: Vec<T>,
+}
+
+impl<T> Default for Finding<T> {
+    fn default() -> Self {
+        Finding {
+            count: 0,
+            examples: Vec::new(),
+        }
+    }
+}
+
+impl<T> Finding<T> {
+    fn add(&mut self, example: T) {
+        self.count += 1;
+        if self.examples.len() < EXAMPLES {
+            self.examples.push(example);
+        }
+    }
+
+    fn absorb(&mut self, other: Finding<T>) {
+        self.count += other.count;
+        for e in other.examples {
+            if self.examples.len() < EXAMPLES {
+                self.examples.push(e);
+            }
+        }
+    }
+}
+
+/// Which rule made an output record a duplicate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DuplicateRule {
+    /// Its provenance names an input record an earlier output record copies.
+    SameInputRecord,
+    /// An earlier output record has its fingerprint, less than H_min before it.
+    Fingerprint,
+}
+
+/// An output record that repeats an earlier one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Duplicate {
+    /// Its output offset.
+    pub output_offset: i64,
+    /// The output offset of the earlier record it repeats.
+    pub repeats_output_offset: i64,
+    /// The rule.
+    pub rule: DuplicateRule,
+    /// The input offset its provenance names, if any.
+    pub input_offset: Option<i64>,
+    /// The fingerprint (32 hex digits); `None` for a record without one.
+    pub fingerprint: Option<String>,
+}
+
+/// An input record that should be in the output and is not.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lost {
+    /// Its input offset.
+    pub input_offset: i64,
+    /// Its fingerprint (32 hex digits); `None` for a record without one (`on_missing = "forward"`).
+    pub fingerprint: Option<String>,
+    /// The input clock at it, ms since the Unix epoch.
+    pub clock_ms: i64,
+}
+
+/// An output record whose source comes before the source of an earlier output record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutOfOrder {
+    /// Its output offset.
+    pub output_offset: i64,
+    /// The input offset of its source.
+    pub input_offset: i64,
+    /// The earlier output record with the newest source (the cursor): its output offset.
+    pub after_output_offset: i64,
+    /// ... and its source's input offset.
+    pub after_input_offset: i64,
+}
+
+/// Why an output record is no copy of an input record of the range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "reason")]
+pub enum UnexpectedReason {
+    /// No input record near its position has its fingerprint (or bytes).
+    NoSuchInputRecord,
+    /// Its provenance names another input partition (`partitioning = "preserve"` keeps them equal).
+    OtherPartition {
+        /// The input partition named.
+        partition: i32,
+    },
+    /// Its provenance names an input offset holding no record the filter forwards (none read
+    /// there, or one without fingerprint that `on_missing` does not forward).
+    NotForwardable {
+        /// The input offset named.
+        input_offset: i64,
+    },
+    /// Its provenance names an input record with another fingerprint.
+    Differs {
+        /// The input offset named.
+        input_offset: i64,
+    },
+}
+
+/// An output record that is no copy of an input record of the range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unexpected {
+    /// Its output offset.
+    pub output_offset: i64,
+    /// Why.
+    #[serde(flatten)]
+    pub reason: UnexpectedReason,
+}
+
+/// The audit of one partition: what was read, what was found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionAudit {
+    /// The input partition (and, `preserve`, the output partition).
+    pub partition: i32,
+    /// Input records read before (or after) the range: context only.
+    pub input_context_records: u64,
+    /// Input records in the range: `forwarded + replays + lost + not_forwardable`.
+    pub input_records: u64,
+    /// First input offset in the range read.
+    pub first_input_offset: Option<i64>,
+    /// Last input offset in the range read.
+    pub last_input_offset: Option<i64>,
+    /// Input records of the range found in the output.
+    pub forwarded: u64,
+    /// Input records of the range not in the output because they are replays (see the rules).
+    pub replays: u64,
+    /// Input records of the range without fingerprint that `on_missing` does not forward.
+    pub not_forwardable: u64,
+    /// Output records read.
+    pub output_records: u64,
+    /// ... of which carry provenance naming the input topic.
+    pub output_with_provenance: u64,
+    /// Output records repeating an earlier one.
+    pub duplicates: Finding<Duplicate>,
+    /// Input records that should be in the output and are not.
+    pub lost: Finding<Lost>,
+    /// Output records out of input order.
+    pub out_of_order: Finding<OutOfOrder>,
+    /// Output records that copy no input record of the range.
+    pub unexpected: Finding<Unexpected>,
+    /// The most input records held in the window at once (the memory bound at work).
+    pub peak_window_records: u64,
+}
+
+impl PartitionAudit {
+    /// True when nothing was found.
+    pub fn clean(&self) -> bool {
+        self.duplicates.count == 0 && self.lost.count == 0 && self.out_of_order.count == 0 && self.unexpected.count == 0
+    }
+}
+
+/// Audits one input partition against its output partition: `input` and `output` in offset
+/// order, each starting at its lead-in (or anywhere before the range). Reads `input` only as far
+/// as needed (see the module documentation) and stops at `rules.bounds`; reads `output` to its
+/// end, or, once the input range is read and every record of it accounted for, until the output
+/// clock is H_max past the range. Errors: the first error of either stream.
+pub fn audit_partition<E>(
+    rules: &Rules,
+    input: impl Iterator<Item = Result<AuditRecord, E>>,
+    output: impl Iterator<Item = Result<AuditRecord, E>>,
+) -> Result<PartitionAudit, E> {
+    let mut a = Auditor::new(rules);
+    let mut input = input.fuse();
+    for o in output {
+        a.on_output(o?, &mut input)?;
+        if a.output_can_stop() {
+            break;
+        }
+    }
+    a.out_done = true;
+    a.settle(i64::MAX);
+    while !a.in_done {
+        match input.next() {
+            Some(r) => a.push_input(r?),
+            None => a.in_done = true,
+        }
+    }
+    Ok(a.finish())
+}
+
+/// An input record in the window.
+#[derive(Debug, Clone)]
+struct Entry {
+    offset: i64,
+    /// The input clock at it.
+    clock: i64,
+    identity: Identity,
+    /// In the range.
+    audited: bool,
+    /// The output offset of the record matched to it.
+    matched: Option<i64>,
+}
+
+/// The source of the newest in-order output record.
+#[derive(Debug, Clone, Copy)]
+struct Cursor {
+    input_offset: i64,
+    clock: i64,
+    output_offset: i64,
+}
+
+/// The walk's state (see the module documentation).
+struct Auditor<'r> {
+    rules: &'r Rules,
+    /// Input clock; `None` before the first timestamp.
+    in_clock: Option<i64>,
+    /// The input clock at the first input record read.
+    first_in_clock: Option<i64>,
+    /// First input offset read.
+    read_start: Option<i64>,
+    /// The offset after the last input record read.
+    in_next: i64,
+    /// No more input is read (the end, or past the range).
+    in_done: bool,
+    /// Output clock.
+    out_clock: Option<i64>,
+    /// The output has ended: every input record settles as it is read.
+    out_done: bool,
+    /// Input records not yet settled, in offset order.
+    window: VecDeque<Entry>,
+    /// Offsets of the unmatched window records, by identity, ascending.
+    index: HashMap<Identity, Vec<i64>>,
+    /// Input copies that count as an event's copy (forwarded, lost, or before the range), by
+    /// identity: (input offset, input clock). Pruned H_max behind the window.
+    copies: HashMap<Identity, Vec<(i64, i64)>>,
+    /// `copies` in insertion order, for pruning: (clock, identity, offset).
+    copies_order: VecDeque<(i64, Identity, i64)>,
+    cursor: Option<Cursor>,
+    /// Output fingerprints less than H_min old: (output clock, output offset).
+    recent: HashMap<Fingerprint, (i64, i64)>,
+    /// `recent` in output order, for pruning: (clock, fingerprint, offset).
+    recent_order: VecDeque<(i64, Fingerprint, i64)>,
+    /// An output record was matched to an input record of the range.
+    seen_audited: bool,
+    /// Unexpected records since the last output record matched to the range (judged only if
+    /// another one follows).
+    pending: Finding<Unexpected>,
+    /// Output records since the input ended, for the periodic stop check.
+    since_check: u32,
+    report: PartitionAudit,
+}
+
+impl<'r> Auditor<'r> {
+    fn new(rules: &'r Rules) -> Self {
+        Auditor {
+            rules,
+            in_clock: None,
+            first_in_clock: None,
+            read_start: None,
+            in_next: i64::MIN,
+            in_done: false,
+            out_clock: None,
+            out_done: false,
+            window: VecDeque::new(),
+            index: HashMap::new(),
+            copies: HashMap::new(),
+            copies_order: VecDeque::new(),
+            cursor: None,
+            recent: HashMap::new(),
+            recent_order: VecDeque::new(),
+            seen_audited: false,
+            pending: Finding::default(),
+            since_check: 0,
+            report: PartitionAudit {
+                partition: rules.partition,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn h_min(&self) -> i64 {
+        self.rules.horizon.min_ms
+    }
+
+    fn h_max(&self) -> i64 {
+        self.rules.horizon.max_ms
+    }
+
+    /// A timestamp as the clocks count it: none for a missing or negative one, capped at now.
+    fn effective(&self, ts: Option<i64>) -> Option<i64> {
+        ts.filter(|t| *t >= 0).map(|t| t.min(self.rules.now_ms))
+    }
+
+    fn push_input(&mut self, r: AuditRecord) {
+        if let Some(t) = self.effective(r.timestamp) {
+            self.in_clock = Some(self.in_clock.map_or(t, |c| c.max(t)));
+        }
+        let clock = self.in_clock.unwrap_or(0);
+        self.first_in_clock.get_or_insert(clock);
+        self.read_start.get_or_insert(r.offset);
+        self.in_next = r.offset.saturating_add(1);
+        let bounds = &self.rules.bounds;
+        if r.offset >= bounds.to_offset || clock >= bounds.until_ms {
+            // Past the range: read no further, and this record is context.
+            self.in_done = true;
+        } else if r.offset.saturating_add(1) >= bounds.to_offset {
+            self.in_done = true;
+        }
+        let audited = bounds.contains(r.offset, clock);
+        if audited {
+            self.report.input_records += 1;
+            self.report.first_input_offset.get_or_insert(r.offset);
+            self.report.last_input_offset = Some(r.offset);
+        } else {
+            self.report.input_context_records += 1;
+        }
+        let expected = matches!(r.identity, Identity::Fingerprint(_)) || self.rules.on_missing == OnMissing::Forward;
+        if !expected {
+            if audited {
+                self.report.not_forwardable += 1;
+            }
+            return;
+        }
+        self.window.push_back(Entry {
+            offset: r.offset,
+            clock,
+            identity: r.identity,
+            audited,
+            matched: None,
+        });
+        self.index.entry(r.identity).or_default().push(r.offset);
+        self.report.peak_window_records = self.report.peak_window_records.max(self.window.len() as u64);
+        if self.out_done {
+            self.settle(i64::MAX);
+        }
+    }
+
+    /// Judges output record `o`, reading `input` ahead as far as it needs.
+    fn on_output<E>(
+        &mut self,
+        o: AuditRecord,
+        input: &mut impl Iterator<Item = Result<AuditRecord, E>>,
+    ) -> Result<(), E> {
+        if let Some(t) = self.effective(o.timestamp) {
+            self.out_clock = Some(self.out_clock.map_or(t, |c| c.max(t)));
+        }
+        let clock = self.out_clock.unwrap_or(0);
+        self.report.output_records += 1;
+        if o.origin.is_some() {
+            self.report.output_with_provenance += 1;
+        }
+        let fingerprint = match o.identity {
+            Identity::Fingerprint(f) => Some(f),
+            Identity::Unfingerprintable(_) => None,
+        };
+        let repeats = fingerprint
+            .and_then(|f| self.recent.get(&f).copied())
+            .filter(|(c, _)| clock.saturating_sub(*c) < self.h_min())
+            .map(|(_, offset)| offset);
+        while !self.in_done && self.wants_input(&o, repeats.is_some(), clock) {
+            match input.next() {
+                Some(r) => {
+                    self.push_input(r?);
+                    // Records passed while reading ahead settle as they would once the cursor
+                    // moved there, so that a long gap does not fill the window: to the offset
+                    // named, as far as read; to a fingerprint, as far as the output clock.
+                    let limit = match o.origin {
+                        Some(_) => self.in_clock.unwrap_or(0),
+                        None => self.cursor.map_or(clock, |c| c.clock.max(clock)),
+                    };
+                    self.settle(limit);
+                }
+                None => self.in_done = true,
+            }
+        }
+        match o.origin {
+            Some(src) if src.partition != self.rules.partition => {
+                if self.seen_audited {
+                    self.report.unexpected.add(Unexpected {
+                        output_offset: o.offset,
+                        reason: UnexpectedReason::OtherPartition {
+                            partition: src.partition,
+                        },
+                    });
+                }
+            }
+            Some(src) => self.by_provenance(&o, src.offset, repeats),
+            None => self.by_identity(&o, repeats),
+        }
+        if let Some(f) = fingerprint {
+            self.recent.insert(f, (clock, o.offset));
+            self.recent_order.push_back((clock, f, o.offset));
+        }
+        while let Some((c, f, offset)) = self.recent_order.front().copied() {
+            if clock.saturating_sub(c) < self.h_min() {
+                break;
+            }
+            self.recent_order.pop_front();
+            if self.recent.get(&f) == Some(&(c, offset)) {
+                self.recent.remove(&f);
+            }
+        }
+        if self.in_done {
+            self.since_check += 1;
+        }
+        Ok(())
+    }
+
+    /// Whether the input must be read further before `o` is judged.
+    fn wants_input(&self, o: &AuditRecord, repeats: bool, out_clock: i64) -> bool {
+        match o.origin {
+            // Up to the offset named (reading stops at the range's end by itself).
+            Some(src) if src.partition == self.rules.partition => self.in_next <= src.offset,
+            Some(_) => false,
+            None => {
+                let Some(first) = self.first_in_clock else {
+                    return true;
+                };
+                if repeats || self.candidate(&o.identity).is_some_and(|(_, in_order)| in_order) {
+                    return false;
+                }
+                let base = self.cursor.map_or(first, |c| c.clock).max(out_clock);
+                self.in_clock.unwrap_or(0) < base.saturating_add(self.h_max())
+            }
+        }
+    }
+
+    /// The window position of the unmatched input record `identity` would be matched to, and
+    /// whether it is in order (at or after the cursor).
+    fn candidate(&self, identity: &Identity) -> Option<(usize, bool)> {
+        let offsets = self.index.get(identity)?;
+        let after = self.cursor.map_or(i64::MIN, |c| c.input_offset);
+        let (offset, in_order) = match offsets.iter().find(|o| **o >= after) {
+            Some(o) => (*o, true),
+            None => (*offsets.first()?, false),
+        };
+        self.position(offset).map(|i| (i, in_order))
+    }
+
+    /// The window position of input offset `offset`.
+    fn position(&self, offset: i64) -> Option<usize> {
+        self.window.binary_search_by_key(&offset, |e| e.offset).ok()
+    }
+
+    fn by_provenance(&mut self, o: &AuditRecord, k: i64, repeats: Option<i64>) {
+        let dup = |rule, repeats_output_offset| Duplicate {
+            output_offset: o.offset,
+            repeats_output_offset,
+            rule,
+            input_offset: Some(k),
+            fingerprint: fingerprint_text(&o.identity),
+        };
+        if let Some(i) = self.position(k) {
+            let e = &self.window[i];
+            let audited = e.audited;
+            if let Some(earlier) = e.matched {
+                if audited {
+                    self.report.duplicates.add(dup(DuplicateRule::SameInputRecord, earlier));
+                }
+            } else if e.identity != o.identity {
+                if audited {
+                    self.report.unexpected.add(Unexpected {
+                        output_offset: o.offset,
+                        reason: UnexpectedReason::Differs { input_offset: k },
+                    });
+                }
+            } else if let Some(earlier) = repeats {
+                if audited {
+                    self.report.duplicates.add(dup(DuplicateRule::Fingerprint, earlier));
+                }
+            } else {
+                self.take(i, o.offset);
+            }
+            return;
+        }
+        // Not in the window: before the lead-in, past what was read, settled, or no record.
+        let before_lead_in = self.read_start.is_none_or(|s| k < s);
+        if before_lead_in || k >= self.in_next {
+            return; // context, or past the range
+        }
+        let audited = self.report.first_input_offset.is_some_and(|f| k >= f)
+            && self.report.last_input_offset.is_some_and(|l| k <= l);
+        if !audited {
+            return;
+        }
+        if let Some(earlier) = repeats {
+            self.report.duplicates.add(dup(DuplicateRule::Fingerprint, earlier));
+            return;
+        }
+        let settled = self.window.front().is_none_or(|e| k < e.offset);
+        match self.cursor {
+            Some(c) if settled && k < c.input_offset => self.report.out_of_order.add(OutOfOrder {
+                output_offset: o.offset,
+                input_offset: k,
+                after_output_offset: c.output_offset,
+                after_input_offset: c.input_offset,
+            }),
+            _ => self.report.unexpected.add(Unexpected {
+                output_offset: o.offset,
+                reason: UnexpectedReason::NotForwardable { input_offset: k },
+            }),
+        }
+    }
+
+    fn by_identity(&mut self, o: &AuditRecord, repeats: Option<i64>) {
+        if let Some(earlier) = repeats {
+            if self.seen_audited {
+                self.report.duplicates.add(Duplicate {
+                    output_offset: o.offset,
+                    repeats_output_offset: earlier,
+                    rule: DuplicateRule::Fingerprint,
+                    input_offset: None,
+                    fingerprint: fingerprint_text(&o.identity),
+                });
+            }
+            return;
+        }
+        match self.candidate(&o.identity) {
+            Some((i, _)) => self.take(i, o.offset),
+            None => {
+                if self.seen_audited {
+                    self.pending.add(Unexpected {
+                        output_offset: o.offset,
+                        reason: UnexpectedReason::NoSuchInputRecord,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Matches the output record at `output_offset` to the window record at `i`.
+    fn take(&mut self, i: usize, output_offset: i64) {
+        let e = &mut self.window[i];
+        e.matched = Some(output_offset);
+        let (offset, clock, identity, audited) = (e.offset, e.clock, e.identity, e.audited);
+        if let Some(offsets) = self.index.get_mut(&identity) {
+            offsets.retain(|o| *o != offset);
+            if offsets.is_empty() {
+                self.index.remove(&identity);
+            }
+        }
+        self.add_copy(identity, offset, clock);
+        if audited {
+            self.report.forwarded += 1;
+            self.seen_audited = true;
+            let pending = std::mem::take(&mut self.pending);
+            self.report.unexpected.absorb(pending);
+        }
+        match self.cursor {
+            Some(c) if offset < c.input_offset => {
+                if audited {
+                    self.report.out_of_order.add(OutOfOrder {
+                        output_offset,
+                        input_offset: offset,
+                        after_output_offset: c.output_offset,
+                        after_input_offset: c.input_offset,
+                    });
+                }
+            }
+            _ => {
+                self.cursor = Some(Cursor {
+                    input_offset: offset,
+                    clock,
+                    output_offset,
+                });
+                self.settle(clock);
+            }
+        }
+    }
+
+    fn add_copy(&mut self, identity: Identity, offset: i64, clock: i64) {
+        self.copies.entry(identity).or_default().push((offset, clock));
+        self.copies_order.push_back((clock, identity, offset));
+    }
+
+    /// Settles the window records whose clock is at least H_max behind `limit`.
+    fn settle(&mut self, limit: i64) {
+        while let Some(front) = self.window.front() {
+            if front.clock.saturating_add(self.h_max()) > limit {
+                break;
+            }
+            let e = self.window.pop_front().expect("front exists");
+            if e.matched.is_none() {
+                if let Some(offsets) = self.index.get_mut(&e.identity) {
+                    offsets.retain(|o| *o != e.offset);
+                    if offsets.is_empty() {
+                        self.index.remove(&e.identity);
+                    }
+                }
+                self.finalize(e);
+            }
+        }
+        // Copies are needed while a record they may excuse can still settle: from H_max before
+        // the oldest unsettled record (or, the window empty, before the next one read).
+        let keep_from = self
+            .window
+            .front()
+            .map_or(self.in_clock.unwrap_or(i64::MIN), |e| e.clock)
+            .saturating_sub(self.h_max());
+        while let Some((clock, identity, offset)) = self.copies_order.front().copied() {
+            if clock >= keep_from {
+                break;
+            }
+            self.copies_order.pop_front();
+            if let Some(list) = self.copies.get_mut(&identity) {
+                list.retain(|(o, _)| *o != offset);
+                if list.is_empty() {
+                    self.copies.remove(&identity);
+                }
+            }
+        }
+    }
+
+    /// An input record no output record was matched to.
+    fn finalize(&mut self, e: Entry) {
+        let Identity::Fingerprint(fp) = e.identity else {
+            if e.audited {
+                self.report.lost.add(Lost {
+                    input_offset: e.offset,
+                    fingerprint: None,
+                    clock_ms: e.clock,
+                });
+            }
+            return;
+        };
+        if !e.audited {
+            // Before the range: presumed forwarded, so its replays in the range are replays.
+            self.add_copy(e.identity, e.offset, e.clock);
+            return;
+        }
+        if self.excused(&e) {
+            self.report.replays += 1;
+            return;
+        }
+        self.report.lost.add(Lost {
+            input_offset: e.offset,
+            fingerprint: Some(fp.to_string()),
+            clock_ms: e.clock,
+        });
+        // Its replays are replays of a lost event, not more lost events.
+        self.add_copy(e.identity, e.offset, e.clock);
+    }
+
+    /// A copy of `e`'s event counts for it: less than H_max before it, or forwarded less than
+    /// H_min after it (only forwarded copies are known after it when it settles).
+    fn excused(&self, e: &Entry) -> bool {
+        self.copies.get(&e.identity).is_some_and(|list| {
+            list.iter().any(|(offset, clock)| {
+                (*offset < e.offset && e.clock.saturating_sub(*clock) < self.h_max())
+                    || (*offset > e.offset && clock.saturating_sub(e.clock) < self.h_min())
+            })
+        })
+    }
+
+    /// Once the input has ended: true when the rest of the output is past the range: every
+    /// unsettled input record is matched or a replay of an earlier copy, and the output clock is
+    /// H_max past the input's (no copy of a record of the range is expected so late). Checked
+    /// every 256 output records.
+    fn output_can_stop(&mut self) -> bool {
+        if !self.in_done || self.since_check < 256 {
+            return false;
+        }
+        self.since_check = 0;
+        let out = self.out_clock.unwrap_or(0);
+        let input = self.in_clock.unwrap_or(0);
+        out >= input.saturating_add(self.h_max())
+            && self.window.iter().all(|e| {
+                e.matched.is_some()
+                    || !e.audited
+                    || (matches!(e.identity, Identity::Fingerprint(_))
+                        && self.copies.get(&e.identity).is_some_and(|list| {
+                            list.iter()
+                                .any(|(o, c)| *o < e.offset && e.clock.saturating_sub(*c) < self.h_max())
+                        }))
+            })
+    }
+
+    fn finish(mut self) -> PartitionAudit {
+        self.settle(i64::MAX);
+        // `pending`: unexpected records after the last one matched to the range, which may copy
+        // input past it: not judged.
+        self.report
+    }
+}
+
+fn fingerprint_text(identity: &Identity) -> Option<String> {
+    match identity {
+        Identity::Fingerprint(f) => Some(f.to_string()),
+        Identity::Unfingerprintable(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,565 @@
+//! The audit's rules in tables: each row an input partition and an output partition written by
+//! hand, and what the audit must find, without provenance (matched by fingerprint and order) and
+//! with it (matched by input offset).
+
+use std::convert::Infallible;
+
+use super::*;
+
+/// Interval 1 s, 2 generations: H_min = 1 s, H_max = 2 s.
+const HORIZON: Horizon = Horizon {
+    min_ms: 1000,
+    max_ms: 2000,
+};
+/// Record time 0 of the tables.
+const T0: i64 = 1_700_000_000_000;
+
+/// An event: its fingerprint is derived from the name; `U...` names a record without fingerprint.
+fn identity(name: &str) -> Identity {
+    let h = xxhash_rust::xxh3::xxh3_128(name.as_bytes());
+    if name.starts_with('U') {
+        Identity::Unfingerprintable(h)
+    } else {
+        Identity::Fingerprint(Fingerprint(h))
+    }
+}
+
+/// Input records (name, ms after T0), at offsets 0, 1, 2, ...
+fn input(records: &[(&str, i64)]) -> Vec<AuditRecord> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, (name, t))| AuditRecord {
+            offset: i as i64,
+            timestamp: Some(T0 + t),
+            identity: identity(name),
+            origin: None,
+        })
+        .collect()
+}
+
+/// An output record: (name, ms after T0, the input offset it copies; `None`: a record that carries
+/// no provenance even when the others do).
+type Out = (&'static str, i64, Option<i64>);
+
+/// Output records at offsets 0, 1, 2, ...; with `provenance`, each names its input offset.
+fn output(records: &[Out], provenance: bool) -> Vec<AuditRecord> {
+    records
+        .iter()
+        .enumerate()
+        .map(|(i, (name, t, source))| AuditRecord {
+            offset: i as i64,
+            timestamp: Some(T0 + t),
+            identity: identity(name),
+            origin: source
+                .filter(|_| provenance)
+                .map(|offset| Origin { partition: 0, offset }),
+        })
+        .collect()
+}
+
+fn rules(bounds: Bounds, on_missing: OnMissing) -> Rules {
+    Rules {
+        partition: 0,
+        horizon: HORIZON,
+        on_missing,
+        bounds,
+        now_ms: T0 + 1_000_000_000,
+    }
+}
+
+fn run(rules: &Rules, input: Vec<AuditRecord>, output: Vec<AuditRecord>) -> PartitionAudit {
+    let ok = |r| Ok::<_, Infallible>(r);
+    match audit_partition(rules, input.into_iter().map(ok), output.into_iter().map(ok)) {
+        Ok(a) => a,
+        Err(never) => match never {},
+    }
+}
+
+/// What a row must find: duplicates, lost, out of order, unexpected, and replays (input records
+/// rightly not forwarded).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Want {
+    dup: u64,
+    lost: u64,
+    order: u64,
+    unexpected: u64,
+    replays: u64,
+}
+
+const fn want(dup: u64, lost: u64, order: u64, unexpected: u64, replays: u64) -> Want {
+    Want {
+        dup,
+        lost,
+        order,
+        unexpected,
+        replays,
+    }
+}
+
+const CLEAN: Want = want(0, 0, 0, 0, 0);
+
+fn found(a: &PartitionAudit) -> Want {
+    want(
+        a.duplicates.count,
+        a.lost.count,
+        a.out_of_order.count,
+        a.unexpected.count,
+        a.replays,
+    )
+}
+
+/// A row: name, input, output, what is found without provenance and with it.
+struct Row {
+    name: &'static str,
+    input: Vec<(&'static str, i64)>,
+    output: Vec<Out>,
+    without: Want,
+    with: Want,
+}
+
+fn row(name: &'static str, input: &[(&'static str, i64)], output: &[Out], without: Want, with: Want) -> Row {
+    Row {
+        name,
+        input: input.to_vec(),
+        output: output.to_vec(),
+        without,
+        with,
+    }
+}
+
+fn check(rows: Vec<Row>, rules: &Rules) {
+    for r in rows {
+        for (provenance, want) in [(false, r.without), (true, r.with)] {
+            let a = run(rules, input(&r.input), output(&r.output, provenance));
+            let case = format!(
+                "{} ({} provenance)",
+                r.name,
+                if provenance { "with" } else { "without" }
+            );
+            assert_eq!(found(&a), want, "{case}: {a:#?}");
+            assert_eq!(
+                a.input_records,
+                a.forwarded + a.replays + a.lost.count + a.not_forwardable,
+                "{case}: every input record of the range is accounted for once: {a:#?}"
+            );
+            assert_eq!(
+                a.clean(),
+                want.dup + want.lost + want.order + want.unexpected == 0,
+                "{case}"
+            );
+            assert_eq!(
+                a.output_with_provenance > 0,
+                provenance && r.output.iter().any(|o| o.2.is_some())
+            );
+        }
+    }
+}
+
+/// The planted faults and the filter's legitimate behaviour, on the whole partition.
+#[test]
+fn findings_in_a_table() {
+    let abcd = [("a", 0), ("b", 10), ("c", 20), ("d", 30)];
+    #[rustfmt::skip]
+    let rows = vec![
+        row("clean", &abcd,
+            &[("a", 0, Some(0)), ("b", 10, Some(1)), ("c", 20, Some(2)), ("d", 30, Some(3))],
+            CLEAN, CLEAN),
+        row("a planted duplicate", &abcd,
+            &[("a", 0, Some(0)), ("b", 10, Some(1)), ("c", 20, Some(2)), ("b", 10, Some(1)), ("d", 30, Some(3))],
+            want(1, 0, 0, 0, 0), want(1, 0, 0, 0, 0)),
+        row("a planted gap", &abcd,
+            &[("a", 0, Some(0)), ("c", 20, Some(2)), ("d", 30, Some(3))],
+            want(0, 1, 0, 0, 0), want(0, 1, 0, 0, 0)),
+        row("a planted reorder", &abcd,
+            &[("a", 0, Some(0)), ("c", 20, Some(2)), ("b", 10, Some(1)), ("d", 30, Some(3))],
+            want(0, 0, 1, 0, 0), want(0, 0, 1, 0, 0)),
+        row("replays within H_min dropped",
+            &[("a", 0), ("b", 10), ("a", 20), ("c", 30), ("b", 900)],
+            &[("a", 0, Some(0)), ("b", 10, Some(1)), ("c", 30, Some(3))],
+            want(0, 0, 0, 0, 2), want(0, 0, 0, 0, 2)),
+        row("a repeat H_max after its first copy forwarded: not a duplicate",
+            &[("a", 0), ("b", 100), ("a", 2500)],
+            &[("a", 0, Some(0)), ("b", 100, Some(1)), ("a", 2500, Some(2))],
+            CLEAN, CLEAN),
+        row("a repeat H_max after its first copy dropped: lost",
+            &[("a", 0), ("b", 100), ("a", 2500)],
+            &[("a", 0, Some(0)), ("b", 100, Some(1))],
+            want(0, 1, 0, 0, 0), want(0, 1, 0, 0, 0)),
+        row("a repeat between H_min and H_max forwarded",
+            &[("a", 0), ("b", 500), ("a", 1500)],
+            &[("a", 0, Some(0)), ("b", 500, Some(1)), ("a", 1500, Some(2))],
+            CLEAN, CLEAN),
+        row("a repeat between H_min and H_max dropped",
+            &[("a", 0), ("b", 500), ("a", 1500)],
+            &[("a", 0, Some(0)), ("b", 500, Some(1))],
+            want(0, 0, 0, 0, 1), want(0, 0, 0, 0, 1)),
+        row("the horizon restarts at the copy forwarded in between",
+            &[("a", 900), ("a", 2100), ("a", 2500), ("a", 3000)],
+            &[("a", 900, Some(0)), ("a", 2100, Some(1))],
+            want(0, 0, 0, 0, 2), want(0, 0, 0, 0, 2)),
+        row("a replay keeping its event time, taken H_max later on the clock, forwarded",
+            &[("a", 0), ("b", 1000), ("c", 3000), ("a", 0)],
+            &[("a", 0, Some(0)), ("b", 1000, Some(1)), ("c", 3000, Some(2)), ("a", 0, Some(3))],
+            CLEAN, CLEAN),
+        row("a replay keeping its event time, taken H_max later on the clock, dropped",
+            &[("a", 0), ("b", 1000), ("c", 3000), ("a", 0)],
+            &[("a", 0, Some(0)), ("b", 1000, Some(1)), ("c", 3000, Some(2))],
+            want(0, 1, 0, 0, 0), want(0, 1, 0, 0, 0)),
+        row("a replay keeping its event time within H_min, forwarded: a duplicate",
+            &[("a", 0), ("b", 500), ("a", 0)],
+            &[("a", 0, Some(0)), ("b", 500, Some(1)), ("a", 0, Some(2))],
+            want(1, 0, 0, 0, 1), want(1, 0, 0, 0, 1)),
+        row("a lost record whose replay was forwarded: the event is there",
+            &[("a", 0), ("b", 10), ("c", 20), ("b", 30)],
+            &[("a", 0, Some(0)), ("c", 20, Some(2)), ("b", 30, Some(3))],
+            want(0, 0, 0, 0, 1), want(0, 0, 0, 0, 1)),
+        row("an event lost with its replays counts once",
+            &[("a", 0), ("b", 10), ("b", 20), ("c", 30), ("b", 40)],
+            &[("a", 0, Some(0)), ("c", 30, Some(3))],
+            want(0, 1, 0, 0, 2), want(0, 1, 0, 0, 2)),
+        row("the same input record forwarded twice, H_min apart: only provenance tells",
+            &[("a", 0), ("b", 1500), ("c", 1510)],
+            &[("a", 0, Some(0)), ("b", 1500, Some(1)), ("a", 0, Some(0)), ("c", 1510, Some(2))],
+            want(0, 0, 0, 1, 0), want(1, 0, 0, 0, 0)),
+        row("... and H_max behind the newest source: out of order (settled, its fate forgotten)",
+            &[("a", 0), ("b", 5000), ("c", 5010)],
+            &[("a", 0, Some(0)), ("b", 5000, Some(1)), ("a", 0, Some(0)), ("c", 5010, Some(2))],
+            want(0, 0, 0, 1, 0), want(0, 0, 1, 0, 0)),
+        row("a record in the middle that copies nothing of the input",
+            &abcd,
+            &[("a", 0, Some(0)), ("b", 10, Some(1)), ("x", 15, None), ("c", 20, Some(2)), ("d", 30, Some(3))],
+            want(0, 0, 0, 1, 0), want(0, 0, 0, 1, 0)),
+        row("records after the last one of the range are not judged",
+            &abcd,
+            &[("a", 0, Some(0)), ("b", 10, Some(1)), ("c", 20, Some(2)), ("d", 30, Some(3)), ("x", 40, None)],
+            CLEAN, CLEAN),
+        row("a gap longer than the horizon",
+            &[("a", 0), ("b", 1000), ("c", 2500), ("d", 5000), ("e", 5010)],
+            &[("a", 0, Some(0)), ("d", 5000, Some(3)), ("e", 5010, Some(4))],
+            want(0, 2, 0, 0, 0), want(0, 2, 0, 0, 0)),
+        row("a reorder further than the horizon: lost there, and late",
+            &[("a", 0), ("b", 10), ("c", 3000), ("d", 6000), ("e", 6010)],
+            &[("a", 0, Some(0)), ("c", 3000, Some(2)), ("d", 6000, Some(3)), ("b", 10, Some(1)), ("e", 6010, Some(4))],
+            want(0, 1, 0, 1, 0), want(0, 1, 1, 0, 0)),
+    ];
+    check(rows, &rules(Bounds::ALL, OnMissing::Forward));
+}
+
+/// Records without fingerprint: matched by their bytes when `on_missing = "forward"`, not
+/// expected otherwise.
+#[test]
+fn records_without_fingerprint_follow_on_missing() {
+    let input = [("a", 0), ("U1", 10), ("b", 20), ("U1", 30)];
+    #[rustfmt::skip]
+    let forward = vec![
+        row("forwarded, both copies (never replays)", &input,
+            &[("a", 0, Some(0)), ("U1", 10, Some(1)), ("b", 20, Some(2)), ("U1", 30, Some(3))],
+            CLEAN, CLEAN),
+        row("one copy missing: lost", &input,
+            &[("a", 0, Some(0)), ("U1", 10, Some(1)), ("b", 20, Some(2))],
+            want(0, 1, 0, 0, 0), want(0, 1, 0, 0, 0)),
+    ];
+    check(forward, &rules(Bounds::ALL, OnMissing::Forward));
+    for on_missing in [OnMissing::Drop, OnMissing::DeadLetter, OnMissing::Fail] {
+        #[rustfmt::skip]
+        let not_forwarded = vec![
+            row("not in the output: right", &input,
+                &[("a", 0, Some(0)), ("b", 20, Some(2))],
+                CLEAN, CLEAN),
+            row("in the output: unexpected", &input,
+                &[("a", 0, Some(0)), ("U1", 10, Some(1)), ("b", 20, Some(2))],
+                want(0, 0, 0, 1, 0), want(0, 0, 0, 1, 0)),
+        ];
+        check(not_forwarded, &rules(Bounds::ALL, on_missing));
+    }
+    let a = run(
+        &rules(Bounds::ALL, OnMissing::Drop),
+        self::input(&input),
+        output(&[("a", 0, Some(0)), ("b", 20, Some(2))], true),
+    );
+    assert_eq!((a.input_records, a.not_forwardable, a.forwarded), (4, 2, 2));
+}
+
+/// Bounds: the records before the range (the lead-in) inform, and are never judged.
+#[test]
+fn bounds_judge_only_the_range() {
+    // `a` at offset 0 is before the range; its output copy is before where the output was read.
+    let input = [("a", 0), ("b", 10), ("a", 20), ("c", 30), ("d", 40)];
+    let by_offset = Bounds {
+        from_offset: 2,
+        ..Bounds::ALL
+    };
+    let by_time = Bounds {
+        since_ms: T0 + 20,
+        ..Bounds::ALL
+    };
+    for bounds in [by_offset, by_time] {
+        #[rustfmt::skip]
+        let rows = vec![
+            row("a replay of a record before the range", &input,
+                &[("b", 10, Some(1)), ("c", 30, Some(3)), ("d", 40, Some(4))],
+                want(0, 0, 0, 0, 1), want(0, 0, 0, 0, 1)),
+            row("faults before the range are not judged", &input,
+                &[("x", 5, None), ("b", 10, Some(1)), ("b", 10, Some(1)), ("c", 30, Some(3)), ("d", 40, Some(4))],
+                want(0, 0, 0, 0, 1), want(0, 0, 0, 0, 1)),
+            row("a duplicate of a record in the range is", &input,
+                &[("b", 10, Some(1)), ("c", 30, Some(3)), ("c", 30, Some(3)), ("d", 40, Some(4))],
+                want(1, 0, 0, 0, 1), want(1, 0, 0, 0, 1)),
+            row("a gap in the range", &input,
+                &[("b", 10, Some(1)), ("d", 40, Some(4))],
+                want(0, 1, 0, 0, 1), want(0, 1, 0, 0, 1)),
+        ];
+        check(rows, &rules(bounds, OnMissing::Forward));
+    }
+    // The upper bound: `d` is past the range, its copy not judged; nothing after it is read.
+    let until = Bounds {
+        to_offset: 4,
+        ..Bounds::ALL
+    };
+    #[rustfmt::skip]
+    let rows = vec![
+        row("the output holds records past the range", &input,
+            &[("a", 0, Some(0)), ("b", 10, Some(1)), ("c", 30, Some(3)), ("d", 40, Some(4)), ("y", 50, None)],
+            want(0, 0, 0, 0, 1), want(0, 0, 0, 0, 1)),
+        row("the output ends before the range does", &input,
+            &[("a", 0, Some(0)), ("b", 10, Some(1))],
+            want(0, 1, 0, 0, 1), want(0, 1, 0, 0, 1)),
+    ];
+    check(rows, &rules(until, OnMissing::Forward));
+}
+
+/// Provenance makes matching exact: a record copied from another partition, or naming an input
+/// record it does not copy, is unexpected; a duplicate is found at any distance.
+#[test]
+fn provenance_is_exact() {
+    let r = rules(Bounds::ALL, OnMissing::Forward);
+    let inp = input(&[("a", 0), ("b", 10), ("c", 20)]);
+    let mut out = output(&[("a", 0, Some(0)), ("b", 10, Some(1)), ("c", 20, Some(2))], true);
+    out[1].origin = Some(Origin {
+        partition: 1,
+        offset: 1,
+    });
+    let a = run(&r, inp.clone(), out);
+    assert_eq!(found(&a), want(0, 1, 0, 1, 0), "{a:#?}");
+    assert_eq!(
+        a.unexpected.examples[0].reason,
+        UnexpectedReason::OtherPartition { partition: 1 }
+    );
+
+    let mut out = output(&[("a", 0, Some(0)), ("b", 10, Some(1)), ("c", 20, Some(2))], true);
+    out[1].origin = Some(Origin {
+        partition: 0,
+        offset: 2,
+    });
+    let a = run(&r, inp.clone(), out);
+    assert_eq!(found(&a), want(0, 1, 0, 1, 0), "{a:#?}");
+    assert_eq!(
+        a.unexpected.examples[0].reason,
+        UnexpectedReason::Differs { input_offset: 2 }
+    );
+
+    // The same input record again, long after: a duplicate by provenance alone.
+    let inp = input(&[("a", 0), ("b", 5000), ("c", 9000)]);
+    let out = output(
+        &[
+            ("a", 0, Some(0)),
+            ("b", 5000, Some(1)),
+            ("b", 5000, Some(1)),
+            ("c", 9000, Some(2)),
+        ],
+        true,
+    );
+    let a = run(&r, inp, out);
+    assert_eq!(found(&a), want(1, 0, 0, 0, 0), "{a:#?}");
+    let d = &a.duplicates.examples[0];
+    assert_eq!(
+        (d.output_offset, d.repeats_output_offset, d.rule, d.input_offset),
+        (2, 1, DuplicateRule::SameInputRecord, Some(1))
+    );
+}
+
+/// The examples name the records: offsets in both topics.
+#[test]
+fn examples_name_the_records() {
+    let r = rules(Bounds::ALL, OnMissing::Forward);
+    let inp = input(&[("a", 0), ("b", 10), ("c", 20), ("d", 30), ("e", 40)]);
+    let out = output(
+        &[
+            ("a", 0, None),
+            ("c", 20, None),
+            ("b", 10, None),
+            ("c", 20, None),
+            ("e", 40, None),
+        ],
+        false,
+    );
+    let a = run(&r, inp, out);
+    assert_eq!(
+        a.out_of_order.examples,
+        vec![OutOfOrder {
+            output_offset: 2,
+            input_offset: 1,
+            after_output_offset: 1,
+            after_input_offset: 2
+        }]
+    );
+    assert_eq!(a.duplicates.examples[0].output_offset, 3);
+    assert_eq!(a.duplicates.examples[0].repeats_output_offset, 1);
+    assert_eq!(a.lost.examples[0].input_offset, 3);
+    assert_eq!(a.lost.examples[0].clock_ms, T0 + 30);
+    let d = identity("d");
+    assert_eq!(
+        a.lost.examples[0].fingerprint,
+        match d {
+            Identity::Fingerprint(f) => Some(f.to_string()),
+            Identity::Unfingerprintable(_) => None,
+        }
+    );
+}
+
+/// Input records, one per millisecond, `n` of them, with a replay of the record 250 ms earlier
+/// every 100 records.
+fn long_input(n: i64) -> impl Iterator<Item = Result<AuditRecord, Infallible>> {
+    (0..n).map(|i| {
+        let event = if i % 100 == 99 { i - 250 } else { i };
+        Ok(AuditRecord {
+            offset: i,
+            timestamp: Some(T0 + i),
+            identity: Identity::Fingerprint(Fingerprint(event.max(0) as u128)),
+            origin: None,
+        })
+    })
+}
+
+/// The filter's output for [`long_input`]: every record but the replays, with or without
+/// provenance; input offsets for which `lost` is true left out.
+fn long_output(
+    n: i64,
+    provenance: bool,
+    lost: fn(i64) -> bool,
+) -> impl Iterator<Item = Result<AuditRecord, Infallible>> {
+    (0..n)
+        .filter(move |i| i % 100 != 99 && !lost(*i))
+        .enumerate()
+        .map(move |(o, i)| {
+            Ok(AuditRecord {
+                offset: o as i64,
+                timestamp: Some(T0 + i),
+                identity: Identity::Fingerprint(Fingerprint(i as u128)),
+                origin: provenance.then_some(Origin {
+                    partition: 0,
+                    offset: i,
+                }),
+            })
+        })
+}
+
+/// The memory bound: the window holds about two horizons of input (one behind the newest match,
+/// one ahead of the newest output record), whatever the length of the partition.
+#[test]
+fn memory_is_bounded_by_the_horizon() {
+    let n = 200_000;
+    let r = rules(Bounds::ALL, OnMissing::Forward);
+    // Two records lost, and a gap of 30,000 (15 horizons), whose 300 replays are replays of
+    // lost events.
+    let lost = |i: i64| i == 50_000 || i == 150_001 || (100_000..130_000).contains(&i);
+    for provenance in [false, true] {
+        let a = match audit_partition(&r, long_input(n), long_output(n, provenance, lost)) {
+            Ok(a) => a,
+            Err(never) => match never {},
+        };
+        assert_eq!(found(&a), want(0, 2 + 30_000 - 300, 0, 0, (n / 100) as u64), "{a:#?}");
+        // One record per ms: H_max = 2,000 records; 2 x H_max plus the record being matched.
+        assert!(
+            a.peak_window_records <= 2 * 2000 + 2,
+            "provenance {provenance}: window {}",
+            a.peak_window_records
+        );
+        assert!(a.peak_window_records >= 2000, "the window spans the horizon");
+    }
+}
+
+/// The input is read no further than the range, and not ahead of the output by more than the
+/// horizon.
+#[test]
+fn input_is_read_lazily() {
+    use std::cell::Cell;
+    let pulled = Cell::new(0i64);
+    let counting = || {
+        long_input(1_000_000).inspect(|r| {
+            if let Ok(r) = r {
+                pulled.set(r.offset);
+            }
+        })
+    };
+    let bounded = rules(
+        Bounds {
+            to_offset: 10_000,
+            ..Bounds::ALL
+        },
+        OnMissing::Forward,
+    );
+    let a = match audit_partition(&bounded, counting(), long_output(20_000, true, |_| false)) {
+        Ok(a) => a,
+        Err(never) => match never {},
+    };
+    assert_eq!(pulled.get(), 9_999, "read up to the range's end");
+    assert_eq!(a.input_records, 10_000);
+    assert!(a.clean(), "{a:#?}");
+    // ... and the output until its clock is H_max (2,000 records) past the range, give or take
+    // the 256 records between two checks.
+    assert!(
+        (12_000..12_300).contains(&(a.output_records + 100)),
+        "output read: {}",
+        a.output_records
+    );
+
+    pulled.set(0);
+    let r = rules(Bounds::ALL, OnMissing::Forward);
+    let mut output = long_output(1_000_000, false, |_| false).take(1000);
+    let mut a = Auditor::new(&r);
+    let mut input = counting();
+    for o in output.by_ref() {
+        a.on_output(o.unwrap(), &mut input).unwrap();
+    }
+    assert!(
+        pulled.get() <= 1010 + 2000,
+        "the input is read at most H_max ahead of the output: {}",
+        pulled.get()
+    );
+}
+
+/// H_min and H_max from `[checkpoint]`, as the README states them.
+#[test]
+fn the_horizon_from_the_configuration() {
+    let of = |interval: &str, generations: u32| {
+        Horizon::of(&CheckpointConfig {
+            interval: humantime::parse_duration(interval).unwrap(),
+            generations,
+        })
+    };
+    assert_eq!(
+        of("20s", 2),
+        Horizon {
+            min_ms: 20_000,
+            max_ms: 40_000
+        },
+        "the defaults"
+    );
+    assert_eq!(
+        of("1m", 3),
+        Horizon {
+            min_ms: 120_000,
+            max_ms: 180_000
+        }
+    );
+    assert_eq!(
+        of("1s", 1),
+        Horizon {
+            min_ms: 0,
+            max_ms: 1000
+        },
+        "one generation: no replay is sure to be dropped"
+    );
+}

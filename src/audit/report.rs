@@ -1,0 +1,335 @@
+//! The audit's answer: the types `--json` prints, and the text for people.
+
+use std::io::{self, Write};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::core::{Duplicate, DuplicateRule, Horizon, Lost, OutOfOrder, PartitionAudit, Unexpected, UnexpectedReason};
+use crate::config::Config;
+
+/// The whole audit (`kafka-dedup audit --json`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Report {
+    /// The input topic.
+    pub input_topic: String,
+    /// The output topic.
+    pub output_topic: String,
+    /// `fingerprint.source`.
+    pub fingerprint_source: String,
+    /// `fingerprint.on_missing`.
+    pub on_missing: String,
+    /// The horizon measured with: H_min and H_max in ms.
+    pub horizon: Horizon,
+    /// True when no partition has a finding (exit code 0).
+    pub clean: bool,
+    /// Sums over the partitions.
+    pub totals: Totals,
+    /// One per audited input partition, ascending.
+    pub partitions: Vec<PartitionReport>,
+}
+
+/// Sums over the partitions (see [`PartitionAudit`] for each).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Totals {
+    /// Input records in the ranges.
+    pub input_records: u64,
+    /// ... found in the output.
+    pub forwarded: u64,
+    /// ... rightly not in the output: replays.
+    pub replays: u64,
+    /// ... without fingerprint that `on_missing` does not forward.
+    pub not_forwardable: u64,
+    /// Output records read.
+    pub output_records: u64,
+    /// ... of which carry provenance.
+    pub output_with_provenance: u64,
+    /// Duplicates found.
+    pub duplicates: u64,
+    /// Lost records found.
+    pub lost: u64,
+    /// Records out of order found.
+    pub out_of_order: u64,
+    /// Unexpected records found.
+    pub unexpected: u64,
+}
+
+/// One partition: its range and its audit.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartitionReport {
+    /// What was read and found.
+    #[serde(flatten)]
+    pub audit: PartitionAudit,
+    /// The range judged, and what was read around it.
+    pub range: Range,
+    /// True when output records carry the broker's append time (`LogAppendTime`) instead of the
+    /// input record's: the output clock then runs later than the input's (see the README).
+    pub output_log_append_time: bool,
+}
+
+/// Where a partition's range came from (see `audit::read`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Range {
+    /// First input offset read (the lead-in starts here).
+    pub input_read_from: i64,
+    /// Input records judged: offsets from here ...
+    pub from_offset: i64,
+    /// ... up to here (exclusive) ...
+    pub to_offset: i64,
+    /// ... where `to_offset` comes from ...
+    pub to: UpperBound,
+    /// ... and input clock from this time on (ms since the Unix epoch; `None`: unbounded) ...
+    pub since_ms: Option<i64>,
+    /// ... where `since_ms` comes from ...
+    pub since: LowerBound,
+    /// ... and before this time (`--until`).
+    pub until_ms: Option<i64>,
+    /// First output offset read.
+    pub output_read_from: i64,
+    /// The output's end (high watermark) when the partition's audit began.
+    pub output_end: i64,
+}
+
+/// Where the upper offset bound comes from.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum UpperBound {
+    /// `--to-offset`.
+    ToOffset,
+    /// The offset `input.group_id` committed: what the filter checkpointed.
+    Committed,
+    /// The end of the input partition when the audit began (nothing committed).
+    End,
+}
+
+/// Where the lower time bound comes from.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LowerBound {
+    /// None.
+    None,
+    /// `--since`.
+    Since,
+    /// Raised where a topic lost its oldest records, or the filter started at the end.
+    Retention,
+}
+
+impl Report {
+    /// An empty report for `cfg`'s topics.
+    pub fn new(cfg: &Config, horizon: Horizon) -> Self {
+        Report {
+            input_topic: cfg.input.topic.clone(),
+            output_topic: cfg.output.topic.clone(),
+            fingerprint_source: cfg.fingerprint.source.to_string(),
+            on_missing: cfg.fingerprint.on_missing.as_str().to_string(),
+            horizon,
+            clean: true,
+            totals: Totals::default(),
+            partitions: Vec::new(),
+        }
+    }
+
+    /// Adds a partition's audit.
+    pub fn add(&mut self, p: PartitionReport) {
+        let a = &p.audit;
+        let t = &mut self.totals;
+        t.input_records += a.input_records;
+        t.forwarded += a.forwarded;
+        t.replays += a.replays;
+        t.not_forwardable += a.not_forwardable;
+        t.output_records += a.output_records;
+        t.output_with_provenance += a.output_with_provenance;
+        t.duplicates += a.duplicates.count;
+        t.lost += a.lost.count;
+        t.out_of_order += a.out_of_order.count;
+        t.unexpected += a.unexpected.count;
+        self.clean &= a.clean();
+        self.partitions.push(p);
+    }
+
+    /// Writes the report as indented JSON.
+    pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
+        serde_json::to_writer_pretty(&mut *out, self).map_err(io::Error::from)?;
+        writeln!(out)
+    }
+
+    /// Writes the report as text: a header, per partition its range, counts and findings (the
+    /// examples), and a verdict.
+    pub fn write_text(&self, out: &mut impl Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "audit {} -> {}: fingerprint source {}, on_missing {}; a replay less than {} (H_min) after the copy \
+             forwarded must be dropped, a repeat {} (H_max) or more after it forwarded",
+            self.input_topic,
+            self.output_topic,
+            self.fingerprint_source,
+            self.on_missing,
+            duration(self.horizon.min_ms),
+            duration(self.horizon.max_ms)
+        )?;
+        for p in &self.partitions {
+            write_partition(out, p)?;
+        }
+        let t = &self.totals;
+        writeln!(
+            out,
+            "{}: {} partition(s), {} input records judged ({} forwarded, {} replays, {} not forwardable), \
+             {} output records; {} duplicate(s), {} lost, {} out of order, {} unexpected",
+            if self.clean { "CLEAN" } else { "NOT CLEAN" },
+            self.partitions.len(),
+            t.input_records,
+            t.forwarded,
+            t.replays,
+            t.not_forwardable,
+            t.output_records,
+            t.duplicates,
+            t.lost,
+            t.out_of_order,
+            t.unexpected
+        )
+    }
+}
+
+fn duration(ms: i64) -> String {
+    humantime::format_duration(Duration::from_millis(ms.max(0) as u64)).to_string()
+}
+
+fn time(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + Duration::from_millis(ms.max(0) as u64);
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+fn write_partition(out: &mut impl Write, p: &PartitionReport) -> io::Result<()> {
+    let (a, r) = (&p.audit, &p.range);
+    let to = match r.to {
+        UpperBound::ToOffset => "--to-offset",
+        UpperBound::Committed => "the group's committed offset",
+        UpperBound::End => "the end",
+    };
+    let mut judged = format!("input offsets [{}, {}) (to: {to})", r.from_offset, r.to_offset);
+    if let Some(s) = r.since_ms {
+        let why = match r.since {
+            LowerBound::Retention => " (raised: the topics' oldest records are gone, or the filter started late)",
+            _ => "",
+        };
+        judged.push_str(&format!(", from {}{why}", time(s)));
+    }
+    if let Some(u) = r.until_ms {
+        judged.push_str(&format!(", before {}", time(u)));
+    }
+    writeln!(
+        out,
+        "partition {}: {}: {} records, read from offset {}; output read from offset {}: {} records ({} with provenance)",
+        a.partition,
+        judged,
+        a.input_records,
+        r.input_read_from,
+        r.output_read_from,
+        a.output_records,
+        a.output_with_provenance
+    )?;
+    writeln!(
+        out,
+        "  {} forwarded, {} replays, {} not forwardable; {}",
+        a.forwarded,
+        a.replays,
+        a.not_forwardable,
+        if a.clean() { "clean" } else { "NOT CLEAN" }
+    )?;
+    if p.output_log_append_time {
+        writeln!(
+            out,
+            "  note: the output topic stamps records with their append time (LogAppendTime), not the input's: \
+             the audit's reading ahead and its memory grow with that lag"
+        )?;
+    }
+    for d in &a.duplicates.examples {
+        write_duplicate(out, d)?;
+    }
+    more(out, a.duplicates.count, a.duplicates.examples.len(), "duplicates")?;
+    for l in &a.lost.examples {
+        write_lost(out, l)?;
+    }
+    more(out, a.lost.count, a.lost.examples.len(), "lost records")?;
+    for o in &a.out_of_order.examples {
+        write_order(out, o)?;
+    }
+    more(
+        out,
+        a.out_of_order.count,
+        a.out_of_order.examples.len(),
+        "records out of order",
+    )?;
+    for u in &a.unexpected.examples {
+        write_unexpected(out, u)?;
+    }
+    more(
+        out,
+        a.unexpected.count,
+        a.unexpected.examples.len(),
+        "unexpected records",
+    )
+}
+
+fn more(out: &mut impl Write, count: u64, shown: usize, what: &str) -> io::Result<()> {
+    if count > shown as u64 {
+        writeln!(out, "  ... {} more {what}", count - shown as u64)?;
+    }
+    Ok(())
+}
+
+fn fingerprint(f: &Option<String>) -> String {
+    f.as_deref()
+        .map_or("without fingerprint".to_string(), |f| format!("fingerprint {f}"))
+}
+
+fn write_duplicate(out: &mut impl Write, d: &Duplicate) -> io::Result<()> {
+    let why = match d.rule {
+        DuplicateRule::SameInputRecord => format!(
+            "copies input offset {} again",
+            d.input_offset.map_or("?".to_string(), |o| o.to_string())
+        ),
+        DuplicateRule::Fingerprint => "less than H_min after it on the output clock".to_string(),
+    };
+    writeln!(
+        out,
+        "  DUPLICATE output offset {} repeats output offset {} ({}): {why}",
+        d.output_offset,
+        d.repeats_output_offset,
+        fingerprint(&d.fingerprint)
+    )
+}
+
+fn write_lost(out: &mut impl Write, l: &Lost) -> io::Result<()> {
+    writeln!(
+        out,
+        "  LOST input offset {} ({}, input clock {}): not in the output, and no copy of it forwarded within the horizon",
+        l.input_offset,
+        fingerprint(&l.fingerprint),
+        time(l.clock_ms)
+    )
+}
+
+fn write_order(out: &mut impl Write, o: &OutOfOrder) -> io::Result<()> {
+    writeln!(
+        out,
+        "  OUT OF ORDER output offset {} copies input offset {}, after output offset {} copied input offset {}",
+        o.output_offset, o.input_offset, o.after_output_offset, o.after_input_offset
+    )
+}
+
+fn write_unexpected(out: &mut impl Write, u: &Unexpected) -> io::Result<()> {
+    let why = match u.reason {
+        UnexpectedReason::NoSuchInputRecord => "no input record near it has its fingerprint (or bytes)".to_string(),
+        UnexpectedReason::OtherPartition { partition } => {
+            format!("its provenance names input partition {partition}")
+        }
+        UnexpectedReason::NotForwardable { input_offset } => {
+            format!("its provenance names input offset {input_offset}, which holds no record the filter forwards")
+        }
+        UnexpectedReason::Differs { input_offset } => {
+            format!("its provenance names input offset {input_offset}, which holds another record")
+        }
+    };
+    writeln!(out, "  UNEXPECTED output offset {}: {why}", u.output_offset)
+}

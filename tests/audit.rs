@@ -1,0 +1,413 @@
+//! `kafka-dedup audit` on the test broker (issue 15, item 3): topics written by the test with
+//! planted faults, with and without provenance headers, and a real filter run.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::*;
+use kafka_dedup::audit::core::DuplicateRule;
+use kafka_dedup::audit::report::{PartitionReport, Report, UpperBound};
+use kafka_dedup::provenance::{Provenance, HEADER};
+use kafka_dedup::scenario;
+use rdkafka::consumer::Consumer;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+/// What `kafka-dedup audit` answered.
+struct Audit {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Audit {
+    fn report(&self) -> Report {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not a report ({e}):\n{}\n{}", self.stdout, self.stderr))
+    }
+}
+
+/// Runs `kafka-dedup audit --config CONFIG ARGS...`.
+fn audit(config: &Path, args: &[&str]) -> Audit {
+    let out = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        .arg("audit")
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .expect("run kafka-dedup audit");
+    Audit {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// The configuration of a filter for `spec`, written to `dir`: what the audit reads.
+fn config(spec: &FilterSpec, dir: &Path) -> PathBuf {
+    let path = dir.join(format!("audit-{}.toml", spec.output));
+    std::fs::write(&path, spec.toml(free_port())).unwrap();
+    path
+}
+
+/// Produces `records` (record, timestamp in ms) to one partition, in order, and waits for them.
+fn produce_timed(broker: &Broker, topic: &str, partition: i32, records: &[(Raw, i64)]) {
+    let timed: Vec<(i64, Raw)> = records.iter().map(|(r, ts)| (*ts, r.clone())).collect();
+    broker.produce_timed(topic, partition, &timed);
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn partition(r: &Report, p: i32) -> &PartitionReport {
+    r.partitions
+        .iter()
+        .find(|x| x.audit.partition == p)
+        .unwrap_or_else(|| panic!("partition {p} not in the report"))
+}
+
+/// (duplicates, lost, out of order, unexpected) of a partition.
+fn findings(p: &PartitionReport) -> (u64, u64, u64, u64) {
+    let a = &p.audit;
+    (
+        a.duplicates.count,
+        a.lost.count,
+        a.out_of_order.count,
+        a.unexpected.count,
+    )
+}
+
+/// The input of the planted-fault topics, per partition `p`: `p-0` .. `p-39` stamped 100 ms
+/// apart from `t0` (4 s: twice H_max), with a replay of `p-15` after `p-20` (input offset 21,
+/// stamped `t0` + 2,050 ms); so `p-i` is at input offset `i` up to 20 and `i + 1` after.
+fn planted_input(p: i32, t0: i64) -> Vec<(Raw, i64)> {
+    let rec = |i: i64| {
+        (
+            raw(Some(&format!("k{i}")), Some(&format!("{p}-{i}")), &[]),
+            t0 + i * 100,
+        )
+    };
+    let mut records: Vec<(Raw, i64)> = (0..=20).map(rec).collect();
+    records.push((rec(15).0, t0 + 2050));
+    records.extend((21..40).map(rec));
+    records
+}
+
+/// What the filter should have written for partition `p` (every `p-i` once, with the input's
+/// timestamps), with one fault planted: 1 a copy of `1-30` after `1-31`, 2 `2-25` left out, 3
+/// `3-33` and `3-34` swapped; 0 none. With `provenance`, each record carries the header naming
+/// its input offset.
+fn planted_output(input: &str, p: i32, t0: i64, provenance: bool) -> Vec<(Raw, i64)> {
+    let offset = |i: i64| if i <= 20 { i } else { i + 1 };
+    let rec = |i: i64| {
+        let mut r = raw(Some(&format!("k{i}")), Some(&format!("{p}-{i}")), &[]);
+        if provenance {
+            let source = Provenance {
+                topic: input.to_string(),
+                partition: p,
+                offset: offset(i),
+            };
+            r.headers
+                .push((HEADER.as_bytes().to_vec(), Some(source.encode().into_bytes())));
+        }
+        (r, t0 + i * 100)
+    };
+    let mut order: Vec<i64> = (0..40).collect();
+    match p {
+        1 => order.insert(32, 30),
+        2 => order.retain(|i| *i != 25),
+        3 => order.swap(33, 34),
+        _ => {}
+    }
+    order.into_iter().map(rec).collect()
+}
+
+/// The planted faults, found exactly, per partition; partition 0 alone is clean (exit 0); the
+/// bounds leave a fault in or out.
+fn planted(provenance: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("audit-in"), unique("audit-out"));
+    tansu().create_topic(&input, 4);
+    tansu().create_topic(&output, 4);
+    let t0 = now_ms() - 600_000;
+    for p in 0..4 {
+        produce_timed(&tansu(), &input, p, &planted_input(p, t0));
+        produce_timed(&tansu(), &output, p, &planted_output(&input, p, t0, provenance));
+    }
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let config = config(&spec, dir.path());
+
+    let a = audit(&config, &["--json"]);
+    assert_eq!(a.code, 1, "{}\n{}", a.stdout, a.stderr);
+    let r = a.report();
+    assert!(!r.clean);
+    assert_eq!(r.horizon.min_ms, 1000, "interval 1 s, 2 generations");
+    assert_eq!(r.horizon.max_ms, 2000);
+    for p in &r.partitions {
+        let a = &p.audit;
+        assert_eq!(p.range.to, UpperBound::End, "nothing committed");
+        assert_eq!(
+            (a.input_records, a.output_records),
+            (41, 40 + (a.partition == 1) as u64 - (a.partition == 2) as u64)
+        );
+        assert_eq!(a.output_with_provenance, if provenance { a.output_records } else { 0 });
+        assert_eq!(a.replays, 1, "the replay of {}-15 was dropped: right", a.partition);
+    }
+    assert_eq!(findings(partition(&r, 0)), (0, 0, 0, 0), "{:#?}", partition(&r, 0));
+
+    let dup = partition(&r, 1);
+    assert_eq!(findings(dup), (1, 0, 0, 0), "{dup:#?}");
+    let d = &dup.audit.duplicates.examples[0];
+    assert_eq!((d.output_offset, d.repeats_output_offset), (32, 30));
+    if provenance {
+        assert_eq!((d.rule, d.input_offset), (DuplicateRule::SameInputRecord, Some(31)));
+    } else {
+        assert_eq!((d.rule, d.input_offset), (DuplicateRule::Fingerprint, None));
+    }
+
+    let gap = partition(&r, 2);
+    assert_eq!(findings(gap), (0, 1, 0, 0), "{gap:#?}");
+    assert_eq!(gap.audit.lost.examples[0].input_offset, 26, "2-25");
+    assert_eq!(gap.audit.lost.examples[0].clock_ms, t0 + 2500);
+
+    let reorder = partition(&r, 3);
+    assert_eq!(findings(reorder), (0, 0, 1, 0), "{reorder:#?}");
+    let o = &reorder.audit.out_of_order.examples[0];
+    assert_eq!(
+        (
+            o.output_offset,
+            o.input_offset,
+            o.after_output_offset,
+            o.after_input_offset
+        ),
+        (34, 34, 33, 35)
+    );
+    assert_eq!(r.totals.duplicates + r.totals.lost + r.totals.out_of_order, 3);
+
+    // The same as text, for people.
+    let text = audit(&config, &[]);
+    eprintln!("{}", text.stdout);
+    assert_eq!(text.code, 1);
+    for needle in [
+        "DUPLICATE output offset 32 repeats output offset 30",
+        "LOST input offset 26",
+        "OUT OF ORDER output offset 34 copies input offset 34, after output offset 33 copied input offset 35",
+        "NOT CLEAN: 4 partition(s)",
+    ] {
+        assert!(text.stdout.contains(needle), "{needle:?} in:\n{}", text.stdout);
+    }
+
+    // A clean pair: exit 0.
+    let clean = audit(&config, &["--json", "--partition", "0"]);
+    assert_eq!(clean.code, 0, "{}\n{}", clean.stdout, clean.stderr);
+    assert!(clean.report().clean);
+    assert_eq!(clean.report().partitions.len(), 1);
+    let text = audit(&config, &["--partition", "0"]);
+    assert!(
+        text.stdout
+            .contains("\nCLEAN: 1 partition(s), 41 input records judged (40 forwarded, 1 replays"),
+        "{}",
+        text.stdout
+    );
+
+    // Bounds. In partition 2 the gap is input offset 26, stamped t0 + 2,500 ms. In partition 0,
+    // input offset 21 is a replay (stamped t0 + 2,050 ms) of offset 15: judged alone, it is a
+    // replay only if the audit read what came before it (the lead-in, H_max = 2 s of input). The
+    // input is read from the record stamped 2 s before the range (ListOffsets by time), or
+    // from the log start when there is none.
+    let at = |ms: i64| humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string();
+    let (since, until) = (
+        |ms| vec!["--since".to_string(), at(ms)],
+        |ms| vec!["--until".to_string(), at(ms)],
+    );
+    let offsets = |from: Option<i64>, to: Option<i64>| {
+        let mut v = Vec::new();
+        if let Some(f) = from {
+            v.extend(["--from-offset".to_string(), f.to_string()]);
+        }
+        if let Some(t) = to {
+            v.extend(["--to-offset".to_string(), t.to_string()]);
+        }
+        v
+    };
+    #[rustfmt::skip]
+    let rows: Vec<(&str, Vec<String>, i32, i64)> = vec![
+        // partition, bounds, exit code (= lost records), first input offset read
+        ("2", offsets(Some(27), None),     0, 6),
+        ("2", offsets(None, Some(26)),     0, 0),
+        ("2", offsets(Some(26), Some(27)), 1, 5),
+        ("2", until(t0 + 2500),            0, 0),
+        ("2", since(t0 + 2500),            1, 5),
+        ("2", since(t0 + 2501),            0, 6),
+        ("2", since(t0 + 1000),            1, 0),
+        ("2", vec!["--since".into(), "1h".into()], 1, 0),
+        ("0", offsets(Some(21), Some(22)), 0, 1),
+        ("0", [since(t0 + 2050), until(t0 + 2051)].concat(), 0, 1),
+    ];
+    for (p, bounds, code, read_from) in rows {
+        let mut args = vec!["--json", "--partition", p];
+        args.extend(bounds.iter().map(String::as_str));
+        let a = audit(&config, &args);
+        assert_eq!(a.code, code, "{bounds:?}:\n{}\n{}", a.stdout, a.stderr);
+        let r = a.report();
+        let p = &r.partitions[0];
+        assert_eq!(findings(p), (0, code as u64, 0, 0), "{bounds:?}: {p:#?}");
+        assert!(p.audit.input_records >= 1, "{bounds:?}: {p:#?}");
+        assert_eq!(p.range.input_read_from, read_from, "{bounds:?}: {p:#?}");
+        assert_eq!(p.range.output_read_from, 0, "2 x H_max before the range: before t0");
+        assert_eq!(
+            p.audit.input_records,
+            p.audit.forwarded + p.audit.replays + p.audit.lost.count + p.audit.not_forwardable
+        );
+    }
+}
+
+/// Case 1 without provenance headers: matched by fingerprint and order.
+#[test]
+fn planted_duplicate_gap_and_reorder_without_provenance() {
+    planted(false);
+}
+
+/// Case 1 with provenance headers: matched by input offset.
+#[test]
+fn planted_duplicate_gap_and_reorder_with_provenance() {
+    planted(true);
+}
+
+/// The last record of `topic`/`p`: its offset, the record and its timestamp.
+fn last_record(broker: &Broker, topic: &str, p: i32) -> (i64, Raw, i64) {
+    let mut c = broker.client();
+    c.set("group.id", unique("reader")).set("enable.partition.eof", "true");
+    let consumer: kafka_dedup::kafka::Reader = c.create_with_context(kafka_dedup::kafka::ReaderContext).unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut last = None;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "reading {topic} timed out");
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                let mut headers = Vec::new();
+                kafka_dedup::fingerprint::for_each_raw_header(&m, &mut |name, value| {
+                    headers.push((name.to_vec(), value.map(|v| v.to_vec())))
+                });
+                let r = Raw {
+                    key: m.key().map(|k| k.to_vec()),
+                    value: m.payload().map(|v| v.to_vec()),
+                    headers,
+                };
+                last = Some((m.offset(), r, m.timestamp().to_millis().unwrap()));
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => break,
+            _ => {}
+        }
+    }
+    last.expect("the output partition has records")
+}
+
+/// Case 2: the audit agrees with a real filter run on the replay scenario (clean, every event
+/// forwarded once, every replay dropped), then finds exactly the duplicate appended by hand.
+#[test]
+fn agrees_with_a_filter_run_then_finds_a_duplicate_appended_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("audit-run-in"), unique("audit-run-out"));
+    tansu().create_topic(&input, 3);
+    tansu().create_topic(&output, 3);
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    let s = scenario::replay_scenario(3000, 3, 100, 15);
+    assert!(s.replays > 100, "{}", s.replays);
+    tansu().produce_values(&input, &s.records, Duration::from_secs(2));
+    tansu().wait_committed(
+        &spec.group,
+        &input,
+        &tansu().end_offsets(&input, 3),
+        Duration::from_secs(120),
+        || filter.logs(),
+    );
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let verdict = scenario::verify(&s.records, &tansu().read_values(&output, 3));
+    assert!(verdict.ok() && verdict.output_records == 3000, "{verdict:?}");
+
+    let config = config(&spec, dir.path());
+    let a = audit(&config, &["--json"]);
+    assert_eq!(a.code, 0, "{}\n{}", a.stdout, a.stderr);
+    let r = a.report();
+    assert!(r.clean);
+    assert_eq!(r.totals.input_records, s.records.len() as u64);
+    assert_eq!(r.totals.forwarded, 3000);
+    assert_eq!(r.totals.replays, s.replays);
+    assert_eq!(r.totals.output_records, 3000);
+    for p in &r.partitions {
+        assert_eq!(p.range.to, UpperBound::Committed, "{p:#?}");
+    }
+
+    // A copy of partition 1's last output record, appended as the filter would have written it.
+    let (offset, record, ts) = last_record(&tansu(), &output, 1);
+    produce_timed(&tansu(), &output, 1, &[(record, ts)]);
+    let a = audit(&config, &["--json"]);
+    assert_eq!(a.code, 1, "{}\n{}", a.stdout, a.stderr);
+    let r = a.report();
+    assert_eq!(
+        (
+            r.totals.duplicates,
+            r.totals.lost,
+            r.totals.out_of_order,
+            r.totals.unexpected
+        ),
+        (1, 0, 0, 0),
+        "{r:#?}"
+    );
+    let d = &partition(&r, 1).audit.duplicates.examples[0];
+    assert_eq!((d.output_offset, d.repeats_output_offset), (offset + 1, offset));
+    assert_eq!(r.totals.forwarded, 3000);
+}
+
+/// What the audit cannot check exits 2, naming why.
+#[test]
+fn refusals_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("audit-no-in"), unique("audit-no-out"));
+    tansu().create_topic(&input, 2);
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let config = config(&spec, dir.path());
+    let a = audit(&config, &[]);
+    assert_eq!(a.code, 2, "{}", a.stderr);
+    assert!(
+        a.stderr.contains(&output) && a.stderr.contains("does not exist"),
+        "{}",
+        a.stderr
+    );
+
+    tansu().create_topic(&output, 2);
+    let a = audit(&config, &["--partition", "2"]);
+    assert_eq!(a.code, 2, "{}", a.stderr);
+    assert!(a.stderr.contains("has 2 partitions"), "{}", a.stderr);
+    for bad in [
+        vec!["--since", "soon"],
+        vec!["--from-offset", "-3"],
+        vec!["--from-offset", "9", "--to-offset", "3"],
+    ] {
+        let a = audit(&config, &bad);
+        assert_eq!(a.code, 2, "{bad:?}: {}", a.stderr);
+    }
+    let mut key = spec.clone();
+    key.extra = String::new();
+    let text = key.toml(free_port()).replace(
+        &format!("topic = \"{output}\"\n"),
+        &format!("topic = \"{output}\"\npartitioning = \"key\"\n"),
+    );
+    let key_config = dir.path().join("key.toml");
+    std::fs::write(&key_config, text).unwrap();
+    let a = audit(&key_config, &[]);
+    assert_eq!(a.code, 2, "{}", a.stderr);
+    assert!(a.stderr.contains("partitioning = \"key\""), "{}", a.stderr);
+
+    let a = audit(&config, &["--json"]);
+    assert_eq!(a.code, 0, "two empty topics are clean: {}\n{}", a.stdout, a.stderr);
+}
