@@ -418,7 +418,7 @@ fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
     records.extend((10..20).map(|i| raw(None, Some(&format!("small-{i}")), &[])));
     tansu().produce_raw(&input, 0, &records);
 
-    let spec = FilterSpec::new(&input, &output, dir.path());
+    let spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
     let limited = spec.toml(free_port()).replace(
         "\"heartbeat.interval.ms\" = 500",
         "\"heartbeat.interval.ms\" = 500\n\"message.max.bytes\" = 10000",

@@ -91,7 +91,7 @@ fn retried_batch_drops_exactly_the_repeats() {
     records.extend((501..=1000).map(rec));
     tansu().produce_raw(&input, 0, &records);
 
-    let spec = FilterSpec::new(&input, &output, dir.path());
+    let spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
     let mut filter = spec.start(dir.path());
     filter.wait_metric(CONSUMED, &[], 1100.0, Duration::from_secs(60));
     filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
@@ -125,7 +125,7 @@ fn header_selected_identity() {
     ];
     tansu().produce_raw(&input, 0, &records);
 
-    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    let mut spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
     spec.fingerprint = "[fingerprint]\nsource = \"header:event-id\"\n".into();
     let mut filter = spec.start(dir.path());
     filter.wait_metric(CONSUMED, &[], 4.0, Duration::from_secs(60));
@@ -148,7 +148,7 @@ fn header_selected_identity() {
     let dir2 = tempfile::tempdir().unwrap();
     let output2 = unique("hdr-out2");
     tansu().create_topic(&output2, 1);
-    let mut spec2 = FilterSpec::new(&input, &output2, dir2.path());
+    let mut spec2 = FilterSpec::new(&input, &output2, dir2.path()).with_provenance();
     spec2.fingerprint = format!(
         "[fingerprint]\nsource = \"header:event-id\"\non_missing = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n"
     );
@@ -188,7 +188,7 @@ fn tombstones_and_empty_values() {
         raw(Some("k1"), Some(""), &[]),
     ];
     tansu().produce_raw(&input, 0, &records);
-    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    let mut spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
     spec.fingerprint = "[fingerprint]\nsource = \"key_value\"\n".into();
     let mut filter = spec.start(dir.path());
     filter.wait_metric(CONSUMED, &[], 5.0, Duration::from_secs(60));

@@ -67,7 +67,7 @@ fn a_group_without_offsets_forwards_nothing_again() {
     kafka.create_topic(&input, 1);
     kafka.create_topic(&output, 1);
     kafka.produce_values(&input, &values(0..100), Duration::ZERO);
-    let spec = FilterSpec::new(&input, &output, dir.path());
+    let spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
     let mut first = spec.start(dir.path());
     wait_drained(&spec, 1, &[&first], Duration::from_secs(90), || first.logs());
     assert!(first.terminate().success(), "{}", first.logs());
@@ -98,7 +98,7 @@ fn an_offset_reset_to_zero_forwards_nothing_again() {
     let (input, output) = (unique("reset-in"), unique("reset-out"));
     kafka.create_topic(&input, 1);
     kafka.create_topic(&output, 1);
-    let spec = FilterSpec::new(&input, &output, dir.path());
+    let spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
     let mut first = spec.start(dir.path());
     first.wait_ready(Duration::from_secs(60));
     let t0 = now_ms() - 30_000;
@@ -149,7 +149,9 @@ fn key_partitioning_on_a_broker_that_drops_metadata() {
     kafka.create_topic(&input, 1);
     kafka.create_topic(&output, 3);
     kafka.produce_values(&input, &values(0..300), Duration::ZERO);
-    let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
+    let mut spec = FilterSpec::new(&input, &output, dir.path())
+        .with_provenance()
+        .killable();
     spec.interval = "1h";
     spec.env
         .push(("KAFKA_DEDUP__OUTPUT__PARTITIONING".into(), "key".into()));
@@ -201,7 +203,7 @@ fn provenance_can_be_switched_off() {
         .map(|i| raw(Some(&format!("k{i}")), Some(&i.to_string()), &[("trace", "t")]))
         .collect();
     kafka.produce_raw(&input, 0, &records);
-    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    let mut spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
     spec.env
         .push(("KAFKA_DEDUP__OUTPUT__PROVENANCE".into(), "false".into()));
     let mut filter = spec.start(dir.path());
@@ -211,7 +213,7 @@ fn provenance_can_be_switched_off() {
     // With it on (the default), the same records carry their source, and nothing else changes.
     let output2 = unique("prov-out2");
     kafka.create_topic(&output2, 1);
-    let spec2 = FilterSpec::new(&input, &output2, &dir.path().join("on"));
+    let spec2 = FilterSpec::new(&input, &output2, &dir.path().join("on")).with_provenance();
     std::fs::create_dir_all(dir.path().join("on")).unwrap();
     let mut filter = spec2.start(dir.path());
     filter.wait_metric(FORWARDED, &[], 20.0, Duration::from_secs(60));
@@ -237,7 +239,7 @@ fn provenance_the_input_does_not_confirm_is_ignored() {
     kafka.produce_raw(&output, 0, &[stale]);
     kafka.produce_values(&input, &values(0..50), Duration::ZERO);
     let dir = tempfile::tempdir().unwrap();
-    let spec = FilterSpec::new(&input, &output, dir.path());
+    let spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
     let mut filter = spec.start(dir.path());
     wait_drained(&spec, 1, &[&filter], Duration::from_secs(90), || filter.logs());
     assert_eq!(metric(&filter.scrape(), FORWARDED, &[]), 50.0, "{}", filter.logs());
