@@ -9,7 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::{Query, RawQuery, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -62,6 +62,11 @@ pub async fn serve(
 /// ([`crate::telemetry::render`]).
 async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
     crate::telemetry::ready(s.status.readiness().ready);
+    if let Some(store) = s.status.store() {
+        // A walk of the store directory (`Store::size_on_disk`), done here rather than on the
+        // pipeline thread.
+        crate::telemetry::store_size(store.size_on_disk());
+    }
     let owned = s.status.partitions();
     let body = s
         .prometheus
@@ -140,8 +145,20 @@ async fn store_stats(State(s): State<HttpState>) -> Response {
     (StatusCode::OK, Json(st)).into_response()
 }
 
-/// `GET /store/lookup`: `inspect lookup --json`, answered live by the pipeline thread.
-async fn store_lookup(State(s): State<HttpState>, Query(pairs): Query<Vec<(String, String)>>) -> Response {
+/// `GET /store/lookup`: `inspect lookup --json`, answered live by the pipeline thread. A query
+/// with a malformed escape is refused (400): form decoding keeps `%ZZ` as the three characters,
+/// which would look up another value than the one meant.
+async fn store_lookup(
+    State(s): State<HttpState>,
+    RawQuery(raw): RawQuery,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> Response {
+    if let Some(bad) = raw.as_deref().and_then(malformed_escape) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("the query is not URL-encoded: \"{bad}\" is not % followed by two hex digits"),
+        );
+    }
     let input = match LookupInput::from_query(pairs) {
         Ok(i) => i,
         Err(m) => return error(StatusCode::BAD_REQUEST, m.to_string()),
@@ -150,5 +167,30 @@ async fn store_lookup(State(s): State<HttpState>, Query(pairs): Query<Vec<(Strin
         Ok(Ok(l)) => (StatusCode::OK, Json(l)).into_response(),
         Ok(Err(bad)) => error(StatusCode::BAD_REQUEST, bad.to_string()),
         Err(why) => error(StatusCode::SERVICE_UNAVAILABLE, why.to_string()),
+    }
+}
+
+/// The first `%` of `query` that does not start an escape of two hex digits, with what follows
+/// it (up to two characters).
+fn malformed_escape(query: &str) -> Option<&str> {
+    let b = query.as_bytes();
+    let i = (0..b.len()).find(|&i| {
+        b[i] == b'%' && !(i + 2 < b.len() && b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit())
+    })?;
+    let end = (i + 3).min(b.len());
+    query.get(i..end).or(Some("%"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::malformed_escape;
+
+    #[test]
+    fn malformed_escapes_are_found() {
+        assert_eq!(malformed_escape("value=%ZZ"), Some("%ZZ"));
+        assert_eq!(malformed_escape("value=a%4"), Some("%4"));
+        assert_eq!(malformed_escape("value=a%"), Some("%"));
+        assert_eq!(malformed_escape("value=%41&key=%e2%82%ac"), None);
+        assert_eq!(malformed_escape("value=plain+text"), None);
     }
 }

@@ -6,10 +6,13 @@
 
 use std::time::Duration;
 
+use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::BaseProducer;
 
-use crate::config::{Config, Delivery, Partitioning};
+use crate::config::{Config, ConfigError, Delivery, Partitioning};
 
 /// Properties kafka-dedup sets itself, whatever `[kafka.properties]` says, and why.
 pub const ENFORCED: &[(&str, &str)] = &[
@@ -221,6 +224,74 @@ pub fn reader_config(cfg: &Config) -> ClientConfig {
     c
 }
 
+/// Creates the group consumer, the producer and the recovery reader with librdkafka, without
+/// bootstrap servers (so nothing connects), and drops them. librdkafka checks some settings only
+/// as a whole, when a client is created: `acks = 0` with the idempotence kafka-dedup enforces, a
+/// certificate it cannot parse. `check-config` and `run` call this before anything connects, so
+/// such a mistake exits 2 at once instead of after the brokers answered. The error names the
+/// property librdkafka names when `[kafka.properties]` sets it (else `kafka.properties`).
+pub fn check_clients(cfg: &Config) -> Result<(), ConfigError> {
+    let clients = [
+        ("consumer", consumer_config(cfg)),
+        ("producer", producer_config(cfg)),
+        ("reader", reader_config(cfg)),
+    ];
+    for (role, mut c) in clients {
+        c.remove("bootstrap.servers");
+        let created = if role == "producer" {
+            c.create_with_context::<_, BaseProducer<Quiet>>(Quiet).map(drop)
+        } else {
+            c.create_with_context::<_, BaseConsumer<Quiet>>(Quiet).map(drop)
+        };
+        if let Err(e) = created {
+            return Err(client_error(cfg, role, &e));
+        }
+    }
+    Ok(())
+}
+
+/// The configuration error for librdkafka's refusal `e` of the `role` client's settings.
+fn client_error(cfg: &Config, role: &str, e: &KafkaError) -> ConfigError {
+    let set = cfg.kafka.flat_properties();
+    let (named, detail) = match e {
+        KafkaError::ClientConfig(_, desc, key, _) => (Some(key.clone()), desc.clone()),
+        KafkaError::ClientCreation(msg) => {
+            // The longest property of the configuration that the message names.
+            let named = set
+                .keys()
+                .filter(|k| msg.contains(&format!("`{k}`")) || msg.contains(k.as_str()))
+                .max_by_key(|k| k.len())
+                .cloned();
+            (named, msg.clone())
+        }
+        other => (None, other.to_string()),
+    };
+    let key = match named {
+        Some(k) if set.contains_key(&k) => format!("kafka.properties.{k}"),
+        _ => "kafka.properties".to_string(),
+    };
+    ConfigError::Key {
+        key,
+        reason: format!("librdkafka refuses the {role}'s settings: {detail}"),
+    }
+}
+
+/// The context of the clients [`check_clients`] creates: they never connect, and librdkafka's
+/// warning that no bootstrap server is configured is not for the user.
+struct Quiet;
+
+impl ClientContext for Quiet {
+    fn log(&self, _: rdkafka::config::RDKafkaLogLevel, _: &str, _: &str) {}
+    fn error(&self, _: KafkaError, _: &str) {}
+}
+
+impl rdkafka::consumer::ConsumerContext for Quiet {}
+
+impl rdkafka::producer::ProducerContext for Quiet {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, _: ()) {}
+}
+
 /// Kafka's murmur2 hash (the Java client's `Utils.murmur2`), used by the Java client's default
 /// partitioner: `(murmur2(key) & 0x7fffffff) % partitions`.
 pub fn murmur2(data: &[u8]) -> i32 {
@@ -332,6 +403,26 @@ mod tests {
         }
         assert_eq!(consumer.get("enable.auto.commit"), Some("false"), "enforced");
         assert!(CONSUMER_ONLY.iter().all(|k| !PRODUCER_ONLY.contains(k)));
+    }
+
+    /// Issue 16, item 6: settings librdkafka refuses only as a whole, when a client is created,
+    /// are found without connecting, naming the property.
+    #[test]
+    fn client_settings_are_checked_without_connecting() {
+        let cfg = |props: &str| {
+            let text = format!("[kafka]\nbootstrap_servers = \"127.0.0.1:1\"\n[kafka.properties]\n{props}\n[input]\ntopic = \"in\"\n[output]\ntopic = \"out\"\n");
+            Config::from_toml_str(&text, Some(Default::default())).unwrap()
+        };
+        let started = std::time::Instant::now();
+        check_clients(&cfg("")).unwrap();
+        let e = check_clients(&cfg("acks = 0")).unwrap_err();
+        assert_eq!(e.key_name(), Some("kafka.properties.acks"), "{e}");
+        assert!(e.to_string().contains("idempotence"), "{e}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

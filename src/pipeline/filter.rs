@@ -26,7 +26,7 @@ use crate::kafka;
 use crate::partition::{Partition, Running, Target};
 use crate::status::Status;
 use crate::store::Store;
-use crate::telemetry::{self, Totals};
+use crate::telemetry::Totals;
 
 /// How often gauges are refreshed and the idle warning is considered.
 const GAUGE_EVERY: Duration = Duration::from_secs(1);
@@ -276,7 +276,8 @@ impl Filter {
         }
     }
 
-    /// Sets the fingerprints-held gauges of every running partition and the store size gauge.
+    /// Sets the fingerprints-held gauges of every running partition (the store size gauge is set
+    /// at each scrape, off this thread: `http::metrics`).
     fn refresh_gauges(&self) {
         for state in self.partitions.values() {
             if let Partition::Running(run) = state {
@@ -288,7 +289,6 @@ impl Filter {
                 }
             }
         }
-        telemetry::store_size(self.store.size_on_disk());
     }
 }
 

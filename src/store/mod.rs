@@ -129,6 +129,10 @@ pub enum StoreError {
              (or delete the directory: the store is a cache, and the next start rebuilds it from the output topic); \
              nothing was modified")]
     OlderFormat { path: PathBuf, found: u32, supported: u32 },
+    /// `run` cannot create or write the store there (a read-only file system, no permission, a
+    /// file where a directory should be): a configuration error, exit 2.
+    #[error("configuration key `store.path`: {path} is not writable ({reason}); point it at a directory kafka-dedup may create and write")]
+    NotWritable { path: PathBuf, reason: String },
     /// Data that fails a checksum or does not parse.
     #[error("store {path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
@@ -468,9 +472,12 @@ impl Store {
         Ok(())
     }
 
-    /// Bytes the store occupies on disk (sled's own accounting).
+    /// Bytes the store directory occupies on disk: the blocks allocated to it and to everything
+    /// in it (sled's log, blobs and snapshots, the stamps), as `du` counts them, which is what
+    /// fills a disk. `kafka_dedup_store_size_bytes` and `inspect stats` both report this
+    /// (sled's own `size_on_disk` leaves out its snapshot files and the rest).
     pub fn size_on_disk(&self) -> u64 {
-        self.db.size_on_disk().unwrap_or(0)
+        disk_usage(&self.path)
     }
 
     /// Writes the HTTP address of this process into the store directory, for `inspect`'s hint.
@@ -482,6 +489,26 @@ impl Store {
     pub fn remove_live_file(&self) {
         let _ = std::fs::remove_file(self.path.join(LIVE_FILE));
     }
+}
+
+/// Bytes allocated to `path` and, for a directory, to everything under it (`du -s -B1`); what
+/// cannot be read counts 0.
+fn disk_usage(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let own = meta.blocks() * 512;
+    if !meta.is_dir() {
+        return own;
+    }
+    let inner: u64 = std::fs::read_dir(path)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| disk_usage(&e.path()))
+        .sum();
+    own + inner
 }
 
 /// Adds generation `g` of partition `p` to `batch` as chunks of [`CHUNK_ENTRIES`], removing
@@ -610,6 +637,29 @@ mod tests {
         let keys = store.db.scan_prefix(chunk_prefix(0)).count();
         assert_eq!(keys, 0, "g2 and g3 are empty, g1's chunks are gone");
         assert_eq!(store.partitions().unwrap(), vec![0]);
+    }
+
+    /// Issue 16, item 6: the size reported (gauge and `inspect stats`) is what the directory
+    /// occupies, as `du` says.
+    #[test]
+    fn the_size_on_disk_is_what_du_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        saved_store(&path);
+        let store = Store::open_existing(&path).unwrap();
+        let du = std::process::Command::new("du")
+            .args(["-s", "-B1"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let du: u64 = String::from_utf8_lossy(&du.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(store.size_on_disk(), du);
+        assert_eq!(crate::inspect::stats(&store).unwrap().size_on_disk_bytes, du);
     }
 
     #[test]

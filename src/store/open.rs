@@ -225,6 +225,45 @@ fn check_version(path: &Path, found: u32) -> Result<(), StoreError> {
     }
 }
 
+/// Refuses a store path `run` could not write ([`StoreError::NotWritable`]), touching nothing: the
+/// directory if it exists, else the nearest existing ancestor, where it would be created, must
+/// be a directory that access(2) says is writable and searchable (which also answers for a
+/// read-only file system, and for root).
+fn check_writable(path: &Path) -> Result<(), StoreError> {
+    let not = |reason: String| StoreError::NotWritable {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut dir = path;
+    loop {
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => break,
+            // The path itself a file: `examine` says so.
+            Ok(_) if dir == path => return Ok(()),
+            Ok(_) => return Err(not(format!("{} is a file", dir.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                dir = match dir.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+            }
+            Err(e) => return Err(not(e.to_string())),
+        }
+    }
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|e| not(e.to_string()))?;
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(not(if dir == path {
+            e.to_string()
+        } else {
+            format!("{}: {e}", dir.display())
+        }));
+    }
+    Ok(())
+}
+
 /// A file-system error at `path`, as a store error.
 fn io_error(path: &Path, e: std::io::Error) -> StoreError {
     StoreError::Sled {
@@ -262,10 +301,11 @@ fn replace_unopenable(path: &Path, failure: &OpenFailure) -> Result<(sled::Db, O
 }
 
 impl Store {
-    /// The refusals of [`Store::open_for_run`] that need no Kafka and touch nothing (not a store,
-    /// a newer or an older format), checked on their own so that `run` can refuse such a
+    /// The refusals of [`Store::open_for_run`] that need no Kafka and touch nothing (not
+    /// writable, not a store, a newer or an older format), checked on their own so that `run` can refuse such a
     /// directory before it contacts the brokers, yet check the topics before the store changes.
     pub fn precheck_for_run(path: &Path) -> Result<(), StoreError> {
+        check_writable(path)?;
         match examine(path)? {
             Found::Missing | Found::Empty => Ok(()),
             Found::Store(v) | Found::FormatOnly(v) => check_version(path, v),
