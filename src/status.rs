@@ -66,14 +66,27 @@ struct Owned {
     state: PartitionState,
     /// While recovering: why the last attempt failed (it is retried).
     retrying: Option<String>,
+    /// While held (not recovered, paused): the output partition it needs does not exist.
+    held: Option<String>,
 }
 
 impl Owned {
-    /// As `/readyz` shows it: the state's name, or `recovering (retrying: REASON)`.
+    /// A partition in `state`, neither retrying nor held.
+    fn new(state: PartitionState) -> Self {
+        Owned {
+            state,
+            retrying: None,
+            held: None,
+        }
+    }
+
+    /// As `/readyz` shows it: the state's name, `recovering (retrying: REASON)`, or
+    /// `recovering (held: REASON)`.
     fn describe(&self) -> String {
-        match &self.retrying {
-            Some(why) => format!("{} (retrying: {why})", self.state),
-            None => self.state.name().to_string(),
+        match (&self.held, &self.retrying) {
+            (Some(why), _) => format!("{} (held: {why})", self.state),
+            (None, Some(why)) => format!("{} (retrying: {why})", self.state),
+            (None, None) => self.state.name().to_string(),
         }
     }
 }
@@ -101,17 +114,25 @@ impl Status {
         self.partitions
             .lock()
             .expect("not poisoned")
-            .insert(p, Owned { state, retrying: None });
+            .insert(p, Owned::new(state));
         telemetry::partition_state(p, Some(state));
+    }
+
+    /// Records that partition `p` is held: it cannot be recovered or forwarded because the output
+    /// partition it writes to does not exist (`output.partitioning = "preserve"`); `why` says so.
+    /// `/readyz` names it until the partition runs or is released.
+    pub fn set_held(&self, p: i32, why: &str) {
+        let mut owned = Owned::new(PartitionState::Recovering);
+        owned.held = Some(why.to_string());
+        self.partitions.lock().expect("not poisoned").insert(p, owned);
+        telemetry::partition_state(p, Some(PartitionState::Recovering));
     }
 
     /// Records that a partition's recovery failed with `why` and is retried (`/readyz` shows
     /// `recovering (retrying: WHY)`).
     pub fn set_retrying(&self, p: i32, why: &str) {
-        let owned = Owned {
-            state: PartitionState::Recovering,
-            retrying: Some(why.to_string()),
-        };
+        let mut owned = Owned::new(PartitionState::Recovering);
+        owned.retrying = Some(why.to_string());
         self.partitions.lock().expect("not poisoned").insert(p, owned);
         telemetry::partition_state(p, Some(PartitionState::Recovering));
     }
@@ -222,12 +243,27 @@ impl Status {
         } else if !self.joined.load(Ordering::SeqCst) {
             Some("waiting for a partition assignment from the consumer group".to_string())
         } else {
+            let held: Vec<String> = owned
+                .iter()
+                .filter_map(|(p, o)| o.held.as_ref().map(|why| format!("{p}: {why}")))
+                .collect();
             let recovering: Vec<String> = owned
                 .iter()
-                .filter(|(_, o)| o.state != PartitionState::Running)
+                .filter(|(_, o)| o.state != PartitionState::Running && o.held.is_none())
                 .map(|(p, o)| format!("{p}: {}", o.describe()))
                 .collect();
-            (!recovering.is_empty()).then(|| format!("recovering partitions ({})", recovering.join(", ")))
+            let held = (!held.is_empty()).then(|| {
+                format!(
+                    "input partitions without an output partition, held until the output topic has them ({})",
+                    held.join(", ")
+                )
+            });
+            let recovering =
+                (!recovering.is_empty()).then(|| format!("recovering partitions ({})", recovering.join(", ")));
+            match (held, recovering) {
+                (Some(h), Some(r)) => Some(format!("{h}; {r}")),
+                (h, r) => h.or(r),
+            }
         };
         Readiness {
             ready: reason.is_none(),
@@ -268,6 +304,21 @@ mod tests {
             Some("recovering partitions (0: recovering (retrying: metadata: timed out))")
         );
         s.set_partition(0, PartitionState::Running);
+        assert!(s.readiness().ready);
+        s.set_held(2, "output topic \"out\" has 2 partitions");
+        let r = s.readiness();
+        assert_eq!(
+            r.reason.as_deref(),
+            Some(
+                "input partitions without an output partition, held until the output topic has them \
+                 (2: output topic \"out\" has 2 partitions)"
+            )
+        );
+        assert_eq!(
+            r.partitions[&2],
+            "recovering (held: output topic \"out\" has 2 partitions)"
+        );
+        s.set_partition(2, PartitionState::Running);
         assert!(s.readiness().ready);
         s.set_fatal("delivery failed".into());
         assert_eq!(s.readiness().reason.as_deref(), Some("stopped: delivery failed"));

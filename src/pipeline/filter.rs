@@ -2,7 +2,7 @@
 //! happens to one record ([`Filter::admit`], [`Filter::on_record`]) and between two batches
 //! ([`Filter::tick`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -44,8 +44,9 @@ pub struct Filter {
     policy: Policy,
     /// Computes fingerprints from the configured source (records, recovery, live lookups).
     pub(super) fingerprinter: Fingerprinter,
-    /// Writes the output and side topics.
-    pub(super) producer: ThreadedProducer<DeliveryContext>,
+    /// Writes the output and side topics. Shared with the recovery workers, which ask the output
+    /// topic's partitions through it (`ownership`).
+    pub(super) producer: Arc<ThreadedProducer<DeliveryContext>>,
     /// Acknowledgements from the producer thread.
     pub(super) deliveries: Receiver<DeliveryEvent>,
     /// The local store: checkpoints write it, recoveries read it.
@@ -75,6 +76,9 @@ pub struct Filter {
     /// Questions of the live `/store/*` routes, answered in [`Filter::tick`] from this thread's
     /// partition state.
     live: Receiver<LiveRequest>,
+    /// Owned partitions held for want of an output partition (`ownership`), so that each is
+    /// logged once.
+    pub(super) held: BTreeSet<i32>,
 }
 
 /// Since when an instance owns no partition, and when it last said so.
@@ -112,7 +116,7 @@ impl Filter {
         Ok(Filter {
             policy: Policy::of(&cfg),
             fingerprinter: Fingerprinter::new(cfg.fingerprint.source.clone()),
-            producer,
+            producer: Arc::new(producer),
             deliveries,
             store,
             partitions: BTreeMap::new(),
@@ -127,6 +131,7 @@ impl Filter {
             last_gauges: Instant::now(),
             idle: Idle::default(),
             live,
+            held: BTreeSet::new(),
             cfg,
         })
     }

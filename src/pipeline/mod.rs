@@ -37,7 +37,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use tracing::{debug, error, info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, Partitioning};
 use crate::fingerprint::{Fingerprint, Unfingerprintable};
 use crate::kafka::{self, TopicError};
 use crate::status::Status;
@@ -198,7 +198,8 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     result.map_err(RunError::from)
 }
 
-/// Partition counts of the input and output topics, as checked at start.
+/// Partition counts of the input and output topics, as checked at start and raised when a
+/// recovery finds more (partitions added while running: `ownership`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TopicCounts {
     /// Partitions of `input.topic` (for the out-of-scope diagnostics).
@@ -214,7 +215,18 @@ fn wait_for_topics(cfg: &Config, shutdown: &Shutdown, status: &Arc<Status>) -> R
         kafka::reader_config(cfg).create_with_context(StartupContext::new(status.clone()))?;
     loop {
         match kafka::check_topics(&metadata, cfg, Duration::from_secs(10)) {
-            Ok((input, output)) => return Ok(Some(TopicCounts { input, output })),
+            Ok((input, output)) => {
+                if cfg.output.partitioning == Partitioning::Preserve && output < input {
+                    error!(
+                        input = %cfg.input.topic, input_partitions = input,
+                        output = %cfg.output.topic, output_partitions = output,
+                        "output.partitioning = \"preserve\" writes input partition N to output partition N, and the \
+                         output topic has fewer partitions: input partitions {output} and above are held (nothing of \
+                         them is forwarded or committed) until partitions are added to the output topic; the others run"
+                    );
+                }
+                return Ok(Some(TopicCounts { input, output }));
+            }
             Err(TopicError::Kafka(e)) => {
                 status.set_broker(false, Some(format!("metadata: {e}")));
                 warn!(error = %e, "cannot reach the brokers; retrying");
