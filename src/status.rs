@@ -52,6 +52,8 @@ pub struct Status {
     broker_failure: Mutex<Option<(BrokerFailure, String)>>,
     /// Set when the pipeline stopped on an error.
     fatal: Mutex<Option<String>>,
+    /// Set while the local store cannot be written (shown by `/readyz`, ready all the same).
+    store_warning: Mutex<Option<String>>,
     /// The open store, for `/store/*`.
     store: Mutex<Option<Store>>,
     /// Questions for the pipeline thread (live `/store/*` answers); its receiver is drained by
@@ -101,6 +103,11 @@ pub struct Readiness {
     pub reason: Option<String>,
     /// State of each owned input partition.
     pub partitions: BTreeMap<i32, String>,
+    /// Something the operator should know that does not make the process unready: the local
+    /// store cannot be written (a full disk). It is a cache: forwarding goes on, correct, from
+    /// memory; only a restart or a rebalance costs more (a re-read of the output topic).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 impl Status {
@@ -187,6 +194,11 @@ impl Status {
         self.set_broker_failure(kind, detail);
     }
 
+    /// Sets (or clears) the warning that the local store cannot be written ([`Readiness::warning`]).
+    pub fn set_store_warning(&self, warning: Option<String>) {
+        *self.store_warning.lock().expect("not poisoned") = warning;
+    }
+
     /// Records a fatal error.
     pub fn set_fatal(&self, e: String) {
         *self.fatal.lock().expect("not poisoned") = Some(e);
@@ -269,6 +281,7 @@ impl Status {
             ready: reason.is_none(),
             reason,
             partitions,
+            warning: self.store_warning.lock().expect("not poisoned").clone(),
         }
     }
 }
@@ -320,6 +333,15 @@ mod tests {
         );
         s.set_partition(2, PartitionState::Running);
         assert!(s.readiness().ready);
+        s.set_store_warning(Some("the local store cannot be written".into()));
+        let r = s.readiness();
+        assert!(
+            r.ready,
+            "a cache that cannot be written does not make the process unready"
+        );
+        assert_eq!(r.warning.as_deref(), Some("the local store cannot be written"));
+        s.set_store_warning(None);
+        assert_eq!(s.readiness().warning, None);
         s.set_fatal("delivery failed".into());
         assert_eq!(s.readiness().reason.as_deref(), Some("stopped: delivery failed"));
     }

@@ -64,6 +64,11 @@ pub const STORE_REBUILD_REASONS: [&str; 5] = [
     "other_deployment",
     "no_metadata",
 ];
+/// `kafka_dedup_store_write_failures_total`: writes of the local store that failed (a checkpoint's
+/// or a hand-over's; a full disk, a file system turned read-only). The store is a cache:
+/// forwarding goes on from memory, and the store takes writes again by itself once the cause is
+/// gone (README, "A full disk").
+pub const STORE_WRITE_FAILURES: &str = "kafka_dedup_store_write_failures_total";
 /// `kafka_dedup_recovery_records_scanned_total{partition}`: output records re-read during recovery.
 pub const RECOVERY_SCANNED: &str = "kafka_dedup_recovery_records_scanned_total";
 /// `kafka_dedup_recovery_duration_seconds`: from assignment to the partition running.
@@ -99,13 +104,14 @@ pub const OLDEST_GENERATION: &str = "kafka_dedup_oldest_generation_info";
 
 /// Every counter (every name above ending in `_total`; a unit test checks the list against this
 /// file). Each is in the first scrape, at 0, with all its known label values.
-pub const COUNTERS: [&str; 8] = [
+pub const COUNTERS: [&str; 9] = [
     RECORDS_CONSUMED,
     RECORDS_FORWARDED,
     DUPLICATES_DROPPED,
     UNFINGERPRINTABLE,
     CHECKPOINTS,
     STORE_REBUILDS,
+    STORE_WRITE_FAILURES,
     RECOVERY_SCANNED,
     OUT_OF_SCOPE,
 ];
@@ -150,6 +156,11 @@ pub fn describe() {
         Unit::Count,
         "Partitions rebuilt from the output topic, by reason."
     );
+    describe_counter!(
+        STORE_WRITE_FAILURES,
+        Unit::Count,
+        "Writes of the local store that failed (full disk, read-only file system)."
+    );
     describe_counter!(RECOVERY_SCANNED, Unit::Count, "Output records re-read during recovery.");
     describe_histogram!(RECOVERY_DURATION, Unit::Seconds, "Partition recovery duration.");
     describe_gauge!(
@@ -184,6 +195,7 @@ pub fn describe() {
     for reason in STORE_REBUILD_REASONS {
         counter!(STORE_REBUILDS, "reason" => reason).increment(0);
     }
+    counter!(STORE_WRITE_FAILURES).increment(0);
     let _ = histogram!(CHECKPOINT_DURATION);
     let _ = histogram!(RECOVERY_DURATION);
     let _ = histogram!(DUPLICATE_DISTANCE);
@@ -343,6 +355,11 @@ pub fn store_rebuild(reason: &'static str) {
         "store rebuild reason {reason} is not in STORE_REBUILD_REASONS"
     );
     counter!(STORE_REBUILDS, "reason" => reason).increment(1);
+}
+
+/// Counts a failed write of the local store ([`STORE_WRITE_FAILURES`]).
+pub fn store_write_failed() {
+    counter!(STORE_WRITE_FAILURES).increment(1);
 }
 
 /// Counts a checkpoint's outcome: `ok` once the group coordinator confirmed its offset commit
@@ -511,6 +528,7 @@ mod tests {
             ),
             (CHECKPOINTS, product(&[("result", strings(&CHECKPOINT_RESULTS))])),
             (STORE_REBUILDS, product(&[("reason", strings(&STORE_REBUILD_REASONS))])),
+            (STORE_WRITE_FAILURES, product(&[])),
         ]
         .into_iter()
         .collect();

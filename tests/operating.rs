@@ -332,6 +332,180 @@ fn a_start_with_fewer_output_partitions_holds_the_extra_ones() {
     assert!(filter.terminate().success(), "{}", filter.logs());
 }
 
+const WRITE_FAILURES: &str = "kafka_dedup_store_write_failures_total";
+
+/// A small tmpfs mounted at `dir` (unmounted on drop); `None` where mounting is not allowed.
+struct SmallDisk {
+    dir: std::path::PathBuf,
+}
+
+impl SmallDisk {
+    fn mount(dir: &Path, size: &str) -> Option<SmallDisk> {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!(
+                "SKIPPED: mounting a tmpfs is not allowed here (needs root, as CI has); the full-disk test did not run"
+            );
+        }
+        ok.then(|| SmallDisk { dir: dir.to_path_buf() })
+    }
+
+    /// Fills the file system with `filler` until a write fails for want of space.
+    fn fill(&self) {
+        use std::io::Write;
+        let mut f = std::fs::File::create(self.dir.join("filler")).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while f.write_all(&chunk).is_ok() {}
+        let mut small = vec![0u8; 512];
+        while !small.is_empty() && f.write_all(&small).is_ok() {}
+        small.truncate(0);
+        let _ = f.sync_all();
+    }
+
+    fn free(&self) {
+        std::fs::remove_file(self.dir.join("filler")).unwrap();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+    }
+}
+
+/// Waits until `check` holds, up to `timeout`.
+fn until(what: &str, timeout: Duration, filter: &FilterProcess, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not after {timeout:?}:\n{}",
+            filter.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The `/readyz` answer: status code and JSON.
+fn readyz(filter: &FilterProcess) -> (u16, serde_json::Value) {
+    let (code, body) = http_get(&filter.http, "/readyz").unwrap();
+    (code, serde_json::from_str(&body).unwrap())
+}
+
+/// Issue 16, item 5: the store's file system fills up while the filter runs (a 8 MB tmpfs, filled
+/// by another file): it keeps forwarding and committing from memory, counts the failed store
+/// writes, says so once in the log and in `/readyz` (200: ready, with a `warning`), and once
+/// space returns the store takes writes again by itself. A restart after a clean stop then uses
+/// the store's snapshot (no rebuild). (A file system turned read-only takes the same path, a
+/// failed write; it is not tested here: Linux refuses to remount a tmpfs read-only while sled
+/// holds its files open for writing.)
+#[test]
+fn a_full_disk_is_survived_and_recovered_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(disk) = SmallDisk::mount(&dir.path().join("disk"), "8m") else {
+        return;
+    };
+    let (_cluster, broker) = mock(&[("in", 1), ("out", 1)]);
+    let mut spec = spec_on(&broker, dir.path());
+    spec.store = disk.dir.join("store");
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    write(&broker, &on(0, 0..500));
+    filter.wait_metric(FORWARDED, &[], 500.0, Duration::from_secs(60));
+    assert_eq!(metric(&filter.scrape(), WRITE_FAILURES, &[]), 0.0, "exported at 0");
+
+    disk.fill();
+    filter.wait_metric(WRITE_FAILURES, &[], 3.0, Duration::from_secs(30));
+    write(&broker, &on(0, 500..1000));
+    filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
+    let ends = broker.end_offsets("in", 1);
+    broker.wait_committed(&spec.group, "in", &ends, Duration::from_secs(60), || filter.logs());
+    let (code, r) = readyz(&filter);
+    assert_eq!(code, 200, "{r}");
+    let warning = r["warning"].as_str().unwrap_or_default().to_string();
+    assert!(
+        warning.contains("cannot be written") && warning.contains("No space left"),
+        "{r}"
+    );
+    assert_eq!(
+        filter.logs().matches("the local store cannot be written").count(),
+        1,
+        "logged once"
+    );
+
+    disk.free();
+    until("the store takes writes again", Duration::from_secs(30), &filter, || {
+        filter.logs().contains("the local store takes writes again")
+    });
+    let (code, r) = readyz(&filter);
+    assert!(code == 200 && r.get("warning").is_none(), "{r}");
+    let failures = metric(&filter.scrape(), WRITE_FAILURES, &[]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        metric(&filter.scrape(), WRITE_FAILURES, &[]),
+        failures,
+        "no more failures"
+    );
+    assert!(filter.running());
+    assert!(filter.terminate().success(), "{}", filter.logs());
+
+    let mut again = spec.start(dir.path());
+    again.wait_ready(Duration::from_secs(60));
+    assert_eq!(
+        metric(&again.scrape(), "kafka_dedup_store_rebuilds_total", &[]),
+        0.0,
+        "{}",
+        again.logs()
+    );
+    assert!(again.terminate().success(), "{}", again.logs());
+    let v = kafka_dedup::scenario::verify(&on(0, 0..1000), &broker.read_values("out", 1));
+    assert!(v.ok() && v.output_records == 1000, "{v:?}");
+}
+
+/// Issue 16, item 5: a start on a full disk (the store cannot even be created) does not exit,
+/// which would restart in a loop: the filter runs without its store (the partitions are
+/// learned from the output topic), forwards, says why in `/readyz` and the log, and creates the
+/// store once space returns.
+#[test]
+fn a_start_on_a_full_disk_runs_without_the_store_until_space_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(disk) = SmallDisk::mount(&dir.path().join("disk"), "4m") else {
+        return;
+    };
+    let (_cluster, broker) = mock(&[("in", 1), ("out", 1)]);
+    let mut spec = spec_on(&broker, dir.path());
+    spec.store = disk.dir.join("store");
+    disk.fill();
+    write(&broker, &on(0, 0..100));
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(60));
+    let (code, r) = readyz(&filter);
+    assert!(
+        code == 200 && r["warning"].as_str().is_some_and(|w| w.contains("No space left")),
+        "{r}"
+    );
+    assert!(metric(&filter.scrape(), WRITE_FAILURES, &[]) >= 1.0);
+
+    disk.free();
+    until("the store is created", Duration::from_secs(30), &filter, || {
+        filter.logs().contains("the local store takes writes again")
+    });
+    assert!(spec.store.join("kafka-dedup.format").exists());
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let out = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        .args(["inspect", "--store"])
+        .arg(&spec.store)
+        .arg("stats")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// A TCP proxy in front of the one broker of a mock cluster that shows clients fewer partitions
 /// of a topic than the broker has, until told otherwise: librdkafka's mock cluster cannot add
 /// partitions to a topic (`rd_kafka_mock_topic_create` refuses an existing one, and its handlers

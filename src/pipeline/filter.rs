@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::Message;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::context::{DeliveryContext, FilterConsumer};
 use super::mode::Mode;
@@ -25,8 +25,8 @@ use crate::inspect::live::{LiveRequest, PartitionView};
 use crate::kafka;
 use crate::partition::{Partition, Running, Target};
 use crate::status::Status;
-use crate::store::Store;
-use crate::telemetry::Totals;
+use crate::store::{Store, StoreError};
+use crate::telemetry::{self, Totals};
 
 /// How often gauges are refreshed and the idle warning is considered.
 const GAUGE_EVERY: Duration = Duration::from_secs(1);
@@ -79,6 +79,8 @@ pub struct Filter {
     /// Owned partitions held for want of an output partition (`ownership`), so that each is
     /// logged once.
     pub(super) held: BTreeSet<i32>,
+    /// Since when the local store cannot be written, if it cannot ([`Filter::store_written`]).
+    pub(super) store_failing: Option<Instant>,
 }
 
 /// Since when an instance owns no partition, and when it last said so.
@@ -132,6 +134,7 @@ impl Filter {
             idle: Idle::default(),
             live,
             held: BTreeSet::new(),
+            store_failing: None,
             cfg,
         })
     }
@@ -226,6 +229,42 @@ impl Filter {
         }
         self.answer_live();
         Ok(())
+    }
+
+    /// Takes note of the result of a store write (a checkpoint's, a hand-over's). A failure is
+    /// counted (`kafka_dedup_store_write_failures_total`); the first of a series is logged and
+    /// shown by `/readyz` (ready all the same), the later ones only counted; the first success
+    /// after them says the store takes writes again. The store is a cache: forwarding goes on,
+    /// from memory, and every write retries ([`Store::save`] reopens a store whose write failed).
+    pub(super) fn store_written(&mut self, result: &Result<(), StoreError>) {
+        match result {
+            Err(e) => {
+                telemetry::store_write_failed();
+                if self.store_failing.is_none() {
+                    self.store_failing = Some(Instant::now());
+                    warn!(
+                        path = %self.cfg.store.path.display(), error = %e,
+                        "the local store cannot be written: forwarding goes on from memory (the store is a cache; \
+                         a restart or a rebalance re-reads the output topic instead); every checkpoint tries again, \
+                         failures are counted in kafka_dedup_store_write_failures_total"
+                    );
+                    self.status.set_store_warning(Some(format!(
+                        "the local store cannot be written ({e}): forwarding goes on from memory; a restart or a \
+                         rebalance re-reads the output topic; every checkpoint tries again"
+                    )));
+                }
+            }
+            Ok(()) => {
+                if let Some(since) = self.store_failing.take() {
+                    info!(
+                        path = %self.cfg.store.path.display(),
+                        failing_seconds = since.elapsed().as_secs(),
+                        "the local store takes writes again"
+                    );
+                    self.status.set_store_warning(None);
+                }
+            }
+        }
     }
 
     /// Records a fatal error: nothing is committed or stored from now on.

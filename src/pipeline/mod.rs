@@ -182,9 +182,12 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     let Some(topics) = wait_for_topics(&cfg, &shutdown, &status)? else {
         return Ok(());
     };
-    let store = open_store(&cfg)?;
+    let (store, unopened) = open_store(&cfg)?;
     status.set_store(store.clone());
-    let filter = Filter::start(cfg.clone(), store.clone(), shutdown.clone(), status.clone(), topics)?;
+    let mut filter = Filter::start(cfg.clone(), store.clone(), shutdown.clone(), status.clone(), topics)?;
+    if let Some(e) = unopened {
+        filter.store_written(&Err(e));
+    }
     let consumer: FilterConsumer =
         kafka::consumer_config(&cfg).create_with_context(FilterContext::new(filter, status.clone(), &cfg))?;
     consumer.subscribe(&[&cfg.input.topic])?;
@@ -242,9 +245,17 @@ fn wait_for_topics(cfg: &Config, shutdown: &Shutdown, status: &Arc<Status>) -> R
     }
 }
 
-/// Opens (or creates, or replaces) the store for this deployment, and says so in the log.
-fn open_store(cfg: &Config) -> Result<Store, RunError> {
-    let (store, opened) = Store::open_for_run(&cfg.store.path, &identity_of(cfg))?;
+/// Opens (or creates, or replaces) the store for this deployment, and says so in the log. On a
+/// full disk the store is a closed one, with the error: the filter runs without it (every
+/// partition rebuilds from the output topic) and opens it at a checkpoint once space returns;
+/// exiting instead would restart in a loop, each start failing the same way.
+fn open_store(cfg: &Config) -> Result<(Store, Option<StoreError>), RunError> {
+    let identity = identity_of(cfg);
+    let (store, opened) = match Store::open_for_run(&cfg.store.path, &identity) {
+        Ok(opened) => opened,
+        Err(e) if e.is_no_space() => return Ok((Store::closed_for_run(&cfg.store.path, &identity), Some(e))),
+        Err(e) => return Err(e.into()),
+    };
     match &opened {
         Opened::Replaced { reason, detail } => {
             warn!(path = %cfg.store.path.display(), reason, "local store replaced: {detail}; partitions rebuild from the output topic");
@@ -256,7 +267,7 @@ fn open_store(cfg: &Config) -> Result<Store, RunError> {
     if !cfg.http.listen.is_empty() {
         store.write_live_file(&cfg.http.listen);
     }
-    Ok(store)
+    Ok((store, None))
 }
 
 /// A record taken from the consumer and its fingerprint, computed when it was admitted.
