@@ -282,7 +282,8 @@ fn default_start() -> Start {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Partitioning {
-    /// Output partition = input partition. Needs at least as many output partitions.
+    /// Output partition = input partition. An input partition whose output partition does not
+    /// exist is held (paused, nothing forwarded or committed) until the output has it.
     Preserve,
     /// Output partition from the record key (librdkafka's `murmur2_random`, as the Java client).
     Key,
