@@ -466,7 +466,7 @@ impl Broker {
         let c: BaseConsumer = client(&self.brokers).create().map_err(|e| e.to_string())?;
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(Some(n)) = kafka::partition_count(&c, name, Duration::from_secs(5)) {
+            if let Ok(Some(n)) = kafka::partition_count(c.client(), name, Duration::from_secs(5)) {
                 if n == partitions as usize {
                     return Ok(());
                 }

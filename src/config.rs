@@ -129,17 +129,71 @@ impl Default for KafkaConfig {
 }
 
 /// A librdkafka property value as written in TOML: a scalar, or a table of further dotted parts.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+///
+/// Deserialized by hand (not `untagged`): an untagged enum buffers a dotted key's whole table
+/// and reports a bad value deep inside it at the table's first part (`kafka.properties.fetch`);
+/// the visitor below descends with the path, so the error names the whole key
+/// (`kafka.properties.fetch.max.bytes`). A float is kept as its text, for librdkafka to judge.
+#[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(untagged)]
 pub enum PropertyValue {
     /// `true` / `false`, passed as the strings librdkafka expects.
     Bool(bool),
     /// An integer such as `session.timeout.ms = 6000`.
     Int(i64),
-    /// Anything else.
+    /// Anything else (a string, or a float as its text).
     String(String),
     /// A TOML dotted key or sub-table, flattened with `.` by [`KafkaConfig::flat_properties`].
     Table(BTreeMap<String, PropertyValue>),
+}
+
+impl<'de> Deserialize<'de> for PropertyValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(PropertyVisitor)
+    }
+}
+
+/// Builds a [`PropertyValue`]; anything but a scalar or a table is refused where it stands.
+struct PropertyVisitor;
+
+impl<'de> serde::de::Visitor<'de> for PropertyVisitor {
+    type Value = PropertyValue;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a librdkafka property value: a string, a number or a boolean")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<PropertyValue, E> {
+        Ok(PropertyValue::Bool(v))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<PropertyValue, E> {
+        Ok(PropertyValue::Int(v))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<PropertyValue, E> {
+        Ok(i64::try_from(v).map_or_else(|_| PropertyValue::String(v.to_string()), PropertyValue::Int))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<PropertyValue, E> {
+        Ok(PropertyValue::String(v.to_string()))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<PropertyValue, E> {
+        Ok(PropertyValue::String(v.to_string()))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<PropertyValue, E> {
+        Ok(PropertyValue::String(v))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<PropertyValue, A::Error> {
+        let mut table = BTreeMap::new();
+        while let Some((k, v)) = map.next_entry::<String, PropertyValue>()? {
+            table.insert(k, v);
+        }
+        Ok(PropertyValue::Table(table))
+    }
 }
 
 impl KafkaConfig {
@@ -228,7 +282,8 @@ fn default_start() -> Start {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Partitioning {
-    /// Output partition = input partition. Needs at least as many output partitions.
+    /// Output partition = input partition. An input partition whose output partition does not
+    /// exist is held (paused, nothing forwarded or committed) until the output has it.
     Preserve,
     /// Output partition from the record key (librdkafka's `murmur2_random`, as the Java client).
     Key,
@@ -476,8 +531,7 @@ impl Config {
         }
         let mut environment = config::Environment::with_prefix(ENV_PREFIX)
             .prefix_separator("__")
-            .separator("__")
-            .try_parsing(true);
+            .separator("__");
         if let Some(env) = env {
             environment = environment.source(Some(env.into_iter().collect()));
         }
@@ -490,6 +544,7 @@ impl Config {
             let path = e.path().to_string();
             let inner = e.into_inner().to_string();
             let (key, reason) = split_serde_error(&path, &inner);
+            let reason = explain(&key, reason);
             ConfigError::key(key, reason)
         })?;
         cfg.kafka.resolve_files()?;
@@ -717,6 +772,73 @@ impl Config {
     }
 }
 
+/// Rewrites a deserializer's message about `key` into one that says what would be accepted: the
+/// choices of an enum key (the `config` crate says only "enum Delivery does not have variant
+/// constructor transactionl"), the form of a duration (humantime says "expected a duration",
+/// which `interval = 20` does not explain). Other messages are kept.
+fn explain(key: &str, reason: String) -> String {
+    if let Some(value) = reason
+        .split_once(" does not have variant constructor ")
+        .map(|(_, v)| v.to_string())
+    {
+        if let Some(values) = enum_values(key) {
+            return format!("\"{value}\" is not one of: {}", values.join(", "));
+        }
+    }
+    if reason.ends_with("expected a duration") {
+        let value = reason
+            .split_once("string \"")
+            .and_then(|(_, rest)| rest.rsplit_once('"'))
+            .map_or("", |(v, _)| v);
+        return format!(
+            "\"{value}\" is not a duration: expected a duration string like \"20s\" (a number with a unit: \
+             ms, s, m, h, days)"
+        );
+    }
+    reason
+}
+
+/// The values an enum key accepts, as serde spells them.
+fn enum_values(key: &str) -> Option<&'static [&'static str]> {
+    Some(match key {
+        "input.start" => variants::<Start>(),
+        "output.partitioning" => variants::<Partitioning>(),
+        "output.delivery" => variants::<Delivery>(),
+        "fingerprint.on_missing" => variants::<OnMissing>(),
+        _ => return None,
+    })
+}
+
+/// The variant names enum `T`'s derived `Deserialize` accepts (with its `rename_all`), asked of
+/// `T` itself: a deserializer that records the names serde hands to `deserialize_enum`. No copy
+/// of the list can drift from the type.
+fn variants<T: serde::de::DeserializeOwned>() -> &'static [&'static str] {
+    use serde::de::{Error as _, Visitor};
+    struct Names<'a>(&'a mut &'static [&'static str]);
+    impl<'de> serde::Deserializer<'de> for Names<'_> {
+        type Error = serde::de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(Self::Error::custom("not an enum"))
+        }
+        fn deserialize_enum<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            variants: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = variants;
+            Err(Self::Error::custom("names taken"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option
+            unit unit_struct newtype_struct seq tuple tuple_struct map struct identifier ignored_any
+        }
+    }
+    let mut names: &'static [&'static str] = &[];
+    let _ = T::deserialize(Names(&mut names));
+    names
+}
+
 /// serde's messages say "unknown field `x`, expected one of ..." for a path like `input`;
 /// report the full key (`input.x`) instead, and keep the rest as the reason.
 fn split_serde_error(path: &str, message: &str) -> (String, String) {
@@ -889,6 +1011,110 @@ topic = "events.dedup"
         assert_eq!(p["sasl.mechanism"], "PLAIN");
         assert_eq!(p["security.protocol"], "SASL_SSL");
         assert_eq!(p["session.timeout.ms"], "6000");
+    }
+
+    /// The reason of the error `text` fails with, and its key.
+    fn key_and_reason(text: &str, env: &[(&str, &str)]) -> (String, String) {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        match Config::from_toml_str(text, Some(env)).unwrap_err() {
+            ConfigError::Key { key, reason } => (key, reason),
+            e => panic!("not about a key: {e}"),
+        }
+    }
+
+    /// Issue 16, item 6: a value of the wrong kind is answered with what would be accepted:
+    /// every choice of an enum key, a duration's form; a property value's error names the
+    /// whole dotted key.
+    #[test]
+    fn errors_say_what_is_accepted() {
+        let with = |section: &str, line: &str| {
+            let mut text = String::from("[input]\ntopic = \"a\"\n");
+            if section == "input" {
+                text.push_str(&format!("{line}\n"));
+            }
+            text.push_str("[output]\ntopic = \"b\"\n");
+            if section == "output" {
+                text.push_str(&format!("{line}\n"));
+            }
+            if section != "input" && section != "output" {
+                text.push_str(&format!("[{section}]\n{line}\n"));
+            }
+            text
+        };
+        for (section, key, values) in [
+            ("output", "delivery", "idempotent, transactional"),
+            ("output", "partitioning", "preserve, key"),
+            ("fingerprint", "on_missing", "forward, drop, dead_letter, fail"),
+            ("input", "start", "earliest, latest"),
+        ] {
+            let (k, reason) = key_and_reason(&with(section, &format!("{key} = \"transactionl\"")), &[]);
+            assert_eq!(k, format!("{section}.{key}"));
+            assert_eq!(reason, format!("\"transactionl\" is not one of: {values}"));
+            let env = format!("KAFKA_DEDUP__{}__{}", section.to_uppercase(), key.to_uppercase());
+            let (k, reason) = key_and_reason(MINIMAL, &[(env.as_str(), "nope")]);
+            assert_eq!(
+                (k.as_str(), reason),
+                (
+                    format!("{section}.{key}").as_str(),
+                    format!("\"nope\" is not one of: {values}")
+                )
+            );
+        }
+        for (section, key) in [
+            ("checkpoint", "interval"),
+            ("output", "fence_wait"),
+            ("output", "handover_timeout"),
+        ] {
+            for value in ["20", "\"20\"", "\"soon\""] {
+                let (k, reason) = key_and_reason(&with(section, &format!("{key} = {value}")), &[]);
+                assert_eq!(k, format!("{section}.{key}"));
+                let shown = value.trim_matches('"');
+                assert!(
+                    reason.starts_with(&format!(
+                        "\"{shown}\" is not a duration: expected a duration string like \"20s\""
+                    )),
+                    "{key} = {value}: {reason}"
+                );
+            }
+        }
+        for value in ["1.5", "[1]", "{ x = [] }"] {
+            let (k, reason) = key_and_reason(&with("kafka.properties", &format!("fetch.max.bytes = {value}")), &[]);
+            let want = if value.starts_with('{') {
+                "kafka.properties.fetch.max.bytes.x"
+            } else {
+                "kafka.properties.fetch.max.bytes"
+            };
+            assert_eq!(k, want, "fetch.max.bytes = {value}: {reason}");
+        }
+        // A float is a value like any other, for librdkafka to judge.
+        let c = load(&with("kafka.properties", "\"queue.buffering.max.ms\" = 0.5")).unwrap();
+        assert_eq!(c.kafka.flat_properties()["queue.buffering.max.ms"], "0.5");
+    }
+
+    /// A property set from the environment is taken as written: a secret that looks like a number
+    /// or a boolean keeps its digits and its case.
+    #[test]
+    fn properties_from_the_environment_keep_their_text() {
+        for secret in ["007", "TRUE", "1.50", "1e3"] {
+            let c = Config::from_toml_str(
+                MINIMAL,
+                Some(
+                    [(
+                        "KAFKA_DEDUP__KAFKA__PROPERTIES__SASL_PASSWORD".to_string(),
+                        secret.to_string(),
+                    )]
+                    .into(),
+                ),
+            )
+            .unwrap();
+            assert_eq!(c.kafka.flat_properties()["sasl.password"], secret);
+        }
+        let c = Config::from_toml_str(
+            MINIMAL,
+            Some([("KAFKA_DEDUP__CHECKPOINT__GENERATIONS".to_string(), "3".to_string())].into()),
+        )
+        .unwrap();
+        assert_eq!(c.checkpoint.generations, 3);
     }
 
     #[test]

@@ -62,6 +62,11 @@ pub async fn serve(
 /// ([`crate::telemetry::render`]).
 async fn metrics(State(s): State<HttpState>) -> impl IntoResponse {
     crate::telemetry::ready(s.status.readiness().ready);
+    if let Some(store) = s.status.store() {
+        // A walk of the store directory (`Store::size_on_disk`), done here rather than on the
+        // pipeline thread.
+        crate::telemetry::store_size(store.size_on_disk());
+    }
     let owned = s.status.partitions();
     let body = s
         .prometheus

@@ -6,10 +6,13 @@
 
 use std::time::Duration;
 
+use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::BaseProducer;
 
-use crate::config::{Config, Delivery, Partitioning};
+use crate::config::{Config, ConfigError, Delivery};
 
 /// Properties kafka-dedup sets itself, whatever `[kafka.properties]` says, and why.
 pub const ENFORCED: &[(&str, &str)] = &[
@@ -124,6 +127,13 @@ fn set_default(c: &mut ClientConfig, key: &str, value: &str) {
     }
 }
 
+/// The consumer's default `topic.metadata.refresh.interval.ms`: 30 s (librdkafka: 5 minutes).
+/// A consumer group notices partitions added to the input topic only through a metadata
+/// refresh (the group then rebalances and assigns them); the records written to a new
+/// partition wait unread until then. 30 s bounds that wait for the price of one small Metadata
+/// request (the input topic only) per instance every 30 s.
+pub const METADATA_REFRESH_MS: &str = "30000";
+
 /// The group consumer of the input topic.
 ///
 /// Defaults (overridable): `partition.assignment.strategy=cooperative-sticky` (a rebalance moves
@@ -133,7 +143,8 @@ fn set_default(c: &mut ClientConfig, key: &str, value: &str) {
 /// when the fetch in flight returns, and a broker holds a fetch of caught-up partitions that long;
 /// partitions recovered a moment apart waited up to twice that before their first record
 /// (measured on the mock cluster: 0.9 s; BENCHMARKS.md). The cost: a caught-up consumer sends
-/// up to 10 fetch requests a second per broker instead of 2.
+/// up to 10 fetch requests a second per broker instead of 2. `topic.metadata.refresh.interval.ms`
+/// = [`METADATA_REFRESH_MS`]: input partitions added while running are assigned within 30 s.
 pub fn consumer_config(cfg: &Config) -> ClientConfig {
     let mut c = base(cfg, Role::Consumer);
     c.set("group.id", &cfg.input.group_id);
@@ -144,6 +155,7 @@ pub fn consumer_config(cfg: &Config) -> ClientConfig {
     set_default(&mut c, "isolation.level", "read_committed");
     set_default(&mut c, "statistics.interval.ms", "5000");
     set_default(&mut c, "fetch.wait.max.ms", "100");
+    set_default(&mut c, "topic.metadata.refresh.interval.ms", METADATA_REFRESH_MS);
     // Where nothing is committed, recovery seeks to `input.start` itself; everywhere else the
     // consumer resumes at a committed offset, and one out of range (below the log start after
     // retention) must move to the oldest record left, never to the end.
@@ -219,6 +231,74 @@ pub fn reader_config(cfg: &Config) -> ClientConfig {
     c.remove("statistics.interval.ms");
     c.remove("group.instance.id");
     c
+}
+
+/// Creates the group consumer, the producer and the recovery reader with librdkafka, without
+/// bootstrap servers (so nothing connects), and drops them. librdkafka checks some settings only
+/// as a whole, when a client is created: `acks = 0` with the idempotence kafka-dedup enforces, a
+/// certificate it cannot parse. `check-config` and `run` call this before anything connects, so
+/// such a mistake exits 2 at once instead of after the brokers answered. The error names the
+/// property librdkafka names when `[kafka.properties]` sets it (else `kafka.properties`).
+pub fn check_clients(cfg: &Config) -> Result<(), ConfigError> {
+    let clients = [
+        ("consumer", consumer_config(cfg)),
+        ("producer", producer_config(cfg)),
+        ("reader", reader_config(cfg)),
+    ];
+    for (role, mut c) in clients {
+        c.remove("bootstrap.servers");
+        let created = if role == "producer" {
+            c.create_with_context::<_, BaseProducer<Quiet>>(Quiet).map(drop)
+        } else {
+            c.create_with_context::<_, BaseConsumer<Quiet>>(Quiet).map(drop)
+        };
+        if let Err(e) = created {
+            return Err(client_error(cfg, role, &e));
+        }
+    }
+    Ok(())
+}
+
+/// The configuration error for librdkafka's refusal `e` of the `role` client's settings.
+fn client_error(cfg: &Config, role: &str, e: &KafkaError) -> ConfigError {
+    let set = cfg.kafka.flat_properties();
+    let (named, detail) = match e {
+        KafkaError::ClientConfig(_, desc, key, _) => (Some(key.clone()), desc.clone()),
+        KafkaError::ClientCreation(msg) => {
+            // The longest property of the configuration that the message names.
+            let named = set
+                .keys()
+                .filter(|k| msg.contains(&format!("`{k}`")) || msg.contains(k.as_str()))
+                .max_by_key(|k| k.len())
+                .cloned();
+            (named, msg.clone())
+        }
+        other => (None, other.to_string()),
+    };
+    let key = match named {
+        Some(k) if set.contains_key(&k) => format!("kafka.properties.{k}"),
+        _ => "kafka.properties".to_string(),
+    };
+    ConfigError::Key {
+        key,
+        reason: format!("librdkafka refuses the {role}'s settings: {detail}"),
+    }
+}
+
+/// The context of the clients [`check_clients`] creates: they never connect, and librdkafka's
+/// warning that no bootstrap server is configured is not for the user.
+struct Quiet;
+
+impl ClientContext for Quiet {
+    fn log(&self, _: rdkafka::config::RDKafkaLogLevel, _: &str, _: &str) {}
+    fn error(&self, _: KafkaError, _: &str) {}
+}
+
+impl rdkafka::consumer::ConsumerContext for Quiet {}
+
+impl rdkafka::producer::ProducerContext for Quiet {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, _: ()) {}
 }
 
 /// Kafka's murmur2 hash (the Java client's `Utils.murmur2`), used by the Java client's default
@@ -332,7 +412,28 @@ mod tests {
             assert_eq!(c.get("socket.timeout.ms"), Some("30000"), "a property of both kinds");
         }
         assert_eq!(consumer.get("enable.auto.commit"), Some("false"), "enforced");
+        assert_eq!(consumer.get("topic.metadata.refresh.interval.ms"), Some("30000"));
         assert!(CONSUMER_ONLY.iter().all(|k| !PRODUCER_ONLY.contains(k)));
+    }
+
+    /// Issue 16, item 6: settings librdkafka refuses only as a whole, when a client is created,
+    /// are found without connecting, naming the property.
+    #[test]
+    fn client_settings_are_checked_without_connecting() {
+        let cfg = |props: &str| {
+            let text = format!("[kafka]\nbootstrap_servers = \"127.0.0.1:1\"\n[kafka.properties]\n{props}\n[input]\ntopic = \"in\"\n[output]\ntopic = \"out\"\n");
+            Config::from_toml_str(&text, Some(Default::default())).unwrap()
+        };
+        let started = std::time::Instant::now();
+        check_clients(&cfg("")).unwrap();
+        let e = check_clients(&cfg("acks = 0")).unwrap_err();
+        assert_eq!(e.key_name(), Some("kafka.properties.acks"), "{e}");
+        assert!(e.to_string().contains("idempotence"), "{e}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]
@@ -352,30 +453,22 @@ pub enum TopicError {
     /// A configured topic does not exist.
     #[error("topic \"{topic}\" ({key}) does not exist; kafka-dedup does not create topics")]
     Missing { topic: String, key: &'static str },
-    /// `partitioning = "preserve"` needs an output partition for each input partition.
-    #[error(
-        "output.partitioning = \"preserve\" needs at least as many output partitions as input partitions: \
-         \"{input}\" has {input_partitions}, \"{output}\" has {output_partitions}; add partitions to the output \
-         topic or set output.partitioning = \"key\""
-    )]
-    TooFewPartitions {
-        input: String,
-        input_partitions: usize,
-        output: String,
-        output_partitions: usize,
-    },
     /// Metadata could not be fetched.
     #[error("cannot fetch topic metadata: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
 }
 
-/// Number of partitions of `topic`, `None` if it does not exist.
-pub fn partition_count<C: rdkafka::consumer::ConsumerContext>(
-    consumer: &BaseConsumer<C>,
+/// Number of partitions of `topic` as `client`'s brokers report it, `None` if it does not exist.
+/// librdkafka takes every metadata answer into the client's own view of the topic, so asked
+/// through the producer's client this also makes the producer know a partition added since its
+/// last refresh (it refuses a record for a partition it does not know: `Local: Unknown
+/// partition`).
+pub fn partition_count<C: ClientContext>(
+    client: &rdkafka::client::Client<C>,
     topic: &str,
     timeout: Duration,
 ) -> Result<Option<usize>, rdkafka::error::KafkaError> {
-    let md = consumer.fetch_metadata(Some(topic), timeout)?;
+    let md = client.fetch_metadata(Some(topic), timeout)?;
     Ok(md
         .topics()
         .iter()
@@ -384,19 +477,22 @@ pub fn partition_count<C: rdkafka::consumer::ConsumerContext>(
         .map(|t| t.partitions().len()))
 }
 
-/// Checks that the input and output topics exist and fit `output.partitioning`, and that the
-/// side topics (`output.duplicates_topic`, `fingerprint.dead_letter_topic`), when set, exist.
-/// Returns the input and output partition counts.
+/// Checks that the input and output topics exist, and that the side topics
+/// (`output.duplicates_topic`, `fingerprint.dead_letter_topic`), when set, exist. Returns the
+/// input and output partition counts. An output with fewer partitions than the input under
+/// `partitioning = "preserve"` is not refused: the input partitions it lacks are held
+/// (`pipeline::ownership`) while the others run, and picked up once the output has them.
 pub fn check_topics<C: rdkafka::consumer::ConsumerContext>(
     consumer: &BaseConsumer<C>,
     cfg: &Config,
     timeout: Duration,
 ) -> Result<(usize, usize), TopicError> {
-    let input = partition_count(consumer, &cfg.input.topic, timeout)?.ok_or_else(|| TopicError::Missing {
+    let client = consumer.client();
+    let input = partition_count(client, &cfg.input.topic, timeout)?.ok_or_else(|| TopicError::Missing {
         topic: cfg.input.topic.clone(),
         key: "input.topic",
     })?;
-    let output = partition_count(consumer, &cfg.output.topic, timeout)?.ok_or_else(|| TopicError::Missing {
+    let output = partition_count(client, &cfg.output.topic, timeout)?.ok_or_else(|| TopicError::Missing {
         topic: cfg.output.topic.clone(),
         key: "output.topic",
     })?;
@@ -404,20 +500,12 @@ pub fn check_topics<C: rdkafka::consumer::ConsumerContext>(
         ("output.duplicates_topic", &cfg.output.duplicates_topic),
         ("fingerprint.dead_letter_topic", &cfg.fingerprint.dead_letter_topic),
     ] {
-        if !topic.is_empty() && partition_count(consumer, topic, timeout)?.is_none() {
+        if !topic.is_empty() && partition_count(client, topic, timeout)?.is_none() {
             return Err(TopicError::Missing {
                 topic: topic.clone(),
                 key,
             });
         }
-    }
-    if cfg.output.partitioning == Partitioning::Preserve && output < input {
-        return Err(TopicError::TooFewPartitions {
-            input: cfg.input.topic.clone(),
-            input_partitions: input,
-            output: cfg.output.topic.clone(),
-            output_partitions: output,
-        });
     }
     Ok((input, output))
 }

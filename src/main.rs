@@ -89,11 +89,15 @@ fn init_logs(default: &str) {
         .try_init();
 }
 
+/// Loads and checks the configuration at `path`, the client settings included (librdkafka
+/// creates the clients without connecting: [`kafka_dedup::kafka::check_clients`]).
 fn load(path: &Path) -> Result<Config, ExitCode> {
-    Config::load(path).map_err(|e| {
-        eprintln!("kafka-dedup: configuration error: {e}");
-        ExitCode::from(2)
-    })
+    Config::load(path)
+        .and_then(|c| kafka_dedup::kafka::check_clients(&c).map(|()| c))
+        .map_err(|e| {
+            eprintln!("kafka-dedup: configuration error: {e}");
+            ExitCode::from(2)
+        })
 }
 
 fn store_exit(e: &StoreError) -> ExitCode {
@@ -101,7 +105,8 @@ fn store_exit(e: &StoreError) -> ExitCode {
         StoreError::NotAStore { .. }
         | StoreError::NewerFormat { .. }
         | StoreError::OlderFormat { .. }
-        | StoreError::InUse { .. } => ExitCode::from(2),
+        | StoreError::InUse { .. }
+        | StoreError::NotWritable { .. } => ExitCode::from(2),
         _ => ExitCode::from(1),
     }
 }

@@ -231,7 +231,23 @@ fn librdkafka_accepts(props: &BTreeMap<String, String>) -> Result<(), SecurityEr
         c.set(k, v);
     }
     match c.create_native_config() {
-        Ok(_) => Ok(()),
+        Ok(native) => {
+            // librdkafka reads an integer property with strtol: "1.5" is taken as 1 without a
+            // word. A number it reads back as another number was not meant for that property.
+            for (k, v) in props {
+                let (Ok(given), Ok(read)) = (v.trim().parse::<f64>(), native.get(k)) else {
+                    continue;
+                };
+                if is_secret(k) || read.trim().parse::<f64>().is_ok_and(|r| r == given) {
+                    continue;
+                }
+                return Err(err(
+                    k,
+                    format!("\"{v}\" is read by librdkafka as {read}: this property takes an integer"),
+                ));
+            }
+            Ok(())
+        }
         Err(KafkaError::ClientConfig(_, desc, key, _value)) => {
             let reason = if is_secret(&key) {
                 "refused by librdkafka".to_string()

@@ -52,6 +52,8 @@ pub struct Status {
     broker_failure: Mutex<Option<(BrokerFailure, String)>>,
     /// Set when the pipeline stopped on an error.
     fatal: Mutex<Option<String>>,
+    /// Set while the local store cannot be written (shown by `/readyz`, ready all the same).
+    store_warning: Mutex<Option<String>>,
     /// The open store, for `/store/*`.
     store: Mutex<Option<Store>>,
     /// Questions for the pipeline thread (live `/store/*` answers); its receiver is drained by
@@ -66,16 +68,28 @@ struct Owned {
     state: PartitionState,
     /// While recovering: why the last attempt failed (it is retried). While halted: why.
     retrying: Option<String>,
+    /// While held (not recovered, paused): the output partition it needs does not exist.
+    held: Option<String>,
 }
 
 impl Owned {
-    /// As `/readyz` shows it: the state's name, `recovering (retrying: REASON)` or
-    /// `halted (REASON)`.
+    /// A partition in `state`, neither retrying nor held.
+    fn new(state: PartitionState) -> Self {
+        Owned {
+            state,
+            retrying: None,
+            held: None,
+        }
+    }
+
+    /// As `/readyz` shows it: the state's name, `recovering (retrying: REASON)`,
+    /// `recovering (held: REASON)` or `halted (REASON)`.
     fn describe(&self) -> String {
-        match (&self.retrying, self.state) {
-            (Some(why), PartitionState::Halted) => format!("{} ({why})", self.state),
-            (Some(why), _) => format!("{} (retrying: {why})", self.state),
-            (None, _) => self.state.name().to_string(),
+        match (&self.held, &self.retrying, self.state) {
+            (Some(why), _, _) => format!("{} (held: {why})", self.state),
+            (None, Some(why), PartitionState::Halted) => format!("{} ({why})", self.state),
+            (None, Some(why), _) => format!("{} (retrying: {why})", self.state),
+            (None, None, _) => self.state.name().to_string(),
         }
     }
 }
@@ -90,6 +104,11 @@ pub struct Readiness {
     pub reason: Option<String>,
     /// State of each owned input partition.
     pub partitions: BTreeMap<i32, String>,
+    /// Something the operator should know that does not make the process unready: the local
+    /// store cannot be written (a full disk). It is a cache: forwarding goes on, correct, from
+    /// memory; only a restart or a rebalance costs more (a re-read of the output topic).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 impl Status {
@@ -103,17 +122,25 @@ impl Status {
         self.partitions
             .lock()
             .expect("not poisoned")
-            .insert(p, Owned { state, retrying: None });
+            .insert(p, Owned::new(state));
         telemetry::partition_state(p, Some(state));
+    }
+
+    /// Records that partition `p` is held: it cannot be recovered or forwarded because the output
+    /// partition it writes to does not exist (`output.partitioning = "preserve"`); `why` says so.
+    /// `/readyz` names it until the partition runs or is released.
+    pub fn set_held(&self, p: i32, why: &str) {
+        let mut owned = Owned::new(PartitionState::Recovering);
+        owned.held = Some(why.to_string());
+        self.partitions.lock().expect("not poisoned").insert(p, owned);
+        telemetry::partition_state(p, Some(PartitionState::Recovering));
     }
 
     /// Records that a partition's recovery failed with `why` and is retried (`/readyz` shows
     /// `recovering (retrying: WHY)`).
     pub fn set_retrying(&self, p: i32, why: &str) {
-        let owned = Owned {
-            state: PartitionState::Recovering,
-            retrying: Some(why.to_string()),
-        };
+        let mut owned = Owned::new(PartitionState::Recovering);
+        owned.retrying = Some(why.to_string());
         self.partitions.lock().expect("not poisoned").insert(p, owned);
         telemetry::partition_state(p, Some(PartitionState::Recovering));
     }
@@ -121,10 +148,8 @@ impl Status {
     /// Records that running partition `p` halted because a side topic refused a copy, and `why`
     /// (`/readyz` shows `halted (WHY)` and is not ready).
     pub fn set_halted(&self, p: i32, why: &str) {
-        let owned = Owned {
-            state: PartitionState::Halted,
-            retrying: Some(why.to_string()),
-        };
+        let mut owned = Owned::new(PartitionState::Halted);
+        owned.retrying = Some(why.to_string());
         self.partitions.lock().expect("not poisoned").insert(p, owned);
         telemetry::partition_state(p, Some(PartitionState::Halted));
     }
@@ -177,6 +202,11 @@ impl Status {
             reason.to_string()
         };
         self.set_broker_failure(kind, detail);
+    }
+
+    /// Sets (or clears) the warning that the local store cannot be written ([`Readiness::warning`]).
+    pub fn set_store_warning(&self, warning: Option<String>) {
+        *self.store_warning.lock().expect("not poisoned") = warning;
     }
 
     /// Records a fatal error.
@@ -235,24 +265,38 @@ impl Status {
         } else if !self.joined.load(Ordering::SeqCst) {
             Some("waiting for a partition assignment from the consumer group".to_string())
         } else {
+            let held: Vec<String> = owned
+                .iter()
+                .filter_map(|(p, o)| o.held.as_ref().map(|why| format!("{p}: {why}")))
+                .collect();
             let listed = |state: PartitionState| -> Vec<String> {
                 owned
                     .iter()
-                    .filter(|(_, o)| o.state == state)
+                    .filter(|(_, o)| o.state == state && o.held.is_none())
                     .map(|(p, o)| format!("{p}: {}", o.describe()))
                     .collect()
             };
             let (halted, recovering) = (listed(PartitionState::Halted), listed(PartitionState::Recovering));
-            if !halted.is_empty() {
-                Some(format!("halted partitions ({})", halted.join(", ")))
-            } else {
-                (!recovering.is_empty()).then(|| format!("recovering partitions ({})", recovering.join(", ")))
-            }
+            let reasons: Vec<String> = [
+                (!halted.is_empty()).then(|| format!("halted partitions ({})", halted.join(", "))),
+                (!held.is_empty()).then(|| {
+                    format!(
+                        "input partitions without an output partition, held until the output topic has them ({})",
+                        held.join(", ")
+                    )
+                }),
+                (!recovering.is_empty()).then(|| format!("recovering partitions ({})", recovering.join(", "))),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            (!reasons.is_empty()).then(|| reasons.join("; "))
         };
         Readiness {
             ready: reason.is_none(),
             reason,
             partitions,
+            warning: self.store_warning.lock().expect("not poisoned").clone(),
         }
     }
 }
@@ -297,6 +341,30 @@ mod tests {
         assert_eq!(s.partitions()[&1], "halted (the dead-letter topic refused a copy)");
         s.set_partition(1, PartitionState::Running);
         assert!(s.readiness().ready);
+        s.set_held(2, "output topic \"out\" has 2 partitions");
+        let r = s.readiness();
+        assert_eq!(
+            r.reason.as_deref(),
+            Some(
+                "input partitions without an output partition, held until the output topic has them \
+                 (2: output topic \"out\" has 2 partitions)"
+            )
+        );
+        assert_eq!(
+            r.partitions[&2],
+            "recovering (held: output topic \"out\" has 2 partitions)"
+        );
+        s.set_partition(2, PartitionState::Running);
+        assert!(s.readiness().ready);
+        s.set_store_warning(Some("the local store cannot be written".into()));
+        let r = s.readiness();
+        assert!(
+            r.ready,
+            "a cache that cannot be written does not make the process unready"
+        );
+        assert_eq!(r.warning.as_deref(), Some("the local store cannot be written"));
+        s.set_store_warning(None);
+        assert_eq!(s.readiness().warning, None);
         s.set_fatal("delivery failed".into());
         assert_eq!(s.readiness().reason.as_deref(), Some("stopped: delivery failed"));
     }

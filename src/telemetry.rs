@@ -80,6 +80,11 @@ pub const POSITIONS_FROM_OUTPUT: &str = "kafka_dedup_positions_from_output_total
 /// `no_metadata` (a committed offset that kafka-dedup did not write, e.g. an operator's reset).
 /// `behind_output` (a committed offset without metadata that the output proves behind).
 pub const POSITION_FROM_OUTPUT_REASONS: [&str; 3] = ["no_commit", "no_metadata", "behind_output"];
+/// `kafka_dedup_store_write_failures_total`: writes of the local store that failed (a checkpoint's
+/// or a hand-over's; a full disk, a file system turned read-only). The store is a cache:
+/// forwarding goes on from memory, and the store takes writes again by itself once the cause is
+/// gone (README, "A full disk").
+pub const STORE_WRITE_FAILURES: &str = "kafka_dedup_store_write_failures_total";
 /// `kafka_dedup_recovery_records_scanned_total{partition}`: output records re-read during recovery.
 pub const RECOVERY_SCANNED: &str = "kafka_dedup_recovery_records_scanned_total";
 /// `kafka_dedup_recovery_duration_seconds`: from assignment to the partition running.
@@ -125,7 +130,7 @@ pub const OLDEST_GENERATION: &str = "kafka_dedup_oldest_generation_info";
 
 /// Every counter (every name above ending in `_total`; a unit test checks the list against this
 /// file). Each is in the first scrape, at 0, with all its known label values.
-pub const COUNTERS: [&str; 11] = [
+pub const COUNTERS: [&str; 12] = [
     SIDE_REFUSED,
     RECOVERY_PANICS,
     POSITIONS_FROM_OUTPUT,
@@ -135,6 +140,7 @@ pub const COUNTERS: [&str; 11] = [
     UNFINGERPRINTABLE,
     CHECKPOINTS,
     STORE_REBUILDS,
+    STORE_WRITE_FAILURES,
     RECOVERY_SCANNED,
     OUT_OF_SCOPE,
 ];
@@ -183,6 +189,11 @@ pub fn describe() {
         STORE_REBUILDS,
         Unit::Count,
         "Partitions rebuilt from the output topic, by reason."
+    );
+    describe_counter!(
+        STORE_WRITE_FAILURES,
+        Unit::Count,
+        "Writes of the local store that failed (full disk, read-only file system)."
     );
     describe_counter!(RECOVERY_SCANNED, Unit::Count, "Output records re-read during recovery.");
     describe_counter!(
@@ -236,6 +247,7 @@ pub fn describe() {
     for reason in POSITION_FROM_OUTPUT_REASONS {
         counter!(POSITIONS_FROM_OUTPUT, "reason" => reason).increment(0);
     }
+    counter!(STORE_WRITE_FAILURES).increment(0);
     let _ = histogram!(CHECKPOINT_DURATION);
     let _ = histogram!(RECOVERY_DURATION);
     let _ = histogram!(DUPLICATE_DISTANCE);
@@ -430,6 +442,11 @@ pub fn store_rebuild(reason: &'static str) {
     counter!(STORE_REBUILDS, "reason" => reason).increment(1);
 }
 
+/// Counts a failed write of the local store ([`STORE_WRITE_FAILURES`]).
+pub fn store_write_failed() {
+    counter!(STORE_WRITE_FAILURES).increment(1);
+}
+
 /// Counts a checkpoint's outcome: `ok` once the group coordinator confirmed its offset commit
 /// (or the transaction committed), `failed` when the commit could not be sent or was refused.
 pub fn checkpoint_result(ok: bool) {
@@ -602,6 +619,7 @@ mod tests {
             ),
             (SIDE_REFUSED, product(&[partition.clone(), ("side", strings(&SIDES))])),
             (RECOVERY_PANICS, product(std::slice::from_ref(&partition))),
+            (STORE_WRITE_FAILURES, product(&[])),
         ]
         .into_iter()
         .collect();

@@ -90,6 +90,14 @@ fn brokers_down_for_ten_seconds() {
     );
     let unready = unready.unwrap_or_else(|| panic!("/readyz stayed ready during the outage:\n{}", filter.logs()));
     assert!(unready.to_lowercase().contains("broker"), "{unready}");
+    // Issue 16, item 6: the clients' errors are logged at a bounded rate (one line per kind of
+    // error and client per 30 s), not several lines a second for as long as the outage lasts.
+    let logs = filter.logs();
+    let lines = logs
+        .lines()
+        .filter(|l| l.contains("kafka producer error") || l.contains("kafka client error"))
+        .count();
+    assert!(lines <= 12, "{lines} client error lines in a 10 s outage:\n{logs}");
     eprintln!("brokers down for 10 s: forwarded {forwarded_late} before and during; /readyz {unready}");
 
     writer.join().unwrap();

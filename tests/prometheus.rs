@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use kafka_dedup::telemetry::{
     CHECKPOINTS, CHECKPOINT_RESULTS, COUNTERS, DUPLICATES_DROPPED, OUT_OF_SCOPE, OUT_OF_SCOPE_REASONS,
-    RECORDS_CONSUMED, RECORDS_FORWARDED, RECOVERY_SCANNED, STORE_REBUILDS, STORE_REBUILD_REASONS, UNFINGERPRINTABLE,
-    UNFINGERPRINTABLE_REASONS,
+    RECORDS_CONSUMED, RECORDS_FORWARDED, RECOVERY_SCANNED, STORE_REBUILDS, STORE_REBUILD_REASONS, STORE_WRITE_FAILURES,
+    UNFINGERPRINTABLE, UNFINGERPRINTABLE_REASONS,
 };
 use serde_json::Value;
 
@@ -547,6 +547,7 @@ fn expected_counters(partitions: &[i32]) -> BTreeMap<&'static str, BTreeSet<BTre
         ),
         (CHECKPOINTS, product(&[("result", strings(&CHECKPOINT_RESULTS))])),
         (STORE_REBUILDS, product(&[("reason", strings(&STORE_REBUILD_REASONS))])),
+        (STORE_WRITE_FAILURES, product(&[])),
     ])
 }
 
@@ -622,7 +623,10 @@ fn every_counter_is_in_the_first_scrape_and_a_partition_takes_its_series_along()
         std::thread::sleep(Duration::from_millis(50));
     }
     // A new group: no partition was rebuilt either. Checkpoints may have happened.
-    let zero: Vec<&str> = RECORD_COUNTERS.into_iter().chain([STORE_REBUILDS]).collect();
+    let zero: Vec<&str> = RECORD_COUNTERS
+        .into_iter()
+        .chain([STORE_REBUILDS, STORE_WRITE_FAILURES])
+        .collect();
     check_counters("the only member", &a.scrape(), &[0, 1], &zero);
 
     let mut b_spec = spec.clone();

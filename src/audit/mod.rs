@@ -39,6 +39,23 @@ pub enum AuditError {
     /// A topic is missing, or the output has fewer partitions than the input.
     #[error(transparent)]
     Topics(#[from] TopicError),
+    /// `partitioning = "preserve"` with fewer output than input partitions: the filter holds the
+    /// input partitions without an output partition, so there is nothing to compare them with.
+    #[error(
+        "output topic \"{output}\" has {output_partitions} partitions, input topic \"{input}\" {input_partitions}: \
+         with output.partitioning = \"preserve\" each input partition needs its output partition \
+         (audit the others with --partition)"
+    )]
+    TooFewOutputPartitions {
+        /// The input topic.
+        input: String,
+        /// Its partition count.
+        input_partitions: usize,
+        /// The output topic.
+        output: String,
+        /// Its partition count.
+        output_partitions: usize,
+    },
     /// `output.partitioning = "key"`.
     #[error(
         "output.partitioning = \"key\": the audit checks \"preserve\" only (with key partitioning an output \
@@ -105,7 +122,10 @@ impl AuditError {
     pub fn exit_code(&self) -> u8 {
         match self {
             AuditError::Topics(TopicError::Kafka(_)) => 1,
-            AuditError::Topics(_) | AuditError::KeyPartitioning | AuditError::NoSuchPartition { .. } => 2,
+            AuditError::Topics(_)
+            | AuditError::KeyPartitioning
+            | AuditError::NoSuchPartition { .. }
+            | AuditError::TooFewOutputPartitions { .. } => 2,
             AuditError::Usage(_) => 2,
             AuditError::Kafka(KafkaError::ClientCreation(_) | KafkaError::ClientConfig(..)) => 2,
             AuditError::Kafka(_) | AuditError::Stalled { .. } | AuditError::Io(_) => 1,

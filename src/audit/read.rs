@@ -79,7 +79,7 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
     let horizon = Horizon::of(&cfg.checkpoint);
     let meta = reader(cfg)?;
     let count = |topic: &str, key: &'static str| -> Result<usize, AuditError> {
-        kafka::partition_count(&meta, topic, REQUEST_TIMEOUT)?.ok_or_else(|| {
+        kafka::partition_count(meta.client(), topic, REQUEST_TIMEOUT)?.ok_or_else(|| {
             AuditError::Topics(TopicError::Missing {
                 topic: topic.to_string(),
                 key,
@@ -88,13 +88,19 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
     };
     let inputs = count(&cfg.input.topic, "input.topic")?;
     let outputs = count(&cfg.output.topic, "output.topic")?;
-    if outputs < inputs {
-        return Err(AuditError::Topics(TopicError::TooFewPartitions {
+    let lacking = |p: i32| p as usize >= outputs;
+    let wanted_lacks = if request.partitions.is_empty() {
+        outputs < inputs
+    } else {
+        request.partitions.iter().any(|p| lacking(*p))
+    };
+    if wanted_lacks {
+        return Err(AuditError::TooFewOutputPartitions {
             input: cfg.input.topic.clone(),
             input_partitions: inputs,
             output: cfg.output.topic.clone(),
             output_partitions: outputs,
-        }));
+        });
     }
     let partitions: Vec<i32> = if request.partitions.is_empty() {
         (0..inputs as i32).collect()

@@ -277,9 +277,8 @@ impl Filter {
             }
             Stage::Persisting(rx) => match rx.try_recv() {
                 Ok(result) => {
-                    if let Err(e) = result {
-                        warn!(error = %e, "store write failed at checkpoint; committing anyway, a restart rebuilds from the output topic");
-                    }
+                    // Committed anyway: the store is a cache, a restart rebuilds from the output topic.
+                    self.store_written(&result);
                     self.commit_checkpoint(consumer);
                 }
                 Err(TryRecvError::Empty) => {}
@@ -505,9 +504,12 @@ impl Filter {
                 writes.push(record.write(run.out_positions.clone(), run.gens.iter().collect()));
             }
         }
-        if let Err(e) = self.store.save(&writes) {
-            warn!(partitions = ?parts, error = %e, "store write failed; the next owner rebuilds from the output topic");
+        let result = self.store.save(&writes);
+        drop(writes);
+        if let Err(e) = &result {
+            debug!(partitions = ?parts, error = %e, "store write failed; the next owner rebuilds from the output topic");
         }
+        self.store_written(&result);
     }
 }
 

@@ -2,8 +2,11 @@
 //! statistics, errors) reach the pipeline. Callbacks run on librdkafka's threads (the producer's
 //! acknowledgements) or inside `poll` on the pipeline thread (everything of the consumer).
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -29,6 +32,8 @@ pub struct DeliveryContext {
     /// Receives client errors: the producer's background thread reports an authentication or
     /// TLS failure at once, with librdkafka's explanation (`/readyz`).
     status: Arc<Status>,
+    /// Bounds how often the same error is logged.
+    throttle: Throttle,
 }
 
 impl DeliveryContext {
@@ -37,6 +42,45 @@ impl DeliveryContext {
         DeliveryContext {
             tx: Mutex::new(tx),
             status,
+            throttle: Throttle::default(),
+        }
+    }
+}
+
+/// How often one kind of client error is logged at most. While a broker is down librdkafka
+/// reports the same failure several times a second per client (about 6 lines a second before this
+/// bound); each error still reaches `/readyz` at once, only its log line waits.
+pub const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// Logs each kind of client error (its message without librdkafka's varying explanation) at most
+/// once per [`ERROR_LOG_EVERY`]; the next line says how many were left out meanwhile.
+#[derive(Default)]
+pub struct Throttle {
+    /// Per kind: when it was last logged, and how many occurrences were left out since.
+    seen: Mutex<HashMap<String, (Instant, u64)>>,
+}
+
+impl Throttle {
+    /// `Some(left out since the last line)` when an occurrence of `error` at `now` is to be
+    /// logged, `None` when it is left out.
+    pub fn admit(&self, error: &KafkaError, now: Instant) -> Option<u64> {
+        let mut seen = self.seen.lock().ok()?;
+        match seen.entry(error.to_string()) {
+            Entry::Vacant(v) => {
+                v.insert((now, 0));
+                Some(0)
+            }
+            Entry::Occupied(mut o) => {
+                let (last, left_out) = o.get_mut();
+                if now.saturating_duration_since(*last) >= ERROR_LOG_EVERY {
+                    let n = *left_out;
+                    *o.get_mut() = (now, 0);
+                    Some(n)
+                } else {
+                    *left_out += 1;
+                    None
+                }
+            }
         }
     }
 }
@@ -44,7 +88,9 @@ impl DeliveryContext {
 impl ClientContext for DeliveryContext {
     fn error(&self, error: KafkaError, reason: &str) {
         self.status.note_client_error(&error, reason);
-        warn!(error = %error, reason, "kafka producer error");
+        if let Some(suppressed) = self.throttle.admit(&error, Instant::now()) {
+            warn!(error = %error, reason, suppressed, "kafka producer error");
+        }
     }
 
     /// librdkafka's log lines, as rust-rdkafka's default does, except the configuration warning
@@ -93,19 +139,26 @@ impl ProducerContext for DeliveryContext {
 pub(super) struct StartupContext {
     /// Where client errors go.
     status: Arc<Status>,
+    /// Bounds how often the same error is logged.
+    throttle: Throttle,
 }
 
 impl StartupContext {
     /// A context reporting client errors to `status`.
     pub(super) fn new(status: Arc<Status>) -> Self {
-        StartupContext { status }
+        StartupContext {
+            status,
+            throttle: Throttle::default(),
+        }
     }
 }
 
 impl ClientContext for StartupContext {
     fn error(&self, error: KafkaError, reason: &str) {
         self.status.note_client_error(&error, reason);
-        warn!(error = %error, reason, "kafka client error");
+        if let Some(suppressed) = self.throttle.admit(&error, Instant::now()) {
+            warn!(error = %error, reason, suppressed, "kafka client error");
+        }
     }
 }
 
@@ -119,6 +172,8 @@ pub struct FilterContext {
     status: Arc<Status>,
     /// `input.topic`: rebalances and statistics name partitions of several topics.
     input_topic: String,
+    /// Bounds how often the same error is logged.
+    throttle: Throttle,
 }
 
 impl FilterContext {
@@ -128,6 +183,7 @@ impl FilterContext {
             filter: Mutex::new(filter),
             status,
             input_topic: cfg.input.topic.clone(),
+            throttle: Throttle::default(),
         }
     }
 
@@ -172,7 +228,9 @@ impl ClientContext for FilterContext {
         if serious {
             self.status.set_broker(false, Some(format!("{error}: {reason}")));
         }
-        warn!(error = %error, reason, "kafka client error");
+        if let Some(suppressed) = self.throttle.admit(&error, Instant::now()) {
+            warn!(error = %error, reason, suppressed, "kafka client error");
+        }
     }
 }
 
@@ -219,3 +277,25 @@ impl ConsumerContext for FilterContext {
 
 /// The consumer type of the pipeline.
 pub type FilterConsumer = BaseConsumer<FilterContext>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 16, item 6: one line per kind of error per [`ERROR_LOG_EVERY`], then one saying how
+    /// many were left out; another kind is logged at once.
+    #[test]
+    fn the_same_error_is_logged_at_a_bounded_rate() {
+        let t = Throttle::default();
+        let down = KafkaError::Global(RDKafkaErrorCode::AllBrokersDown);
+        let transport = KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure);
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        assert_eq!(t.admit(&down, at(0)), Some(0));
+        let logged = (1..60).filter(|i| t.admit(&down, at(i * 166)).is_some()).count();
+        assert_eq!(logged, 0, "ten seconds at six errors a second");
+        assert_eq!(t.admit(&transport, at(10_000)), Some(0));
+        assert_eq!(t.admit(&down, at(30_000)), Some(59));
+        assert_eq!(t.admit(&down, at(30_001)), None);
+    }
+}

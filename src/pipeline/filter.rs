@@ -2,7 +2,7 @@
 //! happens to one record ([`Filter::admit`], [`Filter::on_record`]) and between two batches
 //! ([`Filter::tick`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::Message;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::context::{DeliveryContext, FilterConsumer};
 use super::halt::Halt;
@@ -27,7 +27,7 @@ use crate::inspect::live::{LiveRequest, PartitionView};
 use crate::kafka;
 use crate::partition::{Partition, Running, Target};
 use crate::status::Status;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::telemetry::{self, Totals};
 
 /// How often gauges are refreshed and the idle warning is considered.
@@ -46,8 +46,9 @@ pub struct Filter {
     policy: Policy,
     /// Computes fingerprints from the configured source (records, recovery, live lookups).
     pub(super) fingerprinter: Fingerprinter,
-    /// Writes the output and side topics.
-    pub(super) producer: ThreadedProducer<DeliveryContext>,
+    /// Writes the output and side topics. Shared with the recovery workers, which ask the output
+    /// topic's partitions through it (`ownership`).
+    pub(super) producer: Arc<ThreadedProducer<DeliveryContext>>,
     /// Acknowledgements from the producer thread.
     pub(super) deliveries: Receiver<DeliveryEvent>,
     /// The local store: checkpoints write it, recoveries read it.
@@ -85,6 +86,11 @@ pub struct Filter {
     /// The producer's `queue.buffering.max.messages` when set under `[kafka.properties]`
     /// (librdkafka's default otherwise), for [`Filter::drive_backpressure`].
     pub(super) producer_queue_messages: Option<i32>,
+    /// Owned partitions held for want of an output partition (`ownership`), so that each is
+    /// logged once.
+    pub(super) held: BTreeSet<i32>,
+    /// Since when the local store cannot be written, if it cannot ([`Filter::store_written`]).
+    pub(super) store_failing: Option<Instant>,
 }
 
 /// What became of a record handed to [`Filter::on_record`].
@@ -132,7 +138,7 @@ impl Filter {
         Ok(Filter {
             policy: Policy::of(&cfg),
             fingerprinter: Fingerprinter::new(cfg.fingerprint.source.clone()),
-            producer,
+            producer: Arc::new(producer),
             deliveries,
             store,
             partitions: BTreeMap::new(),
@@ -152,6 +158,8 @@ impl Filter {
             producer_queue_messages: crate::kafka::producer_config(&cfg)
                 .get("queue.buffering.max.messages")
                 .and_then(|v| v.trim().parse().ok()),
+            held: BTreeSet::new(),
+            store_failing: None,
             cfg,
         })
     }
@@ -267,6 +275,42 @@ impl Filter {
         Ok(())
     }
 
+    /// Takes note of the result of a store write (a checkpoint's, a hand-over's). A failure is
+    /// counted (`kafka_dedup_store_write_failures_total`); the first of a series is logged and
+    /// shown by `/readyz` (ready all the same), the later ones only counted; the first success
+    /// after them says the store takes writes again. The store is a cache: forwarding goes on,
+    /// from memory, and every write retries ([`Store::save`] reopens a store whose write failed).
+    pub(super) fn store_written(&mut self, result: &Result<(), StoreError>) {
+        match result {
+            Err(e) => {
+                telemetry::store_write_failed();
+                if self.store_failing.is_none() {
+                    self.store_failing = Some(Instant::now());
+                    warn!(
+                        path = %self.cfg.store.path.display(), error = %e,
+                        "the local store cannot be written: forwarding goes on from memory (the store is a cache; \
+                         a restart or a rebalance re-reads the output topic instead); every checkpoint tries again, \
+                         failures are counted in kafka_dedup_store_write_failures_total"
+                    );
+                    self.status.set_store_warning(Some(format!(
+                        "the local store cannot be written ({e}): forwarding goes on from memory; a restart or a \
+                         rebalance re-reads the output topic; every checkpoint tries again"
+                    )));
+                }
+            }
+            Ok(()) => {
+                if let Some(since) = self.store_failing.take() {
+                    info!(
+                        path = %self.cfg.store.path.display(),
+                        failing_seconds = since.elapsed().as_secs(),
+                        "the local store takes writes again"
+                    );
+                    self.status.set_store_warning(None);
+                }
+            }
+        }
+    }
+
     /// Records a fatal error: nothing is committed or stored from now on.
     pub(super) fn fail(&mut self, e: Fatal) {
         self.failure = Some(e);
@@ -320,8 +364,8 @@ impl Filter {
         }
     }
 
-    /// Sets the fingerprints-held and horizon gauges of every running partition and the store
-    /// size gauge.
+    /// Sets the fingerprints-held and horizon gauges of every running partition (the store size
+    /// gauge is set at each scrape, off this thread: `http::metrics`).
     fn refresh_gauges(&self) {
         let interval = horizon::interval_ms(self.cfg.checkpoint.interval);
         for state in self.partitions.values() {
@@ -339,7 +383,6 @@ impl Filter {
                 }
             }
         }
-        telemetry::store_size(self.store.size_on_disk());
     }
 }
 

@@ -40,7 +40,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use tracing::{debug, error, info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, Partitioning};
 use crate::fingerprint::{Fingerprint, Unfingerprintable};
 use crate::kafka::{self, TopicError};
 use crate::status::Status;
@@ -192,9 +192,12 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     let Some(topics) = wait_for_topics(&cfg, &shutdown, &status)? else {
         return Ok(());
     };
-    let store = open_store(&cfg)?;
+    let (store, unopened) = open_store(&cfg)?;
     status.set_store(store.clone());
-    let filter = Filter::start(cfg.clone(), store.clone(), shutdown.clone(), status.clone(), topics)?;
+    let mut filter = Filter::start(cfg.clone(), store.clone(), shutdown.clone(), status.clone(), topics)?;
+    if let Some(e) = unopened {
+        filter.store_written(&Err(e));
+    }
     let consumer: FilterConsumer =
         kafka::consumer_config(&cfg).create_with_context(FilterContext::new(filter, status.clone(), &cfg))?;
     consumer.subscribe(&[&cfg.input.topic])?;
@@ -208,7 +211,8 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     result.map_err(RunError::from)
 }
 
-/// Partition counts of the input and output topics, as checked at start.
+/// Partition counts of the input and output topics, as checked at start and raised when a
+/// recovery finds more (partitions added while running: `ownership`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct TopicCounts {
     /// Partitions of `input.topic` (for the out-of-scope diagnostics).
@@ -224,7 +228,18 @@ fn wait_for_topics(cfg: &Config, shutdown: &Shutdown, status: &Arc<Status>) -> R
         kafka::reader_config(cfg).create_with_context(StartupContext::new(status.clone()))?;
     loop {
         match kafka::check_topics(&metadata, cfg, Duration::from_secs(10)) {
-            Ok((input, output)) => return Ok(Some(TopicCounts { input, output })),
+            Ok((input, output)) => {
+                if cfg.output.partitioning == Partitioning::Preserve && output < input {
+                    error!(
+                        input = %cfg.input.topic, input_partitions = input,
+                        output = %cfg.output.topic, output_partitions = output,
+                        "output.partitioning = \"preserve\" writes input partition N to output partition N, and the \
+                         output topic has fewer partitions: input partitions {output} and above are held (nothing of \
+                         them is forwarded or committed) until partitions are added to the output topic; the others run"
+                    );
+                }
+                return Ok(Some(TopicCounts { input, output }));
+            }
             Err(TopicError::Kafka(e)) => {
                 status.set_broker(false, Some(format!("metadata: {e}")));
                 warn!(error = %e, "cannot reach the brokers; retrying");
@@ -240,9 +255,17 @@ fn wait_for_topics(cfg: &Config, shutdown: &Shutdown, status: &Arc<Status>) -> R
     }
 }
 
-/// Opens (or creates, or replaces) the store for this deployment, and says so in the log.
-fn open_store(cfg: &Config) -> Result<Store, RunError> {
-    let (store, opened) = Store::open_for_run(&cfg.store.path, &identity_of(cfg))?;
+/// Opens (or creates, or replaces) the store for this deployment, and says so in the log. On a
+/// full disk the store is a closed one, with the error: the filter runs without it (every
+/// partition rebuilds from the output topic) and opens it at a checkpoint once space returns;
+/// exiting instead would restart in a loop, each start failing the same way.
+fn open_store(cfg: &Config) -> Result<(Store, Option<StoreError>), RunError> {
+    let identity = identity_of(cfg);
+    let (store, opened) = match Store::open_for_run(&cfg.store.path, &identity) {
+        Ok(opened) => opened,
+        Err(e) if e.is_no_space() => return Ok((Store::closed_for_run(&cfg.store.path, &identity), Some(e))),
+        Err(e) => return Err(e.into()),
+    };
     match &opened {
         Opened::Replaced { reason, detail } => {
             warn!(path = %cfg.store.path.display(), reason, "local store replaced: {detail}; partitions rebuild from the output topic");
@@ -254,7 +277,7 @@ fn open_store(cfg: &Config) -> Result<Store, RunError> {
     if !cfg.http.listen.is_empty() {
         store.write_live_file(&cfg.http.listen);
     }
-    Ok(store)
+    Ok((store, None))
 }
 
 /// A record taken from the consumer and its fingerprint, computed when it was admitted.

@@ -12,16 +12,18 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{Producer, PurgeConfig};
+use rdkafka::producer::{Producer, PurgeConfig, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
 use super::checkpoint::{commit_list, CheckpointRecord, TransactionError};
-use super::context::FilterConsumer;
+use super::context::{DeliveryContext, FilterConsumer};
 use super::filter::Filter;
 use super::mode::Mode;
-use super::{Fatal, KAFKA_TIMEOUT};
+use super::{Fatal, TopicCounts, KAFKA_TIMEOUT};
+use crate::config::{Config, Partitioning};
 use crate::horizon::Clock;
+use crate::kafka;
 use crate::partition::{FirstForward, InFlight, Partition, Recovering, Running};
 use crate::recovery::{recover, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest};
 use crate::telemetry::{self, PartitionMetrics};
@@ -33,14 +35,70 @@ const RECOVERY_RETRY: Duration = Duration::from_secs(2);
 /// recur; each is logged and counted in `kafka_dedup_recovery_panics_total`).
 const PANIC_RETRY_MAX: Duration = Duration::from_secs(300);
 
+/// How often a held partition (no output partition for it) looks again whether the output
+/// topic has grown.
+const HOLD_RETRY: Duration = Duration::from_secs(5);
+
+/// Timeout of the metadata requests a recovery worker makes before recovering.
+const TOPOLOGY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A recovery worker's result, sent to the pipeline thread.
 pub(super) struct Finished {
     /// Input partition.
     partition: i32,
     /// The ownership the recovery ran for; a result for an older one is ignored.
     incarnation: u64,
+    /// The topics' partition counts the worker found, if it got that far.
+    topics: Option<TopicCounts>,
     /// The recovered partition, or why not.
-    result: Result<Recovered, RecoveryError>,
+    result: Result<Recovered, NotRecovered>,
+}
+
+/// Why a recovery worker delivered no recovered partition.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum NotRecovered {
+    /// The recovery failed (retried) or was cancelled.
+    #[error(transparent)]
+    Recovery(#[from] RecoveryError),
+    /// `output.partitioning = "preserve"` and the output topic has no partition for this input
+    /// partition (partitions were added to the input only): the partition is held.
+    #[error(
+        "output topic \"{topic}\" has {partitions} partitions, none for input partition {partition} \
+         (output.partitioning = \"preserve\"); add partitions to it"
+    )]
+    NoOutputPartition {
+        /// `output.topic`.
+        topic: String,
+        /// The input partition.
+        partition: i32,
+        /// The output topic's partitions.
+        partitions: usize,
+    },
+}
+
+/// Before a recovery: how many partitions the input and output topics have now, asked through
+/// the producer's client (which thereby knows an output partition added since its last
+/// metadata refresh, and takes records for it: `kafka::partition_count`). With
+/// `partitioning = "preserve"`, input partition `p` needs output partition `p`: without it,
+/// [`NotRecovered::NoOutputPartition`]. A record for it would be refused by the producer
+/// (`Local: Unknown partition`), which stopped the pipeline; the restart then exited 2 at the
+/// topic check, in a loop that stopped every partition.
+fn topology(producer: &ThreadedProducer<DeliveryContext>, cfg: &Config, p: i32) -> Result<TopicCounts, NotRecovered> {
+    let count = |topic: &str| {
+        kafka::partition_count(producer.client(), topic, TOPOLOGY_TIMEOUT)
+            .map(Option::unwrap_or_default)
+            .map_err(|e| NotRecovered::Recovery(RecoveryError::Kafka(e)))
+    };
+    let output = count(&cfg.output.topic)?;
+    let input = count(&cfg.input.topic)?;
+    if cfg.output.partitioning == Partitioning::Preserve && p as usize >= output {
+        return Err(NotRecovered::NoOutputPartition {
+            topic: cfg.output.topic.clone(),
+            partition: p,
+            partitions: output,
+        });
+    }
+    Ok(TopicCounts { input, output })
 }
 
 /// The recovery workers' side of the [`Filter`].
@@ -146,9 +204,10 @@ impl Filter {
         }
     }
 
-    /// Starts a worker thread recovering partition `p` for ownership `rec`.
+    /// Starts a worker thread recovering partition `p` for ownership `rec`, once [`topology`]
+    /// found its output partition.
     fn spawn_recovery(&self, p: i32, rec: &Recovering) {
-        let env = RecoveryEnv {
+        let mut env = RecoveryEnv {
             cfg: self.cfg.clone(),
             store: self.store.clone(),
             fingerprinter: self.fingerprinter.clone(),
@@ -163,16 +222,27 @@ impl Filter {
             cancel: rec.cancel.clone(),
         };
         let tx = self.recoveries.tx.clone();
+        let producer = self.producer.clone();
         let spawned = std::thread::Builder::new().name(format!("recover-{p}")).spawn(move || {
-            // A panic must not leave the partition recovering for ever: it becomes the result.
-            let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                crate::crash::panic_point("recovery");
-                recover(&env, &req)
-            }))
-            .unwrap_or_else(|panic| Err(RecoveryError::Panicked(panic_message(panic.as_ref()))));
+            let (topics, result) = match topology(&producer, &env.cfg, p) {
+                Ok(t) => {
+                    env.output_partitions = env.output_partitions.max(t.output);
+                    // A panic must not leave the partition recovering for ever: it becomes the
+                    // result.
+                    let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        crate::crash::panic_point("recovery");
+                        recover(&env, &req)
+                    }))
+                    .unwrap_or_else(|panic| Err(RecoveryError::Panicked(panic_message(panic.as_ref()))));
+                    (Some(t), result.map_err(NotRecovered::from))
+                }
+                Err(e) => (None, Err(e)),
+            };
+            drop(producer);
             let _ = tx.send(Finished {
                 partition: req.partition,
                 incarnation: req.incarnation,
+                topics,
                 result,
             });
         });
@@ -181,7 +251,8 @@ impl Filter {
             let _ = self.recoveries.tx.send(Finished {
                 partition: p,
                 incarnation: rec.incarnation,
-                result: Err(RecoveryError::Thread(e.to_string())),
+                topics: None,
+                result: Err(NotRecovered::Recovery(RecoveryError::Thread(e.to_string()))),
             });
         }
     }
@@ -237,24 +308,57 @@ impl Filter {
         self.schedule_retry_in(p, &e.to_string(), delay);
     }
 
+    /// Partition `p` has no output partition (`why`): it stays paused and unrecovered, so
+    /// nothing of it is forwarded, sent elsewhere or committed, while the other partitions run;
+    /// `/readyz` names it; every [`HOLD_RETRY`] its worker looks again, and the partition is
+    /// recovered and runs once partitions were added to the output topic, without a restart.
+    /// Logged once per ownership.
+    fn hold(&mut self, p: i32, why: &NotRecovered) {
+        if let Some(Partition::Recovering(r)) = self.partitions.get_mut(&p) {
+            if self.held.insert(p) {
+                error!(
+                    partition = p,
+                    reason = %why,
+                    "input partition held: nothing of it is forwarded or committed until the output topic has \
+                     its partition; the other partitions run"
+                );
+            }
+            self.status.set_held(p, &why.to_string());
+            r.retry_at = Some(Instant::now() + HOLD_RETRY);
+        }
+    }
+
     /// A recovery worker finished: installs the partition as running (idempotent mode: after a
     /// start-of-ownership commit), resumes and seeks it; or schedules a retry.
     pub(super) fn on_recovered(&mut self, consumer: &FilterConsumer, finished: Finished) {
         let Finished {
             partition: p,
             incarnation: inc,
+            topics,
             result,
         } = finished;
+        if let Some(t) = topics {
+            // Partitions are only ever added.
+            self.topics.input = self.topics.input.max(t.input);
+            self.topics.output = self.topics.output.max(t.output);
+        }
         match self.partitions.get(&p) {
             Some(Partition::Recovering(r)) if r.incarnation == inc => {}
             _ => return, // revoked meanwhile, or an older attempt
         }
         let rec = match result {
             Ok(rec) => rec,
-            Err(RecoveryError::Cancelled) => return,
-            Err(e @ RecoveryError::Panicked(_)) => return self.recovery_panicked(p, &e),
+            Err(NotRecovered::Recovery(RecoveryError::Cancelled)) => return,
+            Err(NotRecovered::Recovery(e @ RecoveryError::Panicked(_))) => return self.recovery_panicked(p, &e),
+            Err(e @ NotRecovered::NoOutputPartition { .. }) => return self.hold(p, &e),
             Err(e) => return self.schedule_retry(p, &e.to_string()),
         };
+        if self.held.remove(&p) {
+            info!(
+                partition = p,
+                "the output topic now has this partition: recovered, no longer held"
+            );
+        }
         let commit = match self.mode {
             Mode::Idempotent { .. } => true,
             // Nothing committed yet (a first start at `input.start`): a crash before the first
@@ -339,6 +443,7 @@ impl Filter {
             if let Some(Partition::Recovering(r)) = self.partitions.get(p) {
                 r.cancel.store(true, Ordering::Relaxed);
                 self.partitions.remove(p);
+                self.held.remove(p);
                 self.status.remove_partition(*p);
             }
         }
@@ -423,6 +528,7 @@ impl Filter {
             self.halts.remove(p);
             self.recoveries.panics.remove(p);
             self.mode.forget(*p);
+            self.held.remove(p);
             self.status.remove_partition(*p);
             info!(partition = p, "partition released");
         }

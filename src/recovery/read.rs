@@ -51,6 +51,8 @@ pub fn read(env: &RecoveryEnv, reader: &kafka::Reader, req: &RecoveryRequest) ->
     let snapshot = match env.store.snapshot(p) {
         Ok(Some(s)) => Snapshot::Present(s),
         Ok(None) => Snapshot::Missing,
+        // No store open (its disk was full): nothing is known, not something damaged.
+        Err(crate::store::StoreError::Closed { .. }) => Snapshot::Missing,
         Err(e) => Snapshot::Unreadable(e.to_string()),
     };
     Ok(Facts {

@@ -32,7 +32,8 @@ mod codec;
 mod open;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -139,12 +140,30 @@ pub enum StoreError {
              (or delete the directory: the store is a cache, and the next start rebuilds it from the output topic); \
              nothing was modified")]
     OlderFormat { path: PathBuf, found: u32, supported: u32 },
+    /// `run` cannot create or write the store there (a read-only file system, no permission, a
+    /// file where a directory should be): a configuration error, exit 2.
+    #[error("configuration key `store.path`: {path} is not writable ({reason}); point it at a directory kafka-dedup may create and write")]
+    NotWritable { path: PathBuf, reason: String },
+    /// The database is closed: a write failed and it could not be opened again yet (or, at
+    /// start, not at all, for want of space). `run` goes on without it and retries.
+    #[error("store {path} is not open (a write failed and it could not be reopened yet: {reason})")]
+    Closed { path: PathBuf, reason: String },
     /// Data that fails a checksum or does not parse.
     #[error("store {path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
     /// sled or the file system failed.
     #[error("store {path}: {source}")]
     Sled { path: PathBuf, source: sled::Error },
+}
+
+impl StoreError {
+    /// True for a write refused for want of space (`ENOSPC`, a disk quota): `run` goes on
+    /// without the store and opens it when space returns.
+    pub fn is_no_space(&self) -> bool {
+        use std::io::ErrorKind as K;
+        matches!(self, StoreError::Sled { source: sled::Error::Io(e), .. }
+            if matches!(e.kind(), K::StorageFull | K::QuotaExceeded))
+    }
 }
 
 /// How [`Store::open_for_run`] found the directory.
@@ -159,15 +178,22 @@ pub enum Opened {
     Replaced { reason: &'static str, detail: String },
 }
 
-/// The open store. Cheap to clone (sled handles are shared).
+/// The open store. Cheap to clone: the clones share one sled database, which `run` may close
+/// and reopen underneath them ([`Store::save`] after a failed write).
 #[derive(Clone)]
 pub struct Store {
-    /// The sled database (one tree).
-    db: sled::Db,
+    /// The sled database (one tree); `None` while closed (it could not be reopened after a
+    /// failed write, or not opened at start for want of space).
+    db: Arc<RwLock<Option<sled::Db>>>,
     /// The store directory.
     path: Arc<PathBuf>,
     /// sled's page cache size, kept for [`Store::reopened`].
     cache_bytes: u64,
+    /// `run`'s deployment, with which [`Store::save`] reopens the store; `None` for the tools.
+    identity: Option<Arc<Identity>>,
+    /// Set when a write failed: sled refuses every later write after an I/O error (no space
+    /// left, a file system turned read-only) until the database is opened again.
+    broken: Arc<AtomicBool>,
 }
 
 /// One partition's part of a checkpoint: the snapshot fields plus the live generations.
@@ -198,11 +224,23 @@ impl Store {
     /// every clone is dropped, so with other clones alive this fails with
     /// [`StoreError::InUse`]. Errors: as [`Store::open_existing`] past its refusals.
     pub fn reopened(self) -> Result<Store, StoreError> {
-        let Store { db, path, cache_bytes } = self;
+        let Store {
+            db,
+            path,
+            cache_bytes,
+            identity,
+            broken,
+        } = self;
         drop(db);
         // This process just released the lock; sled's background tasks may hold it a moment.
         match open_sled_waiting(&path, cache_bytes, 5 * LOCK_GRACE) {
-            Ok(db) => Ok(Store { db, path, cache_bytes }),
+            Ok(db) => Ok(Store {
+                db: Arc::new(RwLock::new(Some(db))),
+                path,
+                cache_bytes,
+                identity,
+                broken,
+            }),
             Err(e) if e.is_lock() => Err(StoreError::InUse {
                 hint: in_use_hint(&path),
                 path: path.to_path_buf(),
@@ -219,7 +257,7 @@ impl Store {
     /// ([`StoreError::Corrupt`]), sled I/O.
     pub fn read_chunk(&self, p: i32, meta: &GenerationMeta, c: u32) -> Result<(Vec<(u128, u32)>, usize), StoreError> {
         let v = self
-            .db
+            .handle()?
             .get(chunk_key(p, meta.epoch, c))
             .map_err(|e| self.sled_err(e))?
             .ok_or_else(|| {
@@ -239,11 +277,72 @@ impl Store {
         &self,
         from: &[u8],
     ) -> impl Iterator<Item = Result<(sled::IVec, StoreKey, sled::IVec), StoreError>> + '_ {
-        self.db.range(from.to_vec()..).map(move |kv| {
+        let (range, closed) = match self.handle() {
+            Ok(db) => (Some(db.range(from.to_vec()..)), None),
+            Err(e) => (None, Some(Err(e))),
+        };
+        closed.into_iter().chain(range.into_iter().flatten().map(move |kv| {
             let (k, v) = kv.map_err(|e| self.sled_err(e))?;
             let key = StoreKey::parse(&k);
             Ok((k, key, v))
-        })
+        }))
+    }
+
+    /// The sled database, shared; [`StoreError::Closed`] while it is closed.
+    fn handle(&self) -> Result<sled::Db, StoreError> {
+        self.db
+            .read()
+            .map_err(|_| self.closed("a thread panicked while reopening it"))?
+            .clone()
+            .ok_or_else(|| self.closed("see the log"))
+    }
+
+    fn closed(&self, reason: &str) -> StoreError {
+        StoreError::Closed {
+            path: self.path.to_path_buf(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// A store of `run` at `path` that could not be opened for want of space (or another
+    /// failure of the file system): closed; [`Store::save`] opens it when space returns. Until
+    /// then reads fail with [`StoreError::Closed`] and recovery rebuilds every partition from
+    /// the output topic.
+    pub fn closed_for_run(path: &Path, identity: &Identity) -> Store {
+        Store {
+            db: Arc::new(RwLock::new(None)),
+            path: Arc::new(path.to_path_buf()),
+            cache_bytes: open::RUN_CACHE_BYTES,
+            identity: Some(Arc::new(identity.clone())),
+            broken: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    /// True while writes fail (since the last failed [`Store::save`], until one succeeds).
+    pub fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::SeqCst)
+    }
+
+    /// Closes the database and opens it again as `run` does ([`Store::open_for_run`]): after an
+    /// I/O error sled refuses every write until then. The clones see the new database. Fails
+    /// while the disk is still full (the store stays closed, and the next [`Store::save`] tries
+    /// again), or when another handle of this process still holds the old one past sled's lock
+    /// grace (a scan in progress).
+    fn reopen(&self) -> Result<(), StoreError> {
+        let identity = self
+            .identity
+            .clone()
+            .ok_or_else(|| self.closed("only run reopens a store"))?;
+        let mut slot = self
+            .db
+            .write()
+            .map_err(|_| self.closed("a thread panicked while reopening it"))?;
+        // Released first: sled's file lock goes with the last handle.
+        drop(slot.take());
+        let (fresh, _) = Store::open_for_run(&self.path, &identity)?;
+        let db = fresh.db.write().ok().and_then(|mut d| d.take());
+        *slot = db;
+        Ok(())
     }
 
     fn sled_err(&self, source: sled::Error) -> StoreError {
@@ -267,7 +366,7 @@ impl Store {
 
     /// The format version stamped in the store, if any.
     pub fn format_version(&self) -> Result<Option<u32>, StoreError> {
-        match self.db.get(KEY_FORMAT).map_err(|e| self.sled_err(e))? {
+        match self.handle()?.get(KEY_FORMAT).map_err(|e| self.sled_err(e))? {
             None => Ok(None),
             Some(v) if v.len() == 4 => Ok(Some(u32::from_be_bytes(v.as_ref().try_into().expect("4 bytes")))),
             Some(_) => Err(self.corrupt("format version is not 4 bytes")),
@@ -278,10 +377,9 @@ impl Store {
     /// `migrate` after each step, and by tests to make a store look like another version's.
     /// Errors: sled or file-system I/O.
     pub fn set_format_version(&self, v: u32) -> Result<(), StoreError> {
-        self.db
-            .insert(KEY_FORMAT, &v.to_be_bytes())
-            .map_err(|e| self.sled_err(e))?;
-        self.db.flush().map_err(|e| self.sled_err(e))?;
+        let db = self.handle()?;
+        db.insert(KEY_FORMAT, &v.to_be_bytes()).map_err(|e| self.sled_err(e))?;
+        db.flush().map_err(|e| self.sled_err(e))?;
         write_format_file(&self.path, v).map_err(|e| self.sled_err(sled::Error::Io(e)))
     }
 
@@ -289,13 +387,13 @@ impl Store {
     /// `allow`) and tests that damage a store on purpose. Everything else goes through the typed
     /// methods.
     #[allow(dead_code)]
-    pub(crate) fn db(&self) -> &sled::Db {
-        &self.db
+    pub(crate) fn db(&self) -> sled::Db {
+        self.handle().expect("the store is open")
     }
 
     /// The deployment the store belongs to.
     pub fn identity(&self) -> Result<Option<Identity>, StoreError> {
-        match self.db.get(KEY_IDENTITY).map_err(|e| self.sled_err(e))? {
+        match self.handle()?.get(KEY_IDENTITY).map_err(|e| self.sled_err(e))? {
             None => Ok(None),
             Some(v) => serde_json::from_slice(&v)
                 .map(Some)
@@ -306,7 +404,7 @@ impl Store {
     /// Partitions with a snapshot, ascending.
     pub fn partitions(&self) -> Result<Vec<i32>, StoreError> {
         let mut out = Vec::new();
-        for kv in self.db.scan_prefix(b"s") {
+        for kv in self.handle()?.scan_prefix(b"s") {
             let (k, _) = kv.map_err(|e| self.sled_err(e))?;
             if k.len() == 5 {
                 out.push(u32::from_be_bytes(k[1..5].try_into().expect("4 bytes")) as i32);
@@ -330,7 +428,7 @@ impl Store {
     }
 
     fn snapshot_unguarded(&self, p: i32) -> Result<Option<PartitionSnapshot>, StoreError> {
-        match self.db.get(snapshot_key(p)).map_err(|e| self.sled_err(e))? {
+        match self.handle()?.get(snapshot_key(p)).map_err(|e| self.sled_err(e))? {
             None => Ok(None),
             Some(v) => serde_json::from_slice(&v)
                 .map(Some)
@@ -416,8 +514,20 @@ impl Store {
     /// disk. Generations already stored with the same count are not rewritten; chunks of
     /// generations no longer live are removed. On success the written generations are marked
     /// stored. Errors: sled I/O.
+    ///
+    /// After a failed write (or with a store that could not be opened at start), the store is
+    /// first opened again (`Store::reopen`): sled refuses every write after an I/O error until
+    /// then. So a store whose disk was full, or turned read-only, takes writes again by itself
+    /// once the cause is gone. [`Store::is_broken`] tells whether the last write failed.
     pub fn save(&self, writes: &[PartitionWrite<'_>]) -> Result<(), StoreError> {
-        self.guarded("writing a checkpoint", || self.save_unguarded(writes))
+        let result = (|| {
+            if self.is_broken() {
+                self.reopen()?;
+            }
+            self.guarded("writing a checkpoint", || self.save_unguarded(writes))
+        })();
+        self.broken.store(result.is_err(), Ordering::SeqCst);
+        result
     }
 
     fn save_unguarded(&self, writes: &[PartitionWrite<'_>]) -> Result<(), StoreError> {
@@ -443,8 +553,9 @@ impl Store {
                 serde_json::to_vec(&w.snapshot(metas)).expect("snapshot serializes"),
             );
         }
-        self.db.apply_batch(batch).map_err(|e| self.sled_err(e))?;
-        self.db.flush().map_err(|e| self.sled_err(e))?;
+        let db = self.handle()?;
+        db.apply_batch(batch).map_err(|e| self.sled_err(e))?;
+        db.flush().map_err(|e| self.sled_err(e))?;
         for g in written {
             g.mark_stored();
         }
@@ -469,7 +580,7 @@ impl Store {
             }
             return Ok(());
         }
-        for kv in self.db.scan_prefix(chunk_prefix(w.partition)) {
+        for kv in self.handle()?.scan_prefix(chunk_prefix(w.partition)) {
             let (k, _) = kv.map_err(|e| self.sled_err(e))?;
             if k.len() == 17 {
                 let epoch = u64::from_be_bytes(k[5..13].try_into().expect("8 bytes"));
@@ -481,9 +592,12 @@ impl Store {
         Ok(())
     }
 
-    /// Bytes the store occupies on disk (sled's own accounting).
+    /// Bytes the store directory occupies on disk: the blocks allocated to it and to everything
+    /// in it (sled's log, blobs and snapshots, the stamps), as `du` counts them, which is what
+    /// fills a disk. `kafka_dedup_store_size_bytes` and `inspect stats` both report this
+    /// (sled's own `size_on_disk` leaves out its snapshot files and the rest).
     pub fn size_on_disk(&self) -> u64 {
-        self.db.size_on_disk().unwrap_or(0)
+        disk_usage(&self.path)
     }
 
     /// Writes the HTTP address of this process into the store directory, for `inspect`'s hint.
@@ -495,6 +609,26 @@ impl Store {
     pub fn remove_live_file(&self) {
         let _ = std::fs::remove_file(self.path.join(LIVE_FILE));
     }
+}
+
+/// Bytes allocated to `path` and, for a directory, to everything under it (`du -s -B1`); what
+/// cannot be read counts 0.
+fn disk_usage(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let own = meta.blocks() * 512;
+    if !meta.is_dir() {
+        return own;
+    }
+    let inner: u64 = std::fs::read_dir(path)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| disk_usage(&e.path()))
+        .sum();
+    own + inner
 }
 
 /// Adds generation `g` of partition `p` to `batch` as chunks of [`CHUNK_ENTRIES`], removing
@@ -624,9 +758,32 @@ mod tests {
                 clock: None,
             }])
             .unwrap();
-        let keys = store.db.scan_prefix(chunk_prefix(0)).count();
+        let keys = store.db().scan_prefix(chunk_prefix(0)).count();
         assert_eq!(keys, 0, "g2 and g3 are empty, g1's chunks are gone");
         assert_eq!(store.partitions().unwrap(), vec![0]);
+    }
+
+    /// Issue 16, item 6: the size reported (gauge and `inspect stats`) is what the directory
+    /// occupies, as `du` says.
+    #[test]
+    fn the_size_on_disk_is_what_du_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store");
+        saved_store(&path);
+        let store = Store::open_existing(&path).unwrap();
+        let du = std::process::Command::new("du")
+            .args(["-s", "-B1"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let du: u64 = String::from_utf8_lossy(&du.stdout)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(store.size_on_disk(), du);
+        assert_eq!(crate::inspect::stats(&store).unwrap().size_on_disk_bytes, du);
     }
 
     #[test]
@@ -648,9 +805,9 @@ mod tests {
             }])
             .unwrap();
         let k = chunk_key(3, 1, 0);
-        let mut v = store.db.get(&k).unwrap().unwrap().to_vec();
+        let mut v = store.db().get(&k).unwrap().unwrap().to_vec();
         v[10] ^= 0xff;
-        store.db.insert(&k, v).unwrap();
+        store.db().insert(&k, v).unwrap();
         let snap = store.snapshot(3).unwrap().unwrap();
         let err = store.load_generations(3, &snap).unwrap_err();
         assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");

@@ -2,7 +2,7 @@
 //! cannot be used), for `inspect` and for `migrate` (refusing what is not theirs to touch).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use super::codec::{KEY_FORMAT, KEY_IDENTITY};
@@ -92,13 +92,21 @@ pub(super) fn read_format_file(dir: &Path) -> Result<Option<u32>, FormatFileErro
 }
 
 /// Writes the format file atomically (a temporary file renamed over it, then the directory synced).
+/// A temporary file that cannot be written (a full disk) is removed again: left behind, it
+/// would make the directory look like someone else's at the next start.
 pub(super) fn write_format_file(dir: &Path, version: u32) -> std::io::Result<()> {
     use std::io::Write as _;
     let tmp = dir.join(format!("{FORMAT_FILE}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    writeln!(f, "{version}")?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join(FORMAT_FILE))?;
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        writeln!(f, "{version}")?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, dir.join(FORMAT_FILE))
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
     if let Ok(d) = std::fs::File::open(dir) {
         let _ = d.sync_all();
     }
@@ -112,7 +120,7 @@ pub fn format_file_version(dir: &Path) -> Result<Option<u32>, FormatFileError> {
 }
 
 /// sled's page cache for `run`: bytes.
-const RUN_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+pub(super) const RUN_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 /// sled's page cache for `inspect` and `migrate`: small, so `dump` of any store size stays in
 /// bounded memory (chunks are read one at a time).
 const TOOL_CACHE_BYTES: u64 = 8 * 1024 * 1024;
@@ -133,6 +141,24 @@ impl OpenFailure {
     pub(super) fn is_lock(&self) -> bool {
         matches!(self, OpenFailure::Sled(e) if e.to_string().contains("could not acquire lock"))
     }
+
+    /// The file system refused (no space, read-only, no permission): nothing says the store is
+    /// damaged, so it is not moved aside.
+    fn io_refusal(&self) -> Option<std::io::ErrorKind> {
+        match self {
+            OpenFailure::Sled(sled::Error::Io(e)) if is_refusal(e.kind()) => Some(e.kind()),
+            _ => None,
+        }
+    }
+}
+
+/// An I/O error kind that says the file system refuses writes, not that data is damaged.
+fn is_refusal(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        kind,
+        K::StorageFull | K::QuotaExceeded | K::ReadOnlyFilesystem | K::PermissionDenied | K::NotADirectory
+    )
 }
 
 /// Opens sled, turning sled's panics on mangled files into errors.
@@ -225,8 +251,56 @@ fn check_version(path: &Path, found: u32) -> Result<(), StoreError> {
     }
 }
 
-/// A file-system error at `path`, as a store error.
+/// Refuses a store path `run` could not write ([`StoreError::NotWritable`]), touching nothing: the
+/// directory if it exists, else the nearest existing ancestor, where it would be created, must
+/// be a directory that access(2) says is writable and searchable (which also answers for a
+/// read-only file system, and for root).
+fn check_writable(path: &Path) -> Result<(), StoreError> {
+    let not = |reason: String| StoreError::NotWritable {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut dir = path;
+    loop {
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => break,
+            // The path itself a file: `examine` says so.
+            Ok(_) if dir == path => return Ok(()),
+            Ok(_) => return Err(not(format!("{} is a file", dir.display()))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                dir = match dir.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+            }
+            Err(e) => return Err(not(e.to_string())),
+        }
+    }
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|e| not(e.to_string()))?;
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(not(if dir == path {
+            e.to_string()
+        } else {
+            format!("{}: {e}", dir.display())
+        }));
+    }
+    Ok(())
+}
+
+/// A file-system error at `path`, as a store error: [`StoreError::NotWritable`] when the file
+/// system refuses writes for good (read-only, no permission), an I/O error otherwise (a full
+/// disk among them: [`StoreError::is_no_space`]).
 fn io_error(path: &Path, e: std::io::Error) -> StoreError {
+    use std::io::ErrorKind as K;
+    if matches!(e.kind(), K::ReadOnlyFilesystem | K::PermissionDenied | K::NotADirectory) {
+        return StoreError::NotWritable {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        };
+    }
     StoreError::Sled {
         path: path.to_path_buf(),
         source: sled::Error::Io(e),
@@ -262,10 +336,11 @@ fn replace_unopenable(path: &Path, failure: &OpenFailure) -> Result<(sled::Db, O
 }
 
 impl Store {
-    /// The refusals of [`Store::open_for_run`] that need no Kafka and touch nothing (not a store,
-    /// a newer or an older format), checked on their own so that `run` can refuse such a
+    /// The refusals of [`Store::open_for_run`] that need no Kafka and touch nothing (not
+    /// writable, not a store, a newer or an older format), checked on their own so that `run` can refuse such a
     /// directory before it contacts the brokers, yet check the topics before the store changes.
     pub fn precheck_for_run(path: &Path) -> Result<(), StoreError> {
+        check_writable(path)?;
         match examine(path)? {
             Found::Missing | Found::Empty => Ok(()),
             Found::Store(v) | Found::FormatOnly(v) => check_version(path, v),
@@ -306,16 +381,20 @@ impl Store {
                     hint: in_use_hint(path),
                 })
             }
+            Err(OpenFailure::Sled(sled::Error::Io(e))) if is_refusal(e.kind()) => return Err(io_error(path, e)),
             Err(e) => {
+                debug_assert!(e.io_refusal().is_none());
                 let (db, replaced) = replace_unopenable(path, &e)?;
                 opened = replaced;
                 db
             }
         };
         let store = Store {
-            db,
+            db: Arc::new(RwLock::new(Some(db))),
             path: Arc::new(path.to_path_buf()),
             cache_bytes: RUN_CACHE_BYTES,
+            identity: Some(Arc::new(identity.clone())),
+            broken: Arc::default(),
         };
         if let Some(replaced) = store.clear_unusable(identity)? {
             opened = replaced;
@@ -330,11 +409,12 @@ impl Store {
     /// the data, and the format file after it.
     fn clear_unusable(&self, identity: &Identity) -> Result<Option<Opened>, StoreError> {
         let mut replaced = None;
+        let db = self.handle()?;
         match self.format_version() {
             Ok(Some(v)) => check_version(&self.path, v)?,
-            Ok(None) if self.db.is_empty() => {}
+            Ok(None) if db.is_empty() => {}
             Ok(None) | Err(_) => {
-                self.db.clear().map_err(|e| self.sled_err(e))?;
+                db.clear().map_err(|e| self.sled_err(e))?;
                 replaced = Some(Opened::Replaced {
                     reason: "corrupt",
                     detail: "the database holds no readable format version; cleared".into(),
@@ -356,20 +436,19 @@ impl Store {
                 detail: format!("{e}; cleared"),
             },
         };
-        self.db.clear().map_err(|e| self.sled_err(e))?;
+        db.clear().map_err(|e| self.sled_err(e))?;
         Ok(Some(detail))
     }
 
     /// Writes this build's format version and `identity` into the database (flushed), and the
     /// format file if it says otherwise.
     fn stamp(&self, identity: &Identity) -> Result<(), StoreError> {
-        self.db
-            .insert(KEY_FORMAT, &FORMAT_VERSION.to_be_bytes())
+        let db = self.handle()?;
+        db.insert(KEY_FORMAT, &FORMAT_VERSION.to_be_bytes())
             .map_err(|e| self.sled_err(e))?;
-        self.db
-            .insert(KEY_IDENTITY, serde_json::to_vec(identity).expect("identity serializes"))
+        db.insert(KEY_IDENTITY, serde_json::to_vec(identity).expect("identity serializes"))
             .map_err(|e| self.sled_err(e))?;
-        self.db.flush().map_err(|e| self.sled_err(e))?;
+        db.flush().map_err(|e| self.sled_err(e))?;
         if read_format_file(&self.path) != Ok(Some(FORMAT_VERSION)) {
             write_format_file(&self.path, FORMAT_VERSION).map_err(|e| io_error(&self.path, e))?;
         }
@@ -445,13 +524,15 @@ impl Store {
             }
         };
         let store = Store {
-            db,
+            db: Arc::new(RwLock::new(Some(db))),
             path: Arc::new(path.to_path_buf()),
             cache_bytes: TOOL_CACHE_BYTES,
+            identity: None,
+            broken: Arc::default(),
         };
         let found = match store.format_version()? {
             Some(v) => v,
-            None if store.db.is_empty() => file_version,
+            None if store.db().is_empty() => file_version,
             None => return Err(store.corrupt("the database holds data but no format version")),
         };
         Ok((store, found))
