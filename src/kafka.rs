@@ -205,6 +205,19 @@ pub fn producer_config(cfg: &Config) -> ClientConfig {
     c
 }
 
+/// The producer of the side topics (`output.duplicates_topic`, `fingerprint.dead_letter_topic`)
+/// in idempotent mode: [`producer_config`] without `enable.gapless.guarantee`. A side topic that
+/// refuses a copy halts its partition, which sends the copy again until it is taken
+/// (`pipeline::halt`); with the gapless guarantee the refusal would be a fatal error of the
+/// producer, and the output's records could not be produced any more either. Side topics keep
+/// no order that a gap could break. In transactional mode the copies stay in the transaction,
+/// through the one producer.
+pub fn side_producer_config(cfg: &Config) -> ClientConfig {
+    let mut c = producer_config(cfg);
+    c.set("enable.gapless.guarantee", "false");
+    c
+}
+
 /// Producer properties kafka-dedup sets in idempotent mode, with their values (see
 /// [`producer_config`]). `[kafka.properties]` may not set them to anything else.
 pub const IDEMPOTENT_FIXED: &[(&str, &str)] = &[("message.timeout.ms", "0"), ("enable.gapless.guarantee", "true")];

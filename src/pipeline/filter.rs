@@ -49,6 +49,9 @@ pub struct Filter {
     /// Writes the output and side topics. Shared with the recovery workers, which ask the output
     /// topic's partitions through it (`ownership`).
     pub(super) producer: Arc<ThreadedProducer<DeliveryContext>>,
+    /// Idempotent mode with a side topic: the producer of the side copies, without the gapless
+    /// guarantee (`kafka::side_producer_config`); otherwise side copies go through `producer`.
+    pub(super) side_producer: Option<ThreadedProducer<DeliveryContext>>,
     /// Acknowledgements from the producer thread.
     pub(super) deliveries: Receiver<DeliveryEvent>,
     /// The local store: checkpoints write it, recoveries read it.
@@ -128,8 +131,15 @@ impl Filter {
         status.set_live(live_tx);
         let (dtx, deliveries) = mpsc::channel();
         let producer: ThreadedProducer<DeliveryContext> =
-            kafka::producer_config(&cfg).create_with_context(DeliveryContext::new(dtx, status.clone()))?;
+            kafka::producer_config(&cfg).create_with_context(DeliveryContext::new(dtx.clone(), status.clone()))?;
         let mode = Mode::of(&cfg);
+        let sides = !cfg.output.duplicates_topic.is_empty() || !cfg.fingerprint.dead_letter_topic.is_empty();
+        let side_producer = match mode {
+            Mode::Idempotent { .. } if sides => {
+                Some(kafka::side_producer_config(&cfg).create_with_context(DeliveryContext::new(dtx, status.clone()))?)
+            }
+            _ => None,
+        };
         if let Mode::Transactional = mode {
             // Fences a previous producer with the same transactional.id and aborts its open transaction.
             producer.init_transactions(KAFKA_TIMEOUT)?;
@@ -139,6 +149,7 @@ impl Filter {
             policy: Policy::of(&cfg),
             fingerprinter: Fingerprinter::new(cfg.fingerprint.source.clone()),
             producer: Arc::new(producer),
+            side_producer,
             deliveries,
             store,
             partitions: BTreeMap::new(),
@@ -216,7 +227,11 @@ impl Filter {
             .inflight
             .take(offset, to.target)
             .expect("produced records are tracked");
-        match send(&self.producer, &self.shutdown, to, msg, encode_opaque(p, seq)) {
+        let producer = match (&self.side_producer, to.target) {
+            (Some(side), Target::Side) => side,
+            _ => &*self.producer,
+        };
+        match send(producer, &self.shutdown, to, msg, encode_opaque(p, seq)) {
             Ok(()) => {}
             Err(Refused::Stopping) => {
                 // Not taken: nothing past it is committed, the next owner processes it.

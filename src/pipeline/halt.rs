@@ -245,7 +245,8 @@ impl Filter {
             if let Some(hs) = headers {
                 record = record.headers(hs);
             }
-            match self.producer.send(record) {
+            let producer = self.side_producer.as_ref().unwrap_or(&*self.producer);
+            match producer.send(record) {
                 Ok(()) => {
                     h.resent.insert(seq, offset);
                 }

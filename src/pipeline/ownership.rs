@@ -509,7 +509,12 @@ impl Filter {
     /// wait covers), or aborts the open transaction.
     pub(super) fn drop_unsent(&mut self) {
         match self.mode {
-            Mode::Idempotent { .. } => self.producer.purge(PurgeConfig::default().queue().inflight()),
+            Mode::Idempotent { .. } => {
+                self.producer.purge(PurgeConfig::default().queue().inflight());
+                if let Some(side) = &self.side_producer {
+                    side.purge(PurgeConfig::default().queue().inflight());
+                }
+            }
             Mode::Transactional => match self.producer.abort_transaction(KAFKA_TIMEOUT) {
                 Ok(()) => {
                     info!("open transaction aborted: none of its records becomes visible to read_committed readers")
