@@ -396,16 +396,24 @@ fn refused_checkpoint_commits_are_counted_and_retried() {
 /// refused records, and no record after them may reach the output before them: once the broker
 /// accepts again, a restart forwards the rest, and the output holds every record once, in input
 /// order.
+///
+/// The refusal must reach the filter's producer while it still has records to send (the mock
+/// hands an injected error to the next produce request, whoever sends it): batches of 10 records
+/// behind 20 ms round trips, at most 5 in flight (the idempotent producer's limit), forward about
+/// 2,500 records a second, so the 20,000 take ~8 s and the error is injected after 1,000. (With
+/// librdkafka's 10,000-record batches the filter could finish before the injection: seen in CI.)
 #[test]
 fn a_refused_delivery_never_leaves_a_gap() {
     let m = mock(1, &[("in", 1), ("out", 1)]);
     let dir = tempfile::tempdir().unwrap();
-    let spec = spec_on(&m, "in", "out", dir.path());
+    let mut spec = spec_on(&m, "in", "out", dir.path());
+    spec.env
+        .push(("KAFKA_DEDUP__KAFKA__PROPERTIES__BATCH_NUM_MESSAGES".into(), "10".into()));
     let records = values(0..20_000);
     m.broker.produce_values("in", &records, Duration::ZERO);
     m.cluster.broker_round_trip_time(1, Duration::from_millis(20)).unwrap();
     let mut filter = spec.start(dir.path());
-    filter.wait_metric(FORWARDED, &[], 2000.0, Duration::from_secs(60));
+    filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
     m.cluster.request_errors(
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
@@ -415,6 +423,11 @@ fn a_refused_delivery_never_leaves_a_gap() {
     m.cluster.broker_round_trip_time(1, Duration::ZERO).unwrap();
     let out = m.broker.read_values("out", 1);
     let firsts = &out[&0];
+    assert!(
+        firsts.len() >= 1000 && firsts.len() < 20_000,
+        "the refusal came mid-stream: {} records before it",
+        firsts.len()
+    );
     assert!(
         firsts.iter().enumerate().all(|(i, v)| *v == i as u64),
         "the output before the restart is a prefix of the input, without a gap: {} records, first gap at {:?}",
