@@ -268,6 +268,12 @@ pub struct InputConfig {
     /// a restarted replica gets its partitions back without a rebalance. Empty: dynamic.
     #[serde(default)]
     pub group_instance_id: String,
+    /// Not a configuration key: set only in the configuration of the filter stage of the global
+    /// scope ([`Config::filter_stage`]), whose `topic` is then the route topic. Names the topic
+    /// the route stage reads (the configured `input.topic`): the route topic's records are copies
+    /// of its records and carry its provenance.
+    #[serde(skip)]
+    pub routed_from: Option<String>,
 }
 
 fn default_group_id() -> String {
@@ -403,6 +409,32 @@ pub struct FingerprintConfig {
     /// Required when `on_missing = "dead_letter"`.
     #[serde(default)]
     pub dead_letter_topic: String,
+    /// Where replays are caught: within an input partition (the default) or wherever they land
+    /// (see [`Scope`], docs/GLOBAL_SCOPE.md).
+    #[serde(default = "default_scope")]
+    pub scope: Scope,
+    /// `scope = "global"` only, and required then: the internal topic records are re-partitioned
+    /// into by fingerprint. Must exist (kafka-dedup does not create topics), differ from every
+    /// other configured topic, and keep its partition count.
+    #[serde(default)]
+    pub route_topic: String,
+}
+
+/// Which records' replays are caught (`fingerprint.scope`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    /// Fingerprints are kept per input partition: a replay is caught when it lands in the same
+    /// input partition as its first copy (keyed records, fixed partitioners).
+    Partition,
+    /// Records are first copied to `fingerprint.route_topic`, partition `fingerprint mod N`, and
+    /// filtered there: a replay is caught whatever input partition it lands in. Costs an extra
+    /// hop (README, "Global scope").
+    Global,
+}
+
+fn default_scope() -> Scope {
+    Scope::Partition
 }
 
 fn default_source() -> Source {
@@ -419,6 +451,8 @@ impl Default for FingerprintConfig {
             source: default_source(),
             on_missing: default_on_missing(),
             dead_letter_topic: String::new(),
+            scope: default_scope(),
+            route_topic: String::new(),
         }
     }
 }
@@ -625,6 +659,54 @@ impl Config {
                 "required when fingerprint.on_missing = \"dead_letter\"",
             ));
         }
+        self.validate_scope()
+    }
+
+    /// `fingerprint.scope = "global"` needs a route topic of its own; `"partition"` none.
+    fn validate_scope(&self) -> Result<(), ConfigError> {
+        let route = &self.fingerprint.route_topic;
+        match self.fingerprint.scope {
+            Scope::Partition => {
+                if !route.is_empty() {
+                    return Err(ConfigError::key(
+                        "fingerprint.route_topic",
+                        "only used with fingerprint.scope = \"global\"; remove it, or set the scope",
+                    ));
+                }
+            }
+            Scope::Global => {
+                if route.trim().is_empty() {
+                    return Err(ConfigError::key(
+                        "fingerprint.route_topic",
+                        "required with fingerprint.scope = \"global\": name the internal topic records are \
+                         re-partitioned into by fingerprint (create it first, with as many partitions as the \
+                         input: kafka-dedup does not create topics)",
+                    ));
+                }
+                let others = [
+                    &self.input.topic,
+                    &self.output.topic,
+                    &self.output.duplicates_topic,
+                    &self.fingerprint.dead_letter_topic,
+                ];
+                if others.contains(&route) {
+                    return Err(ConfigError::key(
+                        "fingerprint.route_topic",
+                        "must differ from input.topic, output.topic, output.duplicates_topic and \
+                         fingerprint.dead_letter_topic: it holds copies of the input that only kafka-dedup reads",
+                    ));
+                }
+                if let Source::Header(name) = &self.fingerprint.source {
+                    if name == crate::provenance::HEADER {
+                        return Err(ConfigError::key(
+                            "fingerprint.source",
+                            "the header kafka-dedup.source is written by the route stage of the global scope; \
+                             name a header of your own",
+                        ));
+                    }
+                }
+            }
+        }
         Ok(())
     }
 
@@ -757,6 +839,22 @@ impl Config {
         }
     }
 
+    /// The configuration of the filter stage (stage 2) of the global scope: today's filter
+    /// reading `fingerprint.route_topic` (from its start, where nothing is committed) in the
+    /// group `<input.group_id>-global`, with [`InputConfig::routed_from`] naming the configured
+    /// input topic. `None` in the partition scope (the filter reads `input.topic` itself).
+    pub fn filter_stage(&self) -> Option<Config> {
+        if self.fingerprint.scope != Scope::Global {
+            return None;
+        }
+        let mut c = self.clone();
+        c.input.routed_from = Some(self.input.topic.clone());
+        c.input.topic = self.fingerprint.route_topic.clone();
+        c.input.group_id = format!("{}-global", self.input.group_id);
+        c.input.start = Start::Earliest;
+        Some(c)
+    }
+
     /// The effective configuration as TOML, with secret property values replaced by `"<redacted>"`.
     pub fn to_redacted_toml(&self) -> String {
         let mut copy = self.clone();
@@ -805,6 +903,7 @@ fn enum_values(key: &str) -> Option<&'static [&'static str]> {
         "output.partitioning" => variants::<Partitioning>(),
         "output.delivery" => variants::<Delivery>(),
         "fingerprint.on_missing" => variants::<OnMissing>(),
+        "fingerprint.scope" => variants::<Scope>(),
         _ => return None,
     })
 }
@@ -1045,6 +1144,7 @@ topic = "events.dedup"
             ("output", "delivery", "idempotent, transactional"),
             ("output", "partitioning", "preserve, key"),
             ("fingerprint", "on_missing", "forward, drop, dead_letter, fail"),
+            ("fingerprint", "scope", "partition, global"),
             ("input", "start", "earliest, latest"),
         ] {
             let (k, reason) = key_and_reason(&with(section, &format!("{key} = \"transactionl\"")), &[]);
@@ -1115,6 +1215,47 @@ topic = "events.dedup"
         )
         .unwrap();
         assert_eq!(c.checkpoint.generations, 3);
+    }
+
+    /// Issue 18: `fingerprint.scope = "global"` needs a route topic of its own, and the filter
+    /// stage reads it in a group of its own.
+    #[test]
+    fn the_global_scope_needs_a_route_topic_of_its_own() {
+        let global = |extra: &str| {
+            format!(
+                "[input]\ntopic = \"events\"\ngroup_id = \"g\"\nstart = \"latest\"\n[output]\ntopic = \"events.dedup\"\n\
+                 duplicates_topic = \"dups\"\n[fingerprint]\nscope = \"global\"\n{extra}\n"
+            )
+        };
+        let refused = |text: &str| {
+            let e = load(text).unwrap_err();
+            (e.key_name().unwrap_or("").to_string(), e.to_string())
+        };
+        let (key, why) = refused(&global(""));
+        assert_eq!(key, "fingerprint.route_topic");
+        assert!(why.contains("required"), "{why}");
+        for taken in ["events", "events.dedup", "dups"] {
+            let (key, why) = refused(&global(&format!("route_topic = \"{taken}\"")));
+            assert_eq!(key, "fingerprint.route_topic", "{taken}");
+            assert!(why.contains("must differ"), "{why}");
+        }
+        let (key, _) = refused(&global("route_topic = \"r\"\nsource = \"header:kafka-dedup.source\""));
+        assert_eq!(key, "fingerprint.source");
+        let (key, why) = refused(&format!("{MINIMAL}\n[fingerprint]\nroute_topic = \"r\"\n"));
+        assert_eq!(key, "fingerprint.route_topic");
+        assert!(why.contains("only used with"), "{why}");
+
+        assert_eq!(load(MINIMAL).unwrap().fingerprint.scope, Scope::Partition);
+        assert!(load(MINIMAL).unwrap().filter_stage().is_none());
+        let c = load(&global("route_topic = \"events.route\"")).unwrap();
+        assert_eq!(c.fingerprint.scope, Scope::Global);
+        let stage = c.filter_stage().unwrap();
+        assert_eq!(stage.input.topic, "events.route");
+        assert_eq!(stage.input.group_id, "g-global");
+        assert_eq!(stage.input.start, Start::Earliest, "every copy is filtered");
+        assert_eq!(stage.input.routed_from.as_deref(), Some("events"));
+        assert_eq!(stage.output.topic, "events.dedup");
+        assert!(!c.to_redacted_toml().contains("routed_from"));
     }
 
     #[test]

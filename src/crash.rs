@@ -8,7 +8,8 @@
 //! committed), `offsets-committed` (the group coordinator confirmed an offset commit reported to
 //! the consumer's commit callback; after a periodic checkpoint's, the store holds exactly the
 //! committed checkpoint), `handover-before-commit` (revocation or shutdown:
-//! store written, offsets not committed).
+//! store written, offsets not committed). Route stage of the global scope: `route-after-produce`
+//! (a copy was handed to the producer), `route-committed` (input offsets committed).
 //!
 //! Panic points ([`panic_point`]) panic instead of aborting, to test that a panic is caught:
 //! `recovery` (a recovery worker, before it reads anything; `recovery:2` the second attempt).

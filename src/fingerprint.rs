@@ -346,6 +346,9 @@ pub struct Fingerprinter {
     source: Source,
     /// Unescaped reference tokens of a JSON pointer (RFC 6901 `~1` -> `/`, `~0` -> `~`).
     pointer: Vec<String>,
+    /// Global scope, filter stage: the topic the route stage reads, whose provenance header
+    /// identifies a record without fingerprint ([`Self::stand_in`]).
+    stand_in_from: Option<String>,
 }
 
 fn field(h: &mut Xxh3Default, bytes: Option<&[u8]>) {
@@ -373,7 +376,33 @@ impl Fingerprinter {
             },
             _ => Vec::new(),
         };
-        Fingerprinter { source, pointer }
+        Fingerprinter {
+            source,
+            pointer,
+            stand_in_from: None,
+        }
+    }
+
+    /// The fingerprinter of the filter stage of the global scope: as `self`, and
+    /// [`Self::stand_in`] identifies a record without fingerprint by its provenance in `topic`
+    /// (the topic the route stage reads).
+    pub fn with_stand_in(mut self, topic: &str) -> Self {
+        self.stand_in_from = Some(topic.to_string());
+        self
+    }
+
+    /// Global scope, filter stage: an identity for a record without fingerprint, the xxh3-128 of
+    /// its provenance (the last `kafka-dedup.source` header naming the routed-from topic:
+    /// `topic/partition/offset`, [`crate::provenance`]), which every copy the route stage makes
+    /// of one input record shares, and no fingerprint of a configured source equals (a tag byte
+    /// of its own). `None` for a record without such a header, or outside the global scope.
+    pub fn stand_in(&self, record: &dyn RecordFields) -> Option<Fingerprint> {
+        let topic = self.stand_in_from.as_deref()?;
+        let source = crate::provenance::Provenance::of(record, topic)?;
+        let mut h = Xxh3Default::new();
+        h.update(&[0x50]);
+        field(&mut h, Some(source.encode().as_bytes()));
+        Some(Fingerprint(h.digest128()))
     }
 
     /// The configured source.
@@ -740,6 +769,27 @@ mod tests {
         assert_ne!(kv(None, Some("v")), kv(Some(""), Some("v")));
         assert_ne!(kv(Some("ab"), Some("c")), kv(Some("a"), Some("bc")));
         assert_eq!(kv(Some("ab"), Some("c")), kv(Some("ab"), Some("c")));
+    }
+
+    /// Issue 18: in the filter stage of the global scope, a record without fingerprint is
+    /// identified by its provenance in the routed-from topic: two copies of one input record
+    /// share it, two input records do not, and it is no value's fingerprint.
+    #[test]
+    fn a_stand_in_is_the_provenance_of_the_routed_from_topic() {
+        let f = Fingerprinter::new(Source::Key).with_stand_in("events");
+        let copy = |source: &str, value: &str| rec(None, Some(value), &[("kafka-dedup.source", Some(source))]);
+        let first = f.stand_in(&copy("events/2/17", "a")).unwrap();
+        assert_eq!(f.stand_in(&copy("events/2/17", "b")), Some(first), "a second copy");
+        assert_ne!(f.stand_in(&copy("events/2/18", "a")), Some(first));
+        assert_ne!(f.stand_in(&copy("events/1/17", "a")), Some(first));
+        assert_eq!(f.stand_in(&copy("other/2/17", "a")), None, "another topic's provenance");
+        assert_eq!(f.stand_in(&rec(None, Some("a"), &[])), None, "no provenance");
+        assert_eq!(
+            Fingerprinter::new(Source::Key).stand_in(&copy("events/2/17", "a")),
+            None
+        );
+        let as_value = fp("value", &rec(None, Some("events/2/17"), &[])).unwrap();
+        assert_ne!(as_value, first);
     }
 
     #[test]

@@ -466,6 +466,19 @@ pub enum TopicError {
     /// A configured topic does not exist.
     #[error("topic \"{topic}\" ({key}) does not exist; kafka-dedup does not create topics")]
     Missing { topic: String, key: &'static str },
+    /// The route topic of the global scope (`fingerprint.route_topic`) does not exist.
+    #[error(
+        "topic \"{topic}\" (fingerprint.route_topic) does not exist; kafka-dedup does not create topics. Create it \
+         with as many partitions as the input (never change the count afterwards: a replay is found in partition \
+         fingerprint mod N), e.g. kafka-topics.sh --bootstrap-server <brokers> --create --topic {topic} \
+         --partitions {partitions} --config retention.ms=86400000"
+    )]
+    MissingRoute {
+        /// The topic.
+        topic: String,
+        /// The partition count suggested: the input topic's.
+        partitions: usize,
+    },
     /// Metadata could not be fetched.
     #[error("cannot fetch topic metadata: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
@@ -490,6 +503,27 @@ pub fn partition_count<C: ClientContext>(
         .map(|t| t.partitions().len()))
 }
 
+/// Global scope: checks that `input` (the configured `input.topic`) and `route` (the route topic)
+/// exist. Returns their partition counts. Errors: [`TopicError::Missing`] naming `input.topic`,
+/// [`TopicError::MissingRoute`] with the command that creates the route topic, or the metadata
+/// request's.
+pub fn check_route_topic<C: ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    input: &str,
+    route: &str,
+    timeout: Duration,
+) -> Result<(usize, usize), TopicError> {
+    let inputs = partition_count(client, input, timeout)?.ok_or_else(|| TopicError::Missing {
+        topic: input.to_string(),
+        key: "input.topic",
+    })?;
+    let routes = partition_count(client, route, timeout)?.ok_or_else(|| TopicError::MissingRoute {
+        topic: route.to_string(),
+        partitions: inputs,
+    })?;
+    Ok((inputs, routes))
+}
+
 /// Checks that the input and output topics exist, and that the side topics
 /// (`output.duplicates_topic`, `fingerprint.dead_letter_topic`), when set, exist. Returns the
 /// input and output partition counts. An output with fewer partitions than the input under
@@ -501,6 +535,10 @@ pub fn check_topics<C: rdkafka::consumer::ConsumerContext>(
     timeout: Duration,
 ) -> Result<(usize, usize), TopicError> {
     let client = consumer.client();
+    if let Some(routed_from) = &cfg.input.routed_from {
+        // The filter stage of the global scope reads the route topic.
+        check_route_topic(client, routed_from, &cfg.input.topic, timeout)?;
+    }
     let input = partition_count(client, &cfg.input.topic, timeout)?.ok_or_else(|| TopicError::Missing {
         topic: cfg.input.topic.clone(),
         key: "input.topic",

@@ -22,6 +22,14 @@
 //!    the store and the output topic (the truth) before it runs; [`partition::Partition`] is its
 //!    life cycle, [`state::PartitionState`] its name.
 //!
+//! Global scope (`fingerprint.scope = "global"`, docs/GLOBAL_SCOPE.md): a route stage,
+//! [`global::run_route`], first copies every input record to `fingerprint.route_topic`, partition
+//! [`global::route_partition`] (fingerprint mod N), committing input offsets once the copies are
+//! acknowledged; steps 1 to 7 then run unchanged on the route topic
+//! ([`config::Config::filter_stage`]), where every copy of an event meets in one partition. A
+//! record without fingerprint is known there by its provenance
+//! ([`fingerprint::Fingerprinter::stand_in`]). Both stages run in one process.
+//!
 //! Around it: [`config`] (TOML + environment), [`security`] (TLS/SASL checks, secrets from
 //! files), [`kafka`] (client settings), [`service`] (signals, HTTP), [`http`] (every route),
 //! [`status`] (`/readyz`), [`inspect`] and [`migrate`] (store tools), [`audit`] (did it work:
@@ -34,6 +42,7 @@ pub mod crash;
 pub mod demo;
 pub mod fingerprint;
 pub mod generations;
+pub mod global;
 pub mod horizon;
 pub mod http;
 pub mod inspect;

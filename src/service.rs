@@ -1,4 +1,5 @@
-//! `kafka-dedup run`: the HTTP server and signal handling around the pipeline thread.
+//! `kafka-dedup run`: the HTTP server and signal handling around the pipeline thread (two in the
+//! global scope: the route stage and the filter stage, [`crate::global`]).
 //!
 //! Shutdown is a value ([`Shutdown`]): SIGTERM or SIGINT triggers it, the pipeline thread sees it
 //! between two polls, hands over every partition (deliveries awaited, store written, offsets
@@ -11,6 +12,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing::{info, warn};
 
 use crate::config::Config;
+use crate::global::run_route;
 use crate::http::{self, HttpState};
 use crate::pipeline::{run_filter, RunError, Shutdown};
 use crate::status::Status;
@@ -83,11 +85,14 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
             info!("signal received: finishing the checkpoint and stopping");
             signal_shutdown.trigger();
         });
-        let pipeline = {
-            let (cfg, shutdown, status) = (cfg.clone(), shutdown.clone(), status.clone());
-            tokio::task::spawn_blocking(move || run_filter(cfg, shutdown, status))
+        let result = match cfg.filter_stage() {
+            None => {
+                let (cfg, shutdown, status) = (cfg.clone(), shutdown.clone(), status.clone());
+                let pipeline = tokio::task::spawn_blocking(move || run_filter(cfg, shutdown, status));
+                pipeline.await.map_err(ServiceError::PipelineThread)?
+            }
+            Some(filter_cfg) => run_global(&cfg, Arc::new(filter_cfg), &shutdown, &status).await?,
         };
-        let result = pipeline.await.map_err(ServiceError::PipelineThread)?;
         let _ = http_stop_tx.send(());
         if let Some(t) = http_task {
             if let Ok(Err(e)) = t.await {
@@ -96,6 +101,34 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
         }
         result.map_err(ServiceError::from)
     })
+}
+
+/// The global scope: the route stage and the filter stage, each on its own thread. A stage that
+/// stops on an error stops the other (a clean hand-over); the route stage's error is returned
+/// first, then the filter stage's.
+async fn run_global(
+    cfg: &Arc<Config>,
+    filter_cfg: Arc<Config>,
+    shutdown: &Shutdown,
+    status: &Arc<Status>,
+) -> Result<Result<(), RunError>, ServiceError> {
+    let stage = |f: fn(Arc<Config>, Shutdown, Arc<Status>) -> Result<(), RunError>, cfg: Arc<Config>| {
+        let (shutdown, status) = (shutdown.clone(), status.clone());
+        tokio::task::spawn_blocking(move || {
+            let result = f(cfg, shutdown.clone(), status);
+            if result.is_err() {
+                shutdown.trigger();
+            }
+            result
+        })
+    };
+    let route = stage(run_route, cfg.clone());
+    let filter = stage(run_filter, filter_cfg);
+    let routed = route.await;
+    let filtered = filter.await;
+    let routed = routed.map_err(ServiceError::PipelineThread)?;
+    let filtered = filtered.map_err(ServiceError::PipelineThread)?;
+    Ok(routed.and(filtered))
 }
 
 /// Binds `http.listen` and serves until `stop` resolves, with the recorder's upkeep every 5 s.

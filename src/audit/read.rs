@@ -76,6 +76,9 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
     if cfg.output.partitioning != Partitioning::Preserve {
         return Err(AuditError::KeyPartitioning);
     }
+    if cfg.fingerprint.scope == crate::config::Scope::Global {
+        return Err(AuditError::GlobalScope);
+    }
     let horizon = Horizon::of(&cfg.checkpoint);
     let meta = reader(cfg)?;
     let count = |topic: &str, key: &'static str| -> Result<usize, AuditError> {

@@ -19,7 +19,7 @@ use super::ownership::Recoveries;
 use super::produce::{encode_opaque, send, Added, DeliveryEvent, Destination, Refused};
 use super::route::{route, Policy, Route};
 use super::{Fatal, RunError, Shutdown, TopicCounts, KAFKA_TIMEOUT};
-use crate::config::Config;
+use crate::config::{Config, OnMissing};
 use crate::fingerprint::{Fingerprint, Fingerprinter, Unfingerprintable};
 use crate::generations::{now_ms, Generation};
 use crate::horizon;
@@ -147,7 +147,10 @@ impl Filter {
         }
         Ok(Filter {
             policy: Policy::of(&cfg),
-            fingerprinter: Fingerprinter::new(cfg.fingerprint.source.clone()),
+            fingerprinter: match &cfg.input.routed_from {
+                Some(topic) => Fingerprinter::new(cfg.fingerprint.source.clone()).with_stand_in(topic),
+                None => Fingerprinter::new(cfg.fingerprint.source.clone()),
+            },
             producer: Arc::new(producer),
             side_producer,
             deliveries,
@@ -213,10 +216,17 @@ impl Filter {
             // not taken, fetched again once it resumes.
             return Ok(Handled::Done);
         }
-        consumed(run, msg, self.topics.input, &self.totals);
+        let routed = self.cfg.input.routed_from.is_some();
+        consumed(run, msg, self.topics.input, routed, &self.totals);
         take_time(run, msg, &self.cfg, offset);
-        let hit = fp.as_ref().ok().and_then(|f| run.gens.lookup(f.0));
-        let decided = route(&self.policy, p, offset, fp, hit);
+        // Global scope, filter stage: a record without fingerprint is known by its provenance.
+        let stand_in = match &fp {
+            Err(_) if self.policy.on_missing == OnMissing::Forward => self.fingerprinter.stand_in(msg),
+            _ => None,
+        };
+        let known = fp.as_ref().ok().copied().or(stand_in);
+        let hit = known.and_then(|f| run.gens.lookup(f.0));
+        let decided = route(&self.policy, p, offset, fp, stand_in, hit);
         count(run, &decided, &self.totals);
         let Some((to, learn)) = destination(&self.cfg, p, offset, &decided)? else {
             run.inflight.take(offset, Target::None);
@@ -434,9 +444,15 @@ fn take_time(run: &mut Running, msg: &BorrowedMessage<'_>, cfg: &Config, offset:
 }
 
 /// Counts a record taken from the consumer, and whether its replays could land in another
-/// partition (null key, or a key a default partitioner places elsewhere).
-fn consumed(run: &mut Running, msg: &BorrowedMessage<'_>, input_partitions: usize, totals: &Totals) {
+/// partition (null key, or a key a default partitioner places elsewhere). Not in the filter stage
+/// of the global scope (`routed`): there every copy of an event is in one partition by
+/// construction.
+fn consumed(run: &mut Running, msg: &BorrowedMessage<'_>, input_partitions: usize, routed: bool, totals: &Totals) {
     run.metrics.consumed.increment(1);
+    Totals::bump(&totals.consumed);
+    if routed {
+        return;
+    }
     match msg.key() {
         None => run.metrics.null_key.increment(1),
         Some(k) if !kafka::key_placed_in(k, msg.partition(), input_partitions) => {
@@ -444,7 +460,6 @@ fn consumed(run: &mut Running, msg: &BorrowedMessage<'_>, input_partitions: usiz
         }
         Some(_) => {}
     }
-    Totals::bump(&totals.consumed);
 }
 
 /// Counts a routed record: replays by age and distance, records without fingerprint by action
@@ -492,7 +507,7 @@ fn destination<'c>(
     };
     Ok(match decided {
         Route::Forward { fingerprint, partition } => Some((output(*partition), Some(*fingerprint))),
-        Route::ForwardUnfingerprintable { partition, .. } => Some((output(*partition), None)),
+        Route::ForwardUnfingerprintable { partition, learn, .. } => Some((output(*partition), *learn)),
         Route::DropReplay { copy_to_side, .. } => {
             copy_to_side.then(|| (side(&cfg.output.duplicates_topic, "duplicate"), None))
         }

@@ -8,6 +8,7 @@
 //! | fingerprint not held                | [`Route::Forward`] (and learn the fingerprint)     |
 //! | fingerprint held (a replay)         | [`Route::DropReplay`] (copied to `output.duplicates_topic` if set) |
 //! | no fingerprint, `on_missing = forward`     | [`Route::ForwardUnfingerprintable`]        |
+//! | the same, global scope, stand-in held      | [`Route::DropReplay`]: a second copy of one input record |
 //! | no fingerprint, `on_missing = drop`        | [`Route::DropUnfingerprintable`]           |
 //! | no fingerprint, `on_missing = dead_letter` | [`Route::DeadLetter`]                      |
 //! | no fingerprint, `on_missing = fail`        | [`Route::Fail`]: the pipeline stops        |
@@ -60,12 +61,17 @@ pub enum Route {
         /// True when a copy goes to `output.duplicates_topic`.
         copy_to_side: bool,
     },
-    /// No fingerprint, `on_missing = "forward"`: produced to the output topic, nothing learned.
+    /// No fingerprint, `on_missing = "forward"`: produced to the output topic. Nothing is
+    /// learned, except in the filter stage of the global scope: its stand-in (the hash of its
+    /// provenance, [`Fingerprinter::stand_in`](crate::fingerprint::Fingerprinter::stand_in)), so
+    /// that a second copy the route stage makes of the same input record is dropped.
     ForwardUnfingerprintable {
         /// Why the record has no fingerprint.
         why: Unfingerprintable,
         /// Output partition, as for [`Route::Forward`].
         partition: Option<i32>,
+        /// The stand-in to learn once the producer took it (global scope), else `None`.
+        learn: Option<Fingerprint>,
     },
     /// No fingerprint, `on_missing = "drop"`: dropped and counted.
     DropUnfingerprintable {
@@ -100,13 +106,16 @@ impl Route {
 }
 
 /// Decides the route of the record at input `partition` and `offset`, given its fingerprint (or
-/// why it has none) and `hit`, what the partition's generations hold of that fingerprint (`None`
-/// when not held or not fingerprinted).
+/// why it has none), its `stand_in` when it has none (global scope, filter stage: the hash of its
+/// provenance; `None` otherwise, and not used unless `on_missing = "forward"`), and `hit`, what
+/// the partition's generations hold of the fingerprint, or else of the stand-in (`None` when not
+/// held or neither is known).
 pub fn route(
     policy: &Policy,
     partition: i32,
     offset: i64,
     fingerprint: Result<Fingerprint, Unfingerprintable>,
+    stand_in: Option<Fingerprint>,
     hit: Option<Hit>,
 ) -> Route {
     let out_partition = match policy.partitioning {
@@ -130,9 +139,18 @@ pub fn route(
         Err(why) => why,
     };
     match policy.on_missing {
-        OnMissing::Forward => Route::ForwardUnfingerprintable {
-            why,
-            partition: out_partition,
+        OnMissing::Forward => match (stand_in, hit) {
+            // A second copy of one input record (the route stage copied it again after a crash).
+            (Some(_), Some(hit)) => Route::DropReplay {
+                age: hit.age,
+                distance: hit.first_offset.map(|first| offset - first),
+                copy_to_side: policy.copy_replays,
+            },
+            (learn, _) => Route::ForwardUnfingerprintable {
+                why,
+                partition: out_partition,
+                learn,
+            },
         },
         OnMissing::Drop => Route::DropUnfingerprintable { why },
         OnMissing::DeadLetter => Route::DeadLetter { why },
@@ -166,11 +184,16 @@ mod tests {
         Err(Unfingerprintable::Absent)
     }
 
-    /// A case: its name, the policy, the fingerprint (or why none), the lookup, the route.
+    /// A stand-in (global scope).
+    const SI: Fingerprint = Fingerprint(0x5150);
+
+    /// A case: its name, the policy, the fingerprint (or why none), the stand-in, the lookup,
+    /// the route.
     type Row = (
         &'static str,
         Policy,
         Result<Fingerprint, Unfingerprintable>,
+        Option<Fingerprint>,
         Option<Hit>,
         Route,
     );
@@ -183,31 +206,39 @@ mod tests {
         let why = Unfingerprintable::Absent;
         #[rustfmt::skip]
         let rows: Vec<Row> = vec![
-            ("new record, preserve", policy(Forward, false, Preserve), Ok(FP), None,
+            ("new record, preserve", policy(Forward, false, Preserve), Ok(FP), None, None,
                 Route::Forward { fingerprint: FP, partition: Some(3) }),
-            ("new record, key", policy(Forward, false, Key), Ok(FP), None,
+            ("new record, key", policy(Forward, false, Key), Ok(FP), None, None,
                 Route::Forward { fingerprint: FP, partition: None }),
-            ("new record, on_missing does not matter", policy(Fail, true, Preserve), Ok(FP), None,
+            ("new record, on_missing does not matter", policy(Fail, true, Preserve), Ok(FP), None, None,
                 Route::Forward { fingerprint: FP, partition: Some(3) }),
-            ("replay in the current generation", policy(Forward, false, Preserve), Ok(FP), hit(0, Some(90)),
+            ("replay in the current generation", policy(Forward, false, Preserve), Ok(FP), None, hit(0, Some(90)),
                 Route::DropReplay { age: 0, distance: Some(10), copy_to_side: false }),
-            ("replay in an older generation, copied aside", policy(Forward, true, Key), Ok(FP), hit(1, Some(40)),
+            ("replay in an older generation, copied aside", policy(Forward, true, Key), Ok(FP), None, hit(1, Some(40)),
                 Route::DropReplay { age: 1, distance: Some(60), copy_to_side: true }),
-            ("replay of a re-learned fingerprint", policy(Drop, false, Preserve), Ok(FP), hit(1, None),
+            ("replay of a re-learned fingerprint", policy(Drop, false, Preserve), Ok(FP), None, hit(1, None),
                 Route::DropReplay { age: 1, distance: None, copy_to_side: false }),
-            ("no fingerprint, forward, preserve", policy(Forward, true, Preserve), null(), None,
-                Route::ForwardUnfingerprintable { why: why.clone(), partition: Some(3) }),
-            ("no fingerprint, forward, key", policy(Forward, false, Key), null(), None,
-                Route::ForwardUnfingerprintable { why: why.clone(), partition: None }),
-            ("no fingerprint, drop", policy(Drop, true, Preserve), null(), None,
+            ("no fingerprint, forward, preserve", policy(Forward, true, Preserve), null(), None, None,
+                Route::ForwardUnfingerprintable { why: why.clone(), partition: Some(3), learn: None }),
+            ("no fingerprint, forward, key", policy(Forward, false, Key), null(), None, None,
+                Route::ForwardUnfingerprintable { why: why.clone(), partition: None, learn: None }),
+            ("global: no fingerprint, forward, stand-in new", policy(Forward, false, Preserve), null(), Some(SI), None,
+                Route::ForwardUnfingerprintable { why: why.clone(), partition: Some(3), learn: Some(SI) }),
+            ("global: no fingerprint, forward, stand-in held", policy(Forward, true, Preserve), null(), Some(SI),
+                hit(0, Some(97)), Route::DropReplay { age: 0, distance: Some(3), copy_to_side: true }),
+            ("global: no fingerprint, drop, stand-in held", policy(Drop, false, Preserve), null(), Some(SI),
+                hit(0, Some(97)), Route::DropUnfingerprintable { why: why.clone() }),
+            ("global: no fingerprint, dead letter, stand-in new", policy(DeadLetter, false, Key), null(), Some(SI),
+                None, Route::DeadLetter { why: why.clone() }),
+            ("no fingerprint, drop", policy(Drop, true, Preserve), null(), None, None,
                 Route::DropUnfingerprintable { why: why.clone() }),
-            ("no fingerprint, dead letter", policy(DeadLetter, false, Key), null(), None,
+            ("no fingerprint, dead letter", policy(DeadLetter, false, Key), null(), None, None,
                 Route::DeadLetter { why: why.clone() }),
-            ("no fingerprint, fail", policy(Fail, false, Preserve), null(), None,
+            ("no fingerprint, fail", policy(Fail, false, Preserve), null(), None, None,
                 Route::Fail { why: why.clone() }),
         ];
-        for (case, policy, fp, hit, want) in rows {
-            assert_eq!(route(&policy, 3, 100, fp, hit), want, "{case}");
+        for (case, policy, fp, stand_in, hit, want) in rows {
+            assert_eq!(route(&policy, 3, 100, fp, stand_in, hit), want, "{case}");
         }
     }
 
@@ -219,6 +250,7 @@ mod tests {
                 Route::ForwardUnfingerprintable {
                     why: why.clone(),
                     partition: None,
+                    learn: None,
                 },
                 Some(OnMissing::Forward),
             ),

@@ -754,7 +754,14 @@ impl Progress<'_> {
                 return;
             }
         }
-        if let Ok(fp) = env.fingerprinter.fingerprint(m) {
+        // Global scope, filter stage: a record forwarded without fingerprint is known by its
+        // stand-in (its provenance in the routed-from topic), which the output copy keeps.
+        let known = env
+            .fingerprinter
+            .fingerprint(m)
+            .ok()
+            .or_else(|| env.fingerprinter.stand_in(m));
+        if let Some(fp) = known {
             gens.relearn(fp.0, q, o);
         }
         if let Some(source) = Provenance::of(m, &env.cfg.input.topic).filter(|s| s.partition == req.partition) {

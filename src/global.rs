@@ -1,0 +1,563 @@
+//! The global scope (`fingerprint.scope = "global"`; docs/GLOBAL_SCOPE.md): replays are caught
+//! whatever input partition they land in.
+//!
+//! Two stages run in one process:
+//! 1. the **route stage** ([`run_route`], this module) reads `input.topic` in the group
+//!    `input.group_id` and copies every record (key, value, headers, timestamp, plus the
+//!    provenance header `kafka-dedup.source`) to `fingerprint.route_topic`, partition
+//!    [`route_partition`]: `fingerprint mod N`, so that every copy of an event meets in one
+//!    partition. It commits an input offset only once every copy before it is acknowledged
+//!    ([`InFlight`]), every `checkpoint.interval` and at a hand-over (revocation, stop). It keeps
+//!    no state: after a crash it copies the records since its last commit again, and the filter
+//!    stage drops the second copies as replays.
+//! 2. the **filter stage** is today's filter ([`crate::pipeline::run_filter`]) with
+//!    [`Config::filter_stage`]: it reads the route topic in the group `<input.group_id>-global`.
+//!    A record without fingerprint is known there by its provenance
+//!    ([`Fingerprinter::stand_in`]), so a second copy of it is dropped too.
+//!
+//! [`crate::service::run`] starts both, sharing the metrics and the HTTP endpoint; the route
+//! stage counts [`RECORDS_ROUTED`].
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tracing::{debug, error, info, warn};
+
+use crate::config::{Config, Delivery, Start};
+use crate::fingerprint::{Fingerprint, Fingerprinter};
+use crate::kafka::{self, TopicError};
+use crate::partition::{InFlight, Target, SEQ_BITS};
+use crate::pipeline::context::Throttle;
+use crate::pipeline::{Fatal, RunError, Shutdown};
+use crate::provenance::{Provenance, HEADER};
+use crate::status::Status;
+
+/// `kafka_dedup_records_routed_total`: input records the route stage of the global scope copied
+/// to the route topic, counted when the route topic acknowledged the copy (a record copied again
+/// after a crash counts again). Only in the global scope.
+pub const RECORDS_ROUTED: &str = "kafka_dedup_records_routed_total";
+
+/// How long one poll waits for a record.
+const POLL_WAIT: Duration = Duration::from_millis(100);
+
+/// Timeout of the synchronous offset commits and metadata requests.
+const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The route partition of a record, in `0..route_partitions`: its fingerprint modulo the route
+/// topic's partition count, so every copy of an event lands in one partition whatever input
+/// partition it came through; a record without fingerprint (`None`) goes to its input partition
+/// modulo the count, so the records of one input partition without fingerprint keep their order.
+/// `route_partitions` must be at least 1 (a topic has at least one partition).
+pub fn route_partition(fingerprint: Option<Fingerprint>, input_partition: i32, route_partitions: usize) -> i32 {
+    let n = route_partitions.max(1);
+    match fingerprint {
+        Some(fp) => (fp.0 % n as u128) as i32,
+        None => (input_partition.max(0) as usize % n) as i32,
+    }
+}
+
+/// An acknowledgement of a copy, from the producer thread: the delivery opaque
+/// (`input partition << SEQ_BITS | seq`) and the result.
+struct Ack {
+    opaque: usize,
+    result: Result<(), KafkaError>,
+}
+
+/// The route stage's producer context: acknowledgements go to the poll thread.
+struct RouteDelivery {
+    tx: Mutex<Sender<Ack>>,
+    status: Arc<Status>,
+    throttle: Throttle,
+}
+
+impl ClientContext for RouteDelivery {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.status.note_client_error(&error, reason);
+        if let Some(suppressed) = self.throttle.admit(&error, Instant::now()) {
+            warn!(error = %error, reason, suppressed, "kafka producer error (route stage)");
+        }
+    }
+}
+
+impl ProducerContext for RouteDelivery {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        let result = result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone());
+        if let Ok(tx) = self.tx.lock() {
+            let _ = tx.send(Ack { opaque, result });
+        }
+    }
+}
+
+/// One input partition the route stage copies.
+struct Tracked {
+    /// Copies not yet acknowledged, in input order: the commit position.
+    inflight: InFlight,
+    /// The last offset committed (or the first one read).
+    committed: i64,
+}
+
+/// The route stage's state, owned by the poll thread (and its rebalance callbacks).
+struct Router {
+    cfg: Arc<Config>,
+    fingerprinter: Fingerprinter,
+    producer: ThreadedProducer<RouteDelivery>,
+    acks: Receiver<Ack>,
+    /// Partitions of the route topic, read at start (it must never change).
+    route_partitions: usize,
+    /// Input partitions with records taken since they were assigned.
+    partitions: BTreeMap<i32, Tracked>,
+    next_commit: Instant,
+    /// Set when a copy could not be delivered: nothing is committed past it, the stage stops.
+    failure: Option<Fatal>,
+    routed: metrics::Counter,
+}
+
+/// What became of a turn of the poll loop's record ([`Router::copy`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Copied {
+    /// Handed to the producer (or copied already, or nothing was polled).
+    Done,
+    /// Not taken: a stop was requested while the producer's queue was full.
+    Stopping,
+}
+
+impl Router {
+    /// Copies `msg` to its route partition. Waits while the producer's queue is full (unless a
+    /// stop is requested). Errors: the producer refused the record.
+    fn copy(&mut self, msg: &BorrowedMessage<'_>, shutdown: &Shutdown) -> Result<Copied, Fatal> {
+        let (p, offset) = (msg.partition(), msg.offset());
+        let to = route_partition(self.fingerprinter.fingerprint(msg).ok(), p, self.route_partitions);
+        let tracked = self.partitions.entry(p).or_insert_with(|| Tracked {
+            inflight: InFlight::new(offset),
+            committed: offset,
+        });
+        if offset < tracked.inflight.next_offset() {
+            return Ok(Copied::Done); // fetched again; already copied
+        }
+        let seq = tracked
+            .inflight
+            .take(offset, Target::Output)
+            .expect("produced records are tracked");
+        let opaque = ((p as u64) << SEQ_BITS | seq) as usize;
+        let source = Provenance::encode_parts(msg.topic(), p, offset);
+        let headers = msg
+            .headers()
+            .map(|h| h.detach())
+            .unwrap_or_else(|| OwnedHeaders::new_with_capacity(1))
+            .insert(Header {
+                key: HEADER,
+                value: Some(&source),
+            });
+        let cfg = self.cfg.clone(); // the record borrows the topic name while `self` changes
+        let mut record: BaseRecord<'_, [u8], [u8], usize> =
+            BaseRecord::with_opaque_to(&cfg.fingerprint.route_topic, opaque)
+                .partition(to)
+                .headers(headers);
+        if let Some(k) = msg.key() {
+            record = record.key(k);
+        }
+        if let Some(v) = msg.payload() {
+            record = record.payload(v);
+        }
+        if let Some(ts) = msg.timestamp().to_millis() {
+            record = record.timestamp(ts);
+        }
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    if shutdown.is_triggered() {
+                        self.untake(p, offset);
+                        return Ok(Copied::Stopping);
+                    }
+                    record = r;
+                    self.drain_acks();
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err((error, _)) => {
+                    self.untake(p, offset);
+                    return Err(Fatal::Delivery {
+                        partition: p,
+                        offset,
+                        topic: cfg.fingerprint.route_topic.clone(),
+                        error,
+                    });
+                }
+            }
+        }
+        crate::crash::point("route-after-produce");
+        Ok(Copied::Done)
+    }
+
+    fn untake(&mut self, p: i32, offset: i64) {
+        if let Some(t) = self.partitions.get_mut(&p) {
+            t.inflight.untake(offset);
+        }
+    }
+
+    /// Applies every acknowledgement that arrived.
+    fn drain_acks(&mut self) {
+        while let Ok(ack) = self.acks.try_recv() {
+            self.apply(ack);
+        }
+    }
+
+    /// Applies one acknowledgement: the copy is done; a failed copy stops the stage (its offset is
+    /// never committed: the watermark stays before it).
+    fn apply(&mut self, ack: Ack) {
+        let v = ack.opaque as u64;
+        let (p, seq) = ((v >> SEQ_BITS) as i32, v & ((1 << SEQ_BITS) - 1));
+        let Some(t) = self.partitions.get_mut(&p) else {
+            return; // a partition handed over meanwhile
+        };
+        match ack.result {
+            Ok(()) => {
+                if t.inflight.ack(seq).is_some() {
+                    self.routed.increment(1);
+                }
+            }
+            Err(error) => {
+                if self.failure.is_none() {
+                    error!(partition = p, error = %error, "copy to the route topic failed; stopping without committing past it");
+                    self.failure = Some(Fatal::Delivery {
+                        partition: p,
+                        offset: t.inflight.watermark(),
+                        topic: self.cfg.fingerprint.route_topic.clone(),
+                        error,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Between two polls: acknowledgements, and the periodic commit. Errors stop the stage.
+    fn tick(&mut self, consumer: &RouteConsumer) -> Result<(), Fatal> {
+        self.drain_acks();
+        if let Some(f) = &self.failure {
+            return Err(f.clone());
+        }
+        if Instant::now() >= self.next_commit {
+            self.next_commit = Instant::now() + self.cfg.checkpoint.interval;
+            let parts: Vec<i32> = self.partitions.keys().copied().collect();
+            self.commit(consumer, &parts);
+        }
+        Ok(())
+    }
+
+    /// Commits, for each of `parts`, the input offset below which every copy is acknowledged,
+    /// when it moved. A failed commit is logged; the next one covers it.
+    fn commit(&mut self, consumer: &RouteConsumer, parts: &[i32]) {
+        let mut tpl = TopicPartitionList::new();
+        let mut moved = Vec::new();
+        for p in parts {
+            if let Some(t) = self.partitions.get(p) {
+                let w = t.inflight.watermark();
+                if w > t.committed {
+                    let _ = tpl.add_partition_offset(&self.cfg.input.topic, *p, Offset::Offset(w));
+                    moved.push((*p, w));
+                }
+            }
+        }
+        if moved.is_empty() {
+            return;
+        }
+        match consumer.commit(&tpl, CommitMode::Sync) {
+            Ok(()) => {
+                for (p, w) in moved {
+                    if let Some(t) = self.partitions.get_mut(&p) {
+                        t.committed = w;
+                    }
+                }
+                crate::crash::point("route-committed");
+            }
+            Err(e) => warn!(error = %e, "route stage: offset commit failed; the next one commits again"),
+        }
+    }
+
+    /// Hands `parts` over (revocation, stop): waits up to `output.handover_timeout` for their
+    /// copies' acknowledgements, commits what is acknowledged (unless the assignment was `lost`:
+    /// another member may own them already) and forgets them. Copies still unacknowledged are
+    /// made again by the next owner; the filter stage drops the second copies.
+    fn hand_over(&mut self, consumer: &RouteConsumer, parts: &[i32], lost: bool) {
+        let deadline = Instant::now() + self.cfg.output.handover_timeout;
+        loop {
+            self.drain_acks();
+            let idle = parts.iter().all(|p| {
+                self.partitions
+                    .get(p)
+                    .is_none_or(|t| t.inflight.watermark() >= t.inflight.next_offset())
+            });
+            let left = deadline.saturating_duration_since(Instant::now());
+            if idle || self.failure.is_some() || left.is_zero() {
+                if !idle {
+                    warn!(partitions = ?parts, "route stage: hand-over with copies not acknowledged; the next owner copies them again");
+                }
+                break;
+            }
+            match self.acks.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(ack) => self.apply(ack),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        if !lost {
+            self.commit(consumer, parts);
+        }
+        for p in parts {
+            self.partitions.remove(p);
+        }
+    }
+}
+
+/// The route stage's consumer context: rebalances reach the [`Router`].
+struct RouteContext {
+    router: Mutex<Router>,
+    input_topic: String,
+    status: Arc<Status>,
+    throttle: Throttle,
+}
+
+impl RouteContext {
+    fn lock(&self) -> MutexGuard<'_, Router> {
+        self.router.lock().expect("not poisoned")
+    }
+}
+
+impl ClientContext for RouteContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.status.note_client_error(&error, reason);
+        if let Some(suppressed) = self.throttle.admit(&error, Instant::now()) {
+            warn!(error = %error, reason, suppressed, "kafka client error (route stage)");
+        }
+    }
+}
+
+impl ConsumerContext for RouteContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let parts: Vec<i32> = tpl
+                .elements_for_topic(&self.input_topic)
+                .iter()
+                .map(|e| e.partition())
+                .collect();
+            let lost = consumer.assignment_lost();
+            info!(partitions = ?parts, lost, "route stage: partitions revoked");
+            if let Ok(mut r) = self.router.lock() {
+                r.hand_over(consumer, &parts, lost);
+            }
+        }
+    }
+
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let parts: Vec<i32> = tpl
+                    .elements_for_topic(&self.input_topic)
+                    .iter()
+                    .map(|e| e.partition())
+                    .collect();
+                info!(partitions = ?parts, "route stage: partitions assigned");
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => warn!(error = %e, "route stage: rebalance error"),
+        }
+    }
+}
+
+type RouteConsumer = BaseConsumer<RouteContext>;
+
+/// Runs the route stage until `shutdown` is triggered (then hands every partition over and
+/// returns `Ok`) or a fatal error (returns it; nothing committed past the record concerned).
+/// Blocking: call it from a dedicated thread. `cfg` is the whole configuration (global scope).
+/// Errors: the input or route topic does not exist ([`RunError::Topics`], exit 2), a client
+/// cannot be created, a copy was refused or failed, the consumer failed for good.
+pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> Result<(), RunError> {
+    metrics::describe_counter!(
+        RECORDS_ROUTED,
+        metrics::Unit::Count,
+        "Input records copied to the route topic (global scope), counted when acknowledged."
+    );
+    let routed = metrics::counter!(RECORDS_ROUTED);
+    routed.increment(0);
+    let Some(route_partitions) = wait_for_topics(&cfg, &shutdown)? else {
+        return Ok(());
+    };
+    // The route stage always writes with the idempotent producer: it needs no transaction (it
+    // keeps no state), and the gapless guarantee keeps a failed copy from being passed.
+    let mut producer_cfg = (*cfg).clone();
+    producer_cfg.output.delivery = Delivery::Idempotent;
+    let (tx, acks) = mpsc::channel();
+    let producer: ThreadedProducer<RouteDelivery> =
+        kafka::producer_config(&producer_cfg).create_with_context(RouteDelivery {
+            tx: Mutex::new(tx),
+            status: status.clone(),
+            throttle: Throttle::default(),
+        })?;
+    let router = Router {
+        cfg: cfg.clone(),
+        fingerprinter: Fingerprinter::new(cfg.fingerprint.source.clone()),
+        producer,
+        acks,
+        route_partitions,
+        partitions: BTreeMap::new(),
+        next_commit: Instant::now() + cfg.checkpoint.interval,
+        failure: None,
+        routed,
+    };
+    let mut consumer_cfg = kafka::consumer_config(&cfg);
+    // The lag metric is the filter stage's (of the route topic); without a handler rdkafka would
+    // log each statistics report.
+    consumer_cfg.remove("statistics.interval.ms");
+    if cfg.input.start == Start::Latest {
+        consumer_cfg.set("auto.offset.reset", "latest");
+    }
+    let consumer: RouteConsumer = consumer_cfg.create_with_context(RouteContext {
+        router: Mutex::new(router),
+        input_topic: cfg.input.topic.clone(),
+        status: status.clone(),
+        throttle: Throttle::default(),
+    })?;
+    consumer.subscribe(&[&cfg.input.topic])?;
+    info!(
+        input = %cfg.input.topic, route = %cfg.fingerprint.route_topic, route_partitions,
+        group = %cfg.input.group_id, "route stage started (global scope)"
+    );
+    let result = poll_loop(&consumer, &shutdown);
+    let mut r = consumer.context().lock();
+    let result = match result {
+        Ok(()) => {
+            info!("route stage stopping: handing over every partition");
+            let parts: Vec<i32> = r.partitions.keys().copied().collect();
+            r.hand_over(&consumer, &parts, false);
+            match r.failure.take() {
+                Some(f) => Err(f),
+                None => Ok(()),
+            }
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = &result {
+        error!(error = %e, "route stage stopping on error");
+        status.set_fatal(e.to_string());
+        r.producer.purge(rdkafka::producer::PurgeConfig::default().queue());
+    }
+    drop(r);
+    consumer.unsubscribe();
+    result.map_err(RunError::from)
+}
+
+/// Polls and copies until a stop is requested (`Ok`) or a fatal error.
+fn poll_loop(consumer: &RouteConsumer, shutdown: &Shutdown) -> Result<(), Fatal> {
+    loop {
+        if shutdown.is_triggered() {
+            return Ok(());
+        }
+        // Polled without holding the router: rebalance callbacks run inside `poll` and take it.
+        let polled = consumer.poll(POLL_WAIT);
+        let mut r = consumer.context().lock();
+        let copied = match polled {
+            Some(Ok(msg)) => r.copy(&msg, shutdown)?,
+            Some(Err(e @ KafkaError::MessageConsumptionFatal(_))) => return Err(Fatal::Consumer(e)),
+            Some(Err(e)) => {
+                debug!(error = %e, "route stage: consumer error");
+                Copied::Done
+            }
+            None => Copied::Done,
+        };
+        if copied == Copied::Stopping {
+            return Ok(());
+        }
+        r.tick(consumer)?;
+    }
+}
+
+/// Checks that the input and route topics exist, retrying while the brokers cannot be reached.
+/// Returns the route topic's partition count; `None` when a stop was requested meanwhile.
+fn wait_for_topics(cfg: &Config, shutdown: &Shutdown) -> Result<Option<usize>, RunError> {
+    let metadata: kafka::Reader = kafka::reader_config(cfg).create_with_context(kafka::ReaderContext)?;
+    loop {
+        match kafka::check_route_topic(
+            metadata.client(),
+            &cfg.input.topic,
+            &cfg.fingerprint.route_topic,
+            KAFKA_TIMEOUT,
+        ) {
+            Ok((inputs, routes)) => {
+                if routes < inputs {
+                    warn!(
+                        input_partitions = inputs,
+                        route_partitions = routes,
+                        "the route topic has fewer partitions than the input: the filter stage spreads over fewer \
+                         instances than the input could"
+                    );
+                }
+                return Ok(Some(routes));
+            }
+            Err(TopicError::Kafka(e)) => {
+                warn!(error = %e, "route stage: cannot reach the brokers; retrying");
+                if shutdown.is_triggered() {
+                    return Ok(None);
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The route partition, one row per case: fingerprint (or none), input partition, route
+    /// partitions, the answer.
+    #[test]
+    fn route_partition_in_a_table() {
+        let fp = |v: u128| Some(Fingerprint(v));
+        #[rustfmt::skip]
+        let rows: [(&str, Option<Fingerprint>, i32, usize, i32); 9] = [
+            ("fingerprint mod N", fp(7), 0, 3, 1),
+            ("the input partition does not matter", fp(7), 2, 3, 1),
+            ("a multiple of N", fp(9), 1, 3, 0),
+            ("the top bits count", fp(u128::MAX), 0, 3, (u128::MAX % 3) as i32),
+            ("one route partition", fp(12345), 4, 1, 0),
+            ("no fingerprint: input partition", None, 2, 3, 2),
+            ("no fingerprint: input partition mod N", None, 5, 3, 2),
+            ("no fingerprint, more route partitions", None, 1, 6, 1),
+            ("a count of 0 is treated as 1", fp(5), 3, 0, 0),
+        ];
+        for (case, fingerprint, input, n, want) in rows {
+            assert_eq!(route_partition(fingerprint, input, n), want, "{case}");
+        }
+    }
+
+    /// Every copy of an event meets in one partition, through whichever input partition it came;
+    /// the partitions are all used.
+    #[test]
+    fn copies_of_an_event_meet_in_one_partition() {
+        let f = Fingerprinter::new(crate::fingerprint::Source::Value);
+        let mut used = std::collections::BTreeSet::new();
+        for v in 0..300u32 {
+            let record = crate::fingerprint::OwnedRecord {
+                key: None,
+                value: Some(v.to_string().into_bytes()),
+                headers: vec![],
+            };
+            let fp = f.fingerprint(&record).ok();
+            let at: Vec<i32> = (0..3).map(|input| route_partition(fp, input, 3)).collect();
+            assert!(at.iter().all(|p| *p == at[0]), "{v}: {at:?}");
+            used.insert(at[0]);
+        }
+        assert_eq!(used.len(), 3);
+    }
+}

@@ -1,0 +1,360 @@
+//! Issue 18: replays that change partition, caught by the global scope
+//! (`fingerprint.scope = "global"`: a route stage re-partitions the input by fingerprint into a
+//! route topic, today's filter runs there). The binary runs as its own process against the real
+//! broker (tansu).
+//!
+//! The measurement of the issue: 3 input partitions, 3,000 distinct values, then the last 600
+//! written again, each to another partition than its first copy (`(p + 1) mod 3`), as a
+//! producer without a key would. Every record keeps the timestamp of its first copy
+//! ([`Broker::produce_values_at`]), as upstream replays do, so that the replays are within the
+//! horizon whatever the test's pace.
+//!
+//! The route topic's copies carry the provenance header, which tansu 0.6 reads about 20 times
+//! slower (see [`FilterSpec::provenance`]): the record counts are kept to a few thousand.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const ROUTED: &str = "kafka_dedup_records_routed_total";
+const DROPPED: &str = "kafka_dedup_duplicates_dropped_total";
+const FORWARDED: &str = "kafka_dedup_records_forwarded_total";
+
+/// Distinct values written first.
+const DISTINCT: u64 = 3_000;
+/// The last `REPLAYED` of them are written again.
+const REPLAYED: u64 = 600;
+
+/// The topics of one test: input, route and output, 3 partitions each.
+struct Topics {
+    input: String,
+    route: String,
+    output: String,
+}
+
+impl Topics {
+    fn new(name: &str) -> Self {
+        let t = Topics {
+            input: unique(&format!("{name}-in")),
+            route: unique(&format!("{name}-route")),
+            output: unique(&format!("{name}-out")),
+        };
+        for topic in [&t.input, &t.route, &t.output] {
+            tansu().create_topic(topic, 3);
+        }
+        t
+    }
+}
+
+/// A filter of `topics` in the global scope (value fingerprints).
+fn global(topics: &Topics, dir: &Path) -> FilterSpec {
+    let mut spec = FilterSpec::new(&topics.input, &topics.output, dir);
+    spec.fingerprint = format!(
+        "[fingerprint]\nsource = \"value\"\nscope = \"global\"\nroute_topic = \"{}\"\n",
+        topics.route
+    );
+    spec.interval = "2s";
+    spec
+}
+
+/// The first copies: value `v` to partition `v mod 3`.
+fn first_copies() -> Vec<(i32, u64)> {
+    (0..DISTINCT).map(|v| ((v % 3) as i32, v)).collect()
+}
+
+/// The replays: the last [`REPLAYED`] values, each to the partition after its first copy's.
+fn replays() -> Vec<(i32, u64)> {
+    (DISTINCT - REPLAYED..DISTINCT)
+        .map(|v| (((v + 1) % 3) as i32, v))
+        .collect()
+}
+
+/// The filter stage's view of `spec`: the route topic read in the group `<group>-global`.
+fn filter_stage(spec: &FilterSpec, route: &str) -> FilterSpec {
+    let mut s = spec.clone();
+    s.input = route.to_string();
+    s.group = format!("{}-global", spec.group);
+    s
+}
+
+/// Waits until both stages committed everything: the route stage the input, then the filter
+/// stage the route topic (whose end is known only once the route stage is done).
+///
+/// `/readyz` lists the filter stage's partitions only, so [`wait_drained`] cannot tell a route
+/// stage partition that tansu 0.6 left with an expired member (see there) from one that is
+/// owned: for the route stage it is given no live member, and nudges the group when a partition
+/// lags for 20 s (at most three times; a nudge moves partitions, it does no work of its own).
+fn wait_both_drained(spec: &FilterSpec, route: &str, live: &[&FilterProcess]) {
+    let logs = || live.iter().map(|f| f.logs()).collect::<Vec<_>>().join("\n----\n");
+    wait_drained(spec, 3, &[], Duration::from_secs(180), logs);
+    wait_drained(&filter_stage(spec, route), 3, live, Duration::from_secs(180), logs);
+}
+
+/// How many times each value is in `topic`.
+fn counts(topic: &str) -> BTreeMap<u64, usize> {
+    let mut n = BTreeMap::new();
+    for v in tansu().read_values(topic, 3).into_values().flatten() {
+        *n.entry(v).or_insert(0) += 1;
+    }
+    n
+}
+
+/// Asserts that `output` holds each of the [`DISTINCT`] values exactly once.
+fn assert_each_once(output: &str) {
+    let n = counts(output);
+    let twice: Vec<_> = n.iter().filter(|(_, c)| **c > 1).collect();
+    let missing: Vec<u64> = (0..DISTINCT).filter(|v| !n.contains_key(v)).collect();
+    assert!(
+        twice.is_empty() && missing.is_empty() && n.len() == DISTINCT as usize,
+        "{} values, {} duplicated (first: {:?}), {} missing (first: {:?}), {} records",
+        n.len(),
+        twice.len(),
+        twice.iter().take(5).collect::<Vec<_>>(),
+        missing.len(),
+        missing.iter().take(5).collect::<Vec<_>>(),
+        n.values().sum::<usize>()
+    );
+}
+
+/// The issue's measurement, in both scopes: the per-partition scope forwards the replays that
+/// landed in another partition (all 600 here); the global scope forwards each value once.
+#[test]
+fn replays_in_another_partition_pass_the_partition_scope_and_not_the_global_one() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let topics = Topics::new("global");
+    let ts = wall_ms();
+    tansu().produce_values_at(&topics.input, &first_copies(), ts);
+    tansu().produce_values_at(&topics.input, &replays(), ts);
+
+    // The contrast: the per-partition scope, on the same input.
+    let partition_out = unique("global-partition-out");
+    tansu().create_topic(&partition_out, 3);
+    let mut partition = FilterSpec::new(&topics.input, &partition_out, &dir.path().join("partition"));
+    partition.interval = "2s";
+    let mut p = partition.start(dir.path());
+    wait_drained(&partition, 3, &[&p], Duration::from_secs(180), || p.logs());
+    assert!(p.terminate().success(), "{}", p.logs());
+    let n = counts(&partition_out);
+    let passed = n.values().filter(|c| **c > 1).count();
+    assert_eq!(
+        (n.len(), passed),
+        (DISTINCT as usize, REPLAYED as usize),
+        "the per-partition scope forwards every replay that landed elsewhere"
+    );
+
+    let spec = global(&topics, dir.path());
+    let mut g = spec.start(dir.path());
+    wait_both_drained(&spec, &topics.route, &[&g]);
+    let scrape = g.scrape();
+    assert!(g.terminate().success(), "{}", g.logs());
+    assert_each_once(&topics.output);
+    assert_eq!(metric(&scrape, ROUTED, &[]), (DISTINCT + REPLAYED) as f64, "{scrape}");
+    assert_eq!(metric(&scrape, DROPPED, &[]), REPLAYED as f64, "{scrape}");
+    // Every copy of a value met in one route partition.
+    let route = tansu().read_values(&topics.route, 3);
+    for (part, values) in &route {
+        for v in values {
+            let other = route.iter().find(|(q, vs)| *q != part && vs.contains(v));
+            assert!(
+                other.is_none(),
+                "value {v} in route partitions {part} and {:?}",
+                other.map(|o| o.0)
+            );
+        }
+    }
+    eprintln!("both scopes measured in {:?}", started.elapsed());
+}
+
+/// A SIGKILL in the middle of the replay, then a restart: each value once. The checkpoint
+/// interval is longer than the test, so neither stage commits or stores anything between the
+/// clean stop before the replay and the kill: the restarted route stage copies every replay again,
+/// and the restarted filter stage reads the first copies again too.
+#[test]
+fn a_sigkill_in_the_middle_of_the_replay_loses_and_duplicates_nothing() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let topics = Topics::new("global-kill");
+    let ts = wall_ms();
+    tansu().produce_values_at(&topics.input, &first_copies(), ts);
+    let mut spec = global(&topics, dir.path()).killable();
+    spec.interval = "60s";
+
+    let mut first = spec.start(dir.path());
+    first.wait_metric(FORWARDED, &[], DISTINCT as f64, Duration::from_secs(180));
+    assert!(first.terminate().success(), "{}", first.logs());
+    let committed = tansu().committed(&spec.group, &topics.input, 3);
+    assert_eq!(
+        committed.values().filter_map(|(o, _)| *o).sum::<i64>(),
+        DISTINCT as i64,
+        "a clean stop commits what was copied"
+    );
+
+    let mut killed = spec.start(dir.path());
+    killed.wait_ready(Duration::from_secs(120));
+    tansu().produce_values_at(&topics.input, &replays(), ts);
+    // Half of the replay copied (acknowledged by the route topic): the route stage is copying,
+    // the filter stage reading the copies.
+    killed.wait_metric(ROUTED, &[], (REPLAYED / 2) as f64, Duration::from_secs(120));
+    let dropped_before_kill = metric(&killed.scrape(), DROPPED, &[]);
+    killed.kill9();
+    assert_eq!(
+        tansu().committed(&spec.group, &topics.input, 3),
+        committed,
+        "nothing of the replay committed: the route stage copies it again"
+    );
+
+    let mut restarted = spec.survivor().start(dir.path());
+    restarted.wait_metric(ROUTED, &[], REPLAYED as f64, Duration::from_secs(180));
+    // Every copy after the first 3,000 is a replay of a value forwarded before the kill: the
+    // killed route stage's copies and the restarted one's, which copies the whole replay again.
+    let copies = tansu().end_offsets(&topics.route, 3).values().sum::<i64>();
+    assert!(
+        copies > (DISTINCT + REPLAYED) as i64,
+        "some replays were copied twice: {copies} copies"
+    );
+    restarted.wait_metric(
+        DROPPED,
+        &[],
+        (copies - DISTINCT as i64) as f64,
+        Duration::from_secs(180),
+    );
+    assert!(restarted.terminate().success(), "{}", restarted.logs());
+    assert_each_once(&topics.output);
+    eprintln!(
+        "SIGKILL in the middle of the replay (the killed filter stage had dropped {dropped_before_kill}); \
+         {copies} copies; done in {:?}",
+        started.elapsed()
+    );
+}
+
+/// Records without fingerprint (`on_missing = "forward"`) are known in the filter stage by their
+/// provenance: copied twice by a route stage killed before its commit, each is forwarded once,
+/// the restarted filter stage re-learning them from the output topic.
+#[test]
+fn records_without_fingerprint_are_forwarded_once_across_a_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let topics = Topics::new("global-missing");
+    // 60 records without the header the fingerprint is read from, 20 a partition.
+    for p in 0..3 {
+        let records: Vec<Raw> = (0..20)
+            .map(|i| raw(None, Some(&format!("{}", p * 100 + i)), &[]))
+            .collect();
+        tansu().produce_raw(&topics.input, p, &records);
+    }
+    let mut spec = global(&topics, dir.path()).killable();
+    spec.interval = "60s"; // nothing committed or stored before the kill
+    spec.fingerprint = format!(
+        "[fingerprint]\nsource = \"header:id\"\non_missing = \"forward\"\nscope = \"global\"\nroute_topic = \"{}\"\n",
+        topics.route
+    );
+    let mut killed = spec.start(dir.path());
+    killed.wait_metric(FORWARDED, &[], 60.0, Duration::from_secs(120));
+    killed.kill9();
+    assert!(
+        tansu()
+            .committed(&spec.group, &topics.input, 3)
+            .values()
+            .all(|(o, _)| o.is_none()),
+        "nothing committed: every record is copied again"
+    );
+
+    let mut restarted = spec.survivor().start(dir.path());
+    // 120 copies read (60 copied before the kill, 60 after), 60 forwarded before: all dropped.
+    restarted.wait_metric(DROPPED, &[], 120.0, Duration::from_secs(90));
+    assert!(restarted.terminate().success(), "{}", restarted.logs());
+    assert_eq!(tansu().end_offsets(&topics.route, 3).values().sum::<i64>(), 120);
+    let n = counts(&topics.output);
+    let want: Vec<u64> = (0..3).flat_map(|p| (0..20).map(move |i| p * 100 + i)).collect();
+    assert_eq!(n.keys().copied().collect::<Vec<_>>(), want, "{n:?}");
+    assert!(n.values().all(|c| *c == 1), "forwarded more than once: {n:?}");
+    // In order within an input partition: its records share a route partition.
+    let out = tansu().read_values(&topics.output, 3);
+    for p in 0..3u64 {
+        let seen: Vec<u64> = out.values().flatten().copied().filter(|v| v / 100 == p).collect();
+        let mut sorted = seen.clone();
+        sorted.sort();
+        assert_eq!(seen, sorted, "input partition {p} in order");
+    }
+}
+
+/// Scale-out in the global scope: three instances (each running both stages) while the input is
+/// written, one killed with SIGKILL, one joining: each value once.
+#[test]
+fn three_instances_one_killed_one_joining() {
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let topics = Topics::new("global-scale");
+    let spec = global(&topics, dir.path()).killable();
+    let replica = |name: &str| {
+        let mut s = spec.clone();
+        s.store = dir.path().join(format!("store-{name}"));
+        s
+    };
+    let ts = wall_ms();
+    // The first copies, then the replays, 300 records a second.
+    let writer = {
+        let input = topics.input.clone();
+        std::thread::spawn(move || {
+            let all: Vec<(i32, u64)> = first_copies().into_iter().chain(replays()).collect();
+            for chunk in all.chunks(300) {
+                tansu().produce_values_at(&input, chunk, ts);
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        })
+    };
+    let mut a = replica("a").start(dir.path());
+    let b = replica("b").start(dir.path());
+    let c = replica("c").start(dir.path());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while [&a, &b, &c]
+        .iter()
+        .map(|f| metric(&f.scrape(), FORWARDED, &[]))
+        .sum::<f64>()
+        < 1000.0
+    {
+        assert!(Instant::now() < deadline, "A:\n{}", a.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    a.kill9();
+    let d = replica("d").start(dir.path());
+    writer.join().unwrap();
+    wait_both_drained(&spec, &topics.route, &[&b, &c, &d]);
+    for mut f in [b, c, d] {
+        assert!(f.terminate().success(), "{}", f.logs());
+    }
+    assert_each_once(&topics.output);
+    eprintln!(
+        "three instances, one killed, one joining: done in {:?}",
+        started.elapsed()
+    );
+}
+
+/// The route topic must exist: `run` exits 2 naming the key and the command that creates it
+/// (kafka-dedup creates no topics).
+#[test]
+fn a_missing_route_topic_exits_2_with_the_command_to_create_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("global-noroute-in"), unique("global-noroute-out"));
+    tansu().create_topic(&input, 3);
+    tansu().create_topic(&output, 3);
+    let route = unique("global-noroute-route");
+    let topics = Topics {
+        input,
+        route: route.clone(),
+        output,
+    };
+    let mut f = global(&topics, dir.path()).start(dir.path());
+    let status = f.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(2), "{}", f.logs());
+    let logs = f.logs();
+    assert!(logs.contains("fingerprint.route_topic"), "{logs}");
+    assert!(
+        logs.contains(&format!("--create --topic {route} --partitions 3")),
+        "{logs}"
+    );
+}
