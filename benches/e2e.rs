@@ -15,7 +15,10 @@
 //!      timestamp) built from kafka-dedup's own client settings ([`kafka::consumer_config`],
 //!      [`kafka::producer_config`]): poll, produce, commit the position every checkpoint interval;
 //!    - (b) kafka-dedup's pipeline ([`run_filter`], dedup on, source `value`, Prometheus recorder
-//!      installed as in `run`).
+//!      installed as in `run`);
+//!    - with `--global`, (c) kafka-dedup in the global scope (`fingerprint.scope = "global"`): the
+//!      route stage ([`run_route`]) and the filter stage on a route topic of as many partitions, in
+//!      one process, as `run` runs them.
 //!
 //!    Each run is a child process (this binary re-executed) with a new output topic, consumer
 //!    group and store, so its CPU time (`/proc/self/stat`) and peak RSS (`VmHWM`) are its own.
@@ -44,6 +47,8 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 use kafka_dedup::config::Config;
+use kafka_dedup::config::Scope;
+use kafka_dedup::global::run_route;
 use kafka_dedup::kafka;
 use kafka_dedup::pipeline::{run_filter, Shutdown};
 use kafka_dedup::status::Status;
@@ -93,6 +98,9 @@ struct Args {
     /// Records per second in the latency phase.
     #[arg(long, default_value_t = 1_000)]
     latency_rate: u64,
+    /// Also run (c): kafka-dedup in the global scope, next to a and b.
+    #[arg(long)]
+    global: bool,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -112,6 +120,9 @@ struct RunSpec {
     output: String,
     latency_input: String,
     latency_output: String,
+    /// The route topics of (c) (throughput, latency).
+    route: String,
+    latency_route: String,
     group: String,
     store: std::path::PathBuf,
     records: u64,
@@ -122,6 +133,7 @@ struct RunSpec {
 enum Role {
     Copier,
     Dedup,
+    Global,
 }
 
 impl Role {
@@ -129,6 +141,7 @@ impl Role {
         match self {
             Role::Copier => "copier",
             Role::Dedup => "dedup",
+            Role::Global => "global",
         }
     }
 }
@@ -257,14 +270,23 @@ fn start_copier(cfg: Config) -> Worker {
     }
 }
 
-/// (b): kafka-dedup's pipeline, as `kafka-dedup run` runs it (without the HTTP listener).
-fn start_dedup(cfg: Config) -> Worker {
+/// (b): kafka-dedup's pipeline, as `kafka-dedup run` runs it (without the HTTP listener); (c)
+/// with `global`: the route stage and the filter stage, as `run` runs them in the global scope.
+fn start_dedup(cfg: Config, global: bool) -> Worker {
     let status = Status::new();
     let shutdown = Shutdown::new();
-    let thread = {
-        let (cfg, shutdown, status) = (Arc::new(cfg), shutdown.clone(), status.clone());
-        std::thread::spawn(move || run_filter(cfg, shutdown, status).map_err(|e| e.to_string()))
+    type Stage = fn(Arc<Config>, Shutdown, Arc<Status>) -> Result<(), kafka_dedup::pipeline::RunError>;
+    let stages: Vec<(Stage, Config)> = match cfg.filter_stage().filter(|_| global) {
+        Some(filter_cfg) => vec![(run_route as Stage, cfg), (run_filter as Stage, filter_cfg)],
+        None => vec![(run_filter as Stage, cfg)],
     };
+    let threads: Vec<_> = stages
+        .into_iter()
+        .map(|(stage, cfg)| {
+            let (cfg, shutdown, status) = (Arc::new(cfg), shutdown.clone(), status.clone());
+            std::thread::spawn(move || stage(cfg, shutdown, status).map_err(|e| e.to_string()))
+        })
+        .collect();
     let t = status.totals.clone();
     let (t1, t2, t3) = (t.clone(), t.clone(), t);
     let s = status.clone();
@@ -281,15 +303,24 @@ fn start_dedup(cfg: Config) -> Worker {
         }),
         stop: Box::new(move || {
             shutdown.trigger();
-            thread.join().map_err(|_| "pipeline panicked".to_string())?
+            let results: Vec<_> = threads.into_iter().map(|t| t.join()).collect();
+            for r in results {
+                r.map_err(|_| "pipeline panicked".to_string())??;
+            }
+            Ok(())
         }),
     }
 }
 
-fn start(spec: &RunSpec, cfg: Config) -> Worker {
+fn start(spec: &RunSpec, mut cfg: Config, route: &str) -> Worker {
     match spec.role {
         Role::Copier => start_copier(cfg),
-        Role::Dedup => start_dedup(cfg),
+        Role::Dedup => start_dedup(cfg, false),
+        Role::Global => {
+            cfg.fingerprint.scope = Scope::Global;
+            cfg.fingerprint.route_topic = route.to_string();
+            start_dedup(cfg, true)
+        }
     }
 }
 
@@ -309,16 +340,18 @@ fn env(name: &str) -> String {
 /// The child: throughput phase, report, latency phase until the parent writes STOP.
 fn child() -> Result<(), String> {
     let spec = RunSpec {
-        role: if env("KD_E2E_ROLE") == "copier" {
-            Role::Copier
-        } else {
-            Role::Dedup
+        role: match env("KD_E2E_ROLE").as_str() {
+            "copier" => Role::Copier,
+            "global" => Role::Global,
+            _ => Role::Dedup,
         },
         brokers: env("KD_E2E_BROKERS"),
         input: env("KD_E2E_INPUT"),
         output: env("KD_E2E_OUTPUT"),
         latency_input: env("KD_E2E_LATENCY_INPUT"),
         latency_output: env("KD_E2E_LATENCY_OUTPUT"),
+        route: env("KD_E2E_ROUTE"),
+        latency_route: env("KD_E2E_LATENCY_ROUTE"),
         group: env("KD_E2E_GROUP"),
         store: env("KD_E2E_STORE").into(),
         records: env("KD_E2E_RECORDS").parse().expect("a count"),
@@ -331,7 +364,7 @@ fn child() -> Result<(), String> {
         )
         .with_writer(std::io::stderr)
         .try_init();
-    if spec.role == Role::Dedup {
+    if spec.role != Role::Copier {
         // As `kafka-dedup run`: metrics are recorded (scraping is not part of this benchmark).
         let _ = kafka_dedup::service::prometheus();
     }
@@ -344,7 +377,7 @@ fn child() -> Result<(), String> {
 
     // Throughput.
     let cfg = config(&spec, &spec.input, &spec.output, &spec.group, &spec.store.join("a"));
-    let worker = start(&spec, cfg);
+    let worker = start(&spec, cfg, &spec.route);
     let deadline = Instant::now() + Duration::from_secs(900);
     // The steady state: from the moment every partition is assigned (and, for kafka-dedup,
     // recovered; partitions recover in parallel and start one by one) to the last record done.
@@ -414,7 +447,7 @@ fn child() -> Result<(), String> {
         &group,
         &spec.store.join("b"),
     );
-    let worker = start(&spec, cfg);
+    let worker = start(&spec, cfg, &spec.latency_route);
     while !(worker.ready)() {
         if Instant::now() > deadline {
             return Err("the latency phase did not start".into());
@@ -660,8 +693,17 @@ fn run_one(
         format!("kd-e2e-{run}-{}-lat-in", role.name()),
         format!("kd-e2e-{run}-{}-lat-out", role.name()),
     );
+    let (route, lat_route) = (
+        format!("kd-e2e-{run}-{}-route", role.name()),
+        format!("kd-e2e-{run}-{}-lat-route", role.name()),
+    );
     for t in [&output, &lat_in, &lat_out] {
         broker.create_topic(t, args.partitions)?;
+    }
+    if role == Role::Global {
+        for t in [&route, &lat_route] {
+            broker.create_topic(t, args.partitions)?;
+        }
     }
     let store = tempfile::tempdir().map_err(|e| e.to_string())?;
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -672,6 +714,8 @@ fn run_one(
         .env("KD_E2E_OUTPUT", &output)
         .env("KD_E2E_LATENCY_INPUT", &lat_in)
         .env("KD_E2E_LATENCY_OUTPUT", &lat_out)
+        .env("KD_E2E_ROUTE", &route)
+        .env("KD_E2E_LATENCY_ROUTE", &lat_route)
         .env("KD_E2E_GROUP", format!("kd-e2e-{run}-{}", role.name()))
         .env("KD_E2E_STORE", store.path())
         .env("KD_E2E_RECORDS", args.records.to_string())
@@ -787,12 +831,13 @@ fn parent(args: Args) -> Result<(), String> {
         format!("the broker at {}", broker.brokers)
     };
     println!(
-        "kafka-dedup e2e: {} records of {} B ({:.0}% replays), {} partitions, {} rounds of a and b, checkpoint every {}, on {which}",
+        "kafka-dedup e2e: {} records of {} B ({:.0}% replays), {} partitions, {} rounds of a and b{}, checkpoint every {}, on {which}",
         args.records,
         args.record_bytes,
         args.duplicates * 100.0,
         args.partitions,
         args.rounds,
+        if args.global { " and c (global scope)" } else { "" },
         args.checkpoint_interval
     );
     let input = "kd-e2e-input";
@@ -801,21 +846,24 @@ fn parent(args: Args) -> Result<(), String> {
     let replays = args.records - distinct;
 
     let bar = ProgressBar::new(args.records).with_style(style("{msg:24} [{bar:30}] {pos}/{len} {per_sec}"));
-    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
     let mut rows = Vec::new();
+    let mut roles = vec![Role::Copier, Role::Dedup];
+    if args.global {
+        roles.push(Role::Global);
+    }
     for round in 0..args.rounds {
-        let order = if round % 2 == 0 {
-            [Role::Copier, Role::Dedup]
-        } else {
-            [Role::Dedup, Role::Copier]
-        };
-        for role in order {
-            let run = round * 2 + usize::from(role == Role::Dedup);
+        let mut order = roles.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for (i, role) in order.into_iter().enumerate() {
+            let run = round * roles.len() + i;
             bar.set_message(format!("round {}/{} {}", round + 1, args.rounds, role.name()));
             let r = run_one(&args, &broker, role, run, input, &bar)?;
             let ok = match role {
                 Role::Copier => r.forwarded == args.records,
-                Role::Dedup => r.forwarded == distinct && r.duplicates == replays,
+                Role::Dedup | Role::Global => r.forwarded == distinct && r.duplicates == replays,
             };
             if !ok {
                 bar.finish_and_clear();
@@ -833,6 +881,7 @@ fn parent(args: Args) -> Result<(), String> {
             match role {
                 Role::Copier => a.push(r),
                 Role::Dedup => b.push(r),
+                Role::Global => c.push(r),
             }
         }
     }
@@ -864,7 +913,12 @@ fn parent(args: Args) -> Result<(), String> {
         "{:<26} {:>10} {:>8} {:>8} {:>13} {:>14} {:>17}",
         "", "records/s", "p50 ms", "p99 ms", "peak RSS MiB", "CPU µs/record", "longest stall ms"
     );
-    for (name, s) in [("(a) passthrough copier", sa), ("(b) kafka-dedup", sb)] {
+    let sc = summary(&c);
+    let mut medians = vec![("(a) passthrough copier", sa), ("(b) kafka-dedup", sb)];
+    if args.global {
+        medians.push(("(c) kafka-dedup, global", sc));
+    }
+    for (name, s) in medians {
         println!(
             "{:<26} {:>10.0} {:>8.0} {:>8.0} {:>13.1} {:>14.2} {:>17.0}",
             name, s[0], s[1], s[2], s[3], s[4], s[5]
@@ -879,8 +933,19 @@ fn parent(args: Args) -> Result<(), String> {
         sb[3] / sa[3],
         sb[4] / sa[4]
     );
+    if args.global {
+        println!(
+            "{:<26} {:>9.2}x {:>+8.0} {:>+8.0} {:>12.2}x {:>13.2}x",
+            "c/b (latency: c - b)",
+            sc[0] / sb[0],
+            sc[1] - sb[1],
+            sc[2] - sb[2],
+            sc[3] / sb[3],
+            sc[4] / sb[4]
+        );
+    }
     println!(
-        "\ncheck: every run of a delivered {} records; every run of b forwarded the {distinct} distinct and dropped the {replays} replays",
+        "\ncheck: every run of a delivered {} records; every run of b (and c) forwarded the {distinct} distinct and dropped the {replays} replays",
         args.records
     );
     Ok(())

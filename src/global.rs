@@ -85,6 +85,12 @@ impl ClientContext for RouteDelivery {
             warn!(error = %error, reason, suppressed, "kafka producer error (route stage)");
         }
     }
+
+    /// As the filter's producer ([`crate::pipeline::DeliveryContext`]): librdkafka's lines, the
+    /// warning that `enable.gapless.guarantee` (set on purpose) is experimental at debug.
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        crate::pipeline::context::log_client_line(level, fac, log_message);
+    }
 }
 
 impl ProducerContext for RouteDelivery {

@@ -136,8 +136,10 @@ fn replays_in_another_partition_pass_the_partition_scope_and_not_the_global_one(
     tansu().create_topic(&partition_out, 3);
     let mut partition = FilterSpec::new(&topics.input, &partition_out, &dir.path().join("partition"));
     partition.interval = "2s";
+    let t = Instant::now();
     let mut p = partition.start(dir.path());
     wait_drained(&partition, 3, &[&p], Duration::from_secs(180), || p.logs());
+    let partition_time = t.elapsed();
     assert!(p.terminate().success(), "{}", p.logs());
     let n = counts(&partition_out);
     let passed = n.values().filter(|c| **c > 1).count();
@@ -148,8 +150,10 @@ fn replays_in_another_partition_pass_the_partition_scope_and_not_the_global_one(
     );
 
     let spec = global(&topics, dir.path());
+    let t = Instant::now();
     let mut g = spec.start(dir.path());
     wait_both_drained(&spec, &topics.route, &[&g]);
+    let global_time = t.elapsed();
     let scrape = g.scrape();
     assert!(g.terminate().success(), "{}", g.logs());
     assert_each_once(&topics.output);
@@ -167,7 +171,12 @@ fn replays_in_another_partition_pass_the_partition_scope_and_not_the_global_one(
             );
         }
     }
-    eprintln!("both scopes measured in {:?}", started.elapsed());
+    // Not a benchmark (the broker and the machine dominate): what one run of each cost here.
+    eprintln!(
+        "start to drained: partition scope {partition_time:?}, global scope {global_time:?} (copies carry a \
+         header, which tansu reads slower); the whole test {:?}",
+        started.elapsed()
+    );
 }
 
 /// A SIGKILL in the middle of the replay, then a restart: each value once. The checkpoint
@@ -290,8 +299,11 @@ fn three_instances_one_killed_one_joining() {
     let dir = tempfile::tempdir().unwrap();
     let topics = Topics::new("global-scale");
     let spec = global(&topics, dir.path()).killable();
+    // Only the member to be killed has the short session (its partitions move quickly); the
+    // others have librdkafka's 45 s, so that a busy broker delaying their heartbeats does not
+    // take their partitions away meanwhile (see `FilterSpec::survivor`).
     let replica = |name: &str| {
-        let mut s = spec.clone();
+        let mut s = if name == "a" { spec.clone() } else { spec.survivor() };
         s.store = dir.path().join(format!("store-{name}"));
         s
     };
@@ -310,7 +322,7 @@ fn three_instances_one_killed_one_joining() {
     let mut a = replica("a").start(dir.path());
     let b = replica("b").start(dir.path());
     let c = replica("c").start(dir.path());
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(180);
     while [&a, &b, &c]
         .iter()
         .map(|f| metric(&f.scrape(), FORWARDED, &[]))

@@ -97,19 +97,26 @@ impl ClientContext for DeliveryContext {
     /// that `enable.gapless.guarantee` is experimental: kafka-dedup sets it on purpose
     /// (`kafka::producer_config`), so it is logged at debug instead of at every start.
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        if fac == "CONFWARN" && log_message.contains("enable.gapless.guarantee") {
-            return debug!(target: "librdkafka", "librdkafka: {fac} {log_message} (set by kafka-dedup)");
+        log_client_line(level, fac, log_message);
+    }
+}
+
+/// Logs a librdkafka line of a producer kafka-dedup configured, as rust-rdkafka's default does,
+/// except the configuration warning that `enable.gapless.guarantee` is experimental: kafka-dedup
+/// sets it on purpose (`kafka::producer_config`), so it is logged at debug.
+pub fn log_client_line(level: RDKafkaLogLevel, fac: &str, log_message: &str) {
+    if fac == "CONFWARN" && log_message.contains("enable.gapless.guarantee") {
+        return debug!(target: "librdkafka", "librdkafka: {fac} {log_message} (set by kafka-dedup)");
+    }
+    match level {
+        RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+            error!(target: "librdkafka", "librdkafka: {fac} {log_message}")
         }
-        match level {
-            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
-                error!(target: "librdkafka", "librdkafka: {fac} {log_message}")
-            }
-            RDKafkaLogLevel::Warning => warn!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-                info!(target: "librdkafka", "librdkafka: {fac} {log_message}")
-            }
-            RDKafkaLogLevel::Debug => debug!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
+        RDKafkaLogLevel::Warning => warn!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
+        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+            info!(target: "librdkafka", "librdkafka: {fac} {log_message}")
         }
+        RDKafkaLogLevel::Debug => debug!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
     }
 }
 
