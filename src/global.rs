@@ -114,17 +114,23 @@ struct Tracked {
 
 /// The route stage's state, owned by the poll thread (and its rebalance callbacks).
 struct Router {
+    /// The whole configuration (global scope).
     cfg: Arc<Config>,
+    /// The configured source: the same fingerprints as the filter stage computes.
     fingerprinter: Fingerprinter,
+    /// The idempotent producer of the copies.
     producer: ThreadedProducer<RouteDelivery>,
+    /// Its acknowledgements.
     acks: Receiver<Ack>,
     /// Partitions of the route topic, read at start (it must never change).
     route_partitions: usize,
     /// Input partitions with records taken since they were assigned.
     partitions: BTreeMap<i32, Tracked>,
+    /// When the next periodic commit is due.
     next_commit: Instant,
     /// Set when a copy could not be delivered: nothing is committed past it, the stage stops.
     failure: Option<Fatal>,
+    /// [`RECORDS_ROUTED`].
     routed: metrics::Counter,
 }
 
@@ -361,6 +367,7 @@ impl ConsumerContext for RouteContext {
             if let Ok(mut r) = self.router.lock() {
                 r.hand_over(consumer, &parts, lost);
             }
+            self.status.set_route_partitions(&[], &parts);
         }
     }
 
@@ -373,6 +380,7 @@ impl ConsumerContext for RouteContext {
                     .map(|e| e.partition())
                     .collect();
                 info!(partitions = ?parts, "route stage: partitions assigned");
+                self.status.set_route_partitions(&parts, &[]);
             }
             Rebalance::Revoke(_) => {}
             Rebalance::Error(e) => warn!(error = %e, "route stage: rebalance error"),
@@ -395,6 +403,7 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
     );
     let routed = metrics::counter!(RECORDS_ROUTED);
     routed.increment(0);
+    status.set_route_partitions(&[], &[]);
     let Some(route_partitions) = wait_for_topics(&cfg, &shutdown)? else {
         return Ok(());
     };

@@ -4,7 +4,7 @@
 //! The partition state gauge (`kafka_dedup_partition_state`) is set here, on every state change,
 //! so that the metric and `/readyz` always tell the same story.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
@@ -59,6 +59,8 @@ pub struct Status {
     /// Questions for the pipeline thread (live `/store/*` answers); its receiver is drained by
     /// `Filter::tick`. Sending fails once the pipeline has stopped.
     live: Mutex<Option<Sender<LiveRequest>>>,
+    /// Global scope: the input partitions the route stage owns (`None` in the partition scope).
+    route_partitions: Mutex<Option<BTreeSet<i32>>>,
 }
 
 /// What the status knows of one owned partition.
@@ -109,6 +111,11 @@ pub struct Readiness {
     /// memory; only a restart or a rebalance costs more (a re-read of the output topic).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub warning: Option<String>,
+    /// Global scope only: the input partitions the route stage owns (`partitions` are then the
+    /// filter stage's, partitions of the route topic). Not part of readiness: the route stage
+    /// keeps no state to recover.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route_partitions: Option<Vec<i32>>,
 }
 
 impl Status {
@@ -252,6 +259,17 @@ impl Status {
         self.partitions.lock().expect("not poisoned").contains_key(&p)
     }
 
+    /// Global scope: the route stage now owns `assigned` input partitions in addition, and no
+    /// longer `revoked` ones (shown by `/readyz` as `route_partitions`).
+    pub fn set_route_partitions(&self, assigned: &[i32], revoked: &[i32]) {
+        let mut r = self.route_partitions.lock().expect("not poisoned");
+        let owned = r.get_or_insert_with(BTreeSet::new);
+        owned.extend(assigned);
+        for p in revoked {
+            owned.remove(p);
+        }
+    }
+
     /// The `/readyz` answer.
     pub fn readiness(&self) -> Readiness {
         let owned = self.partitions.lock().expect("not poisoned").clone();
@@ -297,6 +315,12 @@ impl Status {
             reason,
             partitions,
             warning: self.store_warning.lock().expect("not poisoned").clone(),
+            route_partitions: self
+                .route_partitions
+                .lock()
+                .expect("not poisoned")
+                .as_ref()
+                .map(|r| r.iter().copied().collect()),
         }
     }
 }
@@ -304,6 +328,23 @@ impl Status {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 18: in the global scope `/readyz` also lists the route stage's input partitions;
+    /// in the partition scope the field is left out.
+    #[test]
+    fn route_partitions_are_listed_in_the_global_scope_only() {
+        let s = Status::new();
+        assert_eq!(s.readiness().route_partitions, None);
+        let json = serde_json::to_string(&s.readiness()).unwrap();
+        assert!(!json.contains("route_partitions"), "{json}");
+        s.set_route_partitions(&[], &[]);
+        assert_eq!(s.readiness().route_partitions, Some(vec![]));
+        s.set_route_partitions(&[2, 0], &[]);
+        s.set_route_partitions(&[1], &[2]);
+        assert_eq!(s.readiness().route_partitions, Some(vec![0, 1]));
+        let json = serde_json::to_string(&s.readiness()).unwrap();
+        assert!(json.contains("\"route_partitions\":[0,1]"), "{json}");
+    }
 
     #[test]
     fn readiness_reasons_in_order_of_what_to_fix_first() {

@@ -154,6 +154,11 @@ fn replays_in_another_partition_pass_the_partition_scope_and_not_the_global_one(
     let mut g = spec.start(dir.path());
     wait_both_drained(&spec, &topics.route, &[&g]);
     let global_time = t.elapsed();
+    // `/readyz` lists both stages' partitions: the route topic's, and the input's (route stage).
+    let (_, readyz) = http_get(&g.http, "/readyz").expect("/readyz answers");
+    let readyz: serde_json::Value = serde_json::from_str(&readyz).unwrap();
+    assert_eq!(readyz["route_partitions"], serde_json::json!([0, 1, 2]), "{readyz}");
+    assert_eq!(g.owned(), vec![0, 1, 2], "{readyz}");
     let scrape = g.scrape();
     assert!(g.terminate().success(), "{}", g.logs());
     assert_each_once(&topics.output);
