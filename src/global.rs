@@ -9,7 +9,8 @@
 //!    partition. It commits an input offset only once every copy before it is acknowledged
 //!    ([`InFlight`]), every `checkpoint.interval` and at a hand-over (revocation, stop). It keeps
 //!    no state: after a crash it copies the records since its last commit again, and the filter
-//!    stage drops the second copies as replays.
+//!    stage drops the second copies as replays. When the route topic is slow or unreachable, it
+//!    pauses its input partitions and keeps serving the group (`Router::back_off`).
 //! 2. the **filter stage** is today's filter ([`crate::pipeline::run_filter`]) with
 //!    [`Config::filter_stage`]: it reads the route topic in the group `<input.group_id>-global`.
 //!    A record without fingerprint is known there by its provenance
@@ -48,8 +49,15 @@ pub const RECORDS_ROUTED: &str = "kafka_dedup_records_routed_total";
 /// How long one poll waits for a record.
 const POLL_WAIT: Duration = Duration::from_millis(100);
 
-/// Timeout of the synchronous offset commits and metadata requests.
+/// Timeout of the synchronous offset commits, seeks and metadata requests.
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long [`Router::copy`] waits for room in the producer's queue before it gives the record
+/// back and the stage backs off ([`Router::back_off`]), as the filter does (`pipeline::produce`).
+const QUEUE_WAIT: Duration = Duration::from_secs(1);
+
+/// librdkafka's default `queue.buffering.max.messages`.
+const DEFAULT_QUEUE_MESSAGES: i32 = 100_000;
 
 /// The route partition of a record, in `0..route_partitions`: its fingerprint modulo the route
 /// topic's partition count, so every copy of an event lands in one partition whatever input
@@ -132,13 +140,24 @@ struct Router {
     failure: Option<Fatal>,
     /// [`RECORDS_ROUTED`].
     routed: metrics::Counter,
+    /// Since when the producer's queue has been full and every assigned input partition paused
+    /// ([`Router::back_off`]); `None` while records flow.
+    backpressure: Option<Instant>,
+    /// While backed off: per input partition, the first offset the consumer returned and the
+    /// stage did not take; the partition resumes there.
+    resume_at: BTreeMap<i32, i64>,
+    /// The producer's `queue.buffering.max.messages`: it resumes once the queue is half empty.
+    queue_capacity: i32,
 }
 
 /// What became of a turn of the poll loop's record ([`Router::copy`]).
 #[derive(Debug, PartialEq, Eq)]
 enum Copied {
-    /// Handed to the producer (or copied already, or nothing was polled).
+    /// Handed to the producer (or copied already, or nothing was polled, or not taken while the
+    /// stage is backed off: noted in `resume_at`).
     Done,
+    /// Not taken: the producer's queue stayed full for [`QUEUE_WAIT`]; the stage backs off.
+    Full,
     /// Not taken: a stop was requested while the producer's queue was full.
     Stopping,
 }
@@ -148,14 +167,23 @@ impl Router {
     /// stop is requested). Errors: the producer refused the record.
     fn copy(&mut self, msg: &BorrowedMessage<'_>, shutdown: &Shutdown) -> Result<Copied, Fatal> {
         let (p, offset) = (msg.partition(), msg.offset());
+        if self
+            .partitions
+            .get(&p)
+            .is_some_and(|t| offset < t.inflight.next_offset())
+        {
+            return Ok(Copied::Done); // fetched again; already copied
+        }
+        if self.backpressure.is_some() {
+            // Backed off: not taken; fetched again when the partitions resume.
+            self.not_taken(p, offset);
+            return Ok(Copied::Done);
+        }
         let to = route_partition(self.fingerprinter.fingerprint(msg).ok(), p, self.route_partitions);
         let tracked = self.partitions.entry(p).or_insert_with(|| Tracked {
             inflight: InFlight::new(offset),
             committed: offset,
         });
-        if offset < tracked.inflight.next_offset() {
-            return Ok(Copied::Done); // fetched again; already copied
-        }
         let seq = tracked
             .inflight
             .take(offset, Target::Output)
@@ -184,6 +212,7 @@ impl Router {
         if let Some(ts) = msg.timestamp().to_millis() {
             record = record.timestamp(ts);
         }
+        let mut full_since: Option<Instant> = None;
         loop {
             match self.producer.send(record) {
                 Ok(()) => break,
@@ -191,6 +220,11 @@ impl Router {
                     if shutdown.is_triggered() {
                         self.untake(p, offset);
                         return Ok(Copied::Stopping);
+                    }
+                    if full_since.get_or_insert_with(Instant::now).elapsed() >= QUEUE_WAIT {
+                        self.untake(p, offset);
+                        self.not_taken(p, offset);
+                        return Ok(Copied::Full);
                     }
                     record = r;
                     self.drain_acks();
@@ -215,6 +249,61 @@ impl Router {
         if let Some(t) = self.partitions.get_mut(&p) {
             t.inflight.untake(offset);
         }
+    }
+
+    /// Notes that the record at `p`/`offset` was returned by the consumer and not taken: the
+    /// partition resumes there at the latest.
+    fn not_taken(&mut self, p: i32, offset: i64) {
+        let at = self.resume_at.entry(p).or_insert(offset);
+        *at = (*at).min(offset);
+    }
+
+    /// The producer's queue stayed full (the route topic is slow or unreachable): pauses every
+    /// assigned input partition, so that the poll loop goes on serving the group (a poll thread
+    /// waiting inside `send` past `max.poll.interval.ms` would make librdkafka leave the group)
+    /// until [`Self::drive_backpressure`] sees room again.
+    fn back_off(&mut self, consumer: &RouteConsumer) {
+        if self.backpressure.is_some() {
+            return;
+        }
+        self.backpressure = Some(Instant::now());
+        if let Err(e) = consumer.assignment().and_then(|a| consumer.pause(&a)) {
+            warn!(error = %e, "route stage: pausing the partitions while the producer's queue is full failed");
+        }
+        warn!(
+            queued = self.producer.in_flight_count(),
+            "route stage: the producer's queue is full (the route topic is slow or unreachable): input partitions \
+             paused until it drains"
+        );
+    }
+
+    /// While backed off: once the producer's queue has drained to half its size, resumes every
+    /// assigned input partition, each that returned records it did not take at the first of them
+    /// (resume, then seek: see `pipeline::ownership::resume_at`).
+    fn drive_backpressure(&mut self, consumer: &RouteConsumer) {
+        let Some(since) = self.backpressure else { return };
+        if self.producer.in_flight_count() > self.queue_capacity / 2 {
+            return;
+        }
+        let resumed = consumer.assignment().and_then(|a| consumer.resume(&a));
+        let sought = resumed.and_then(|()| {
+            self.resume_at.iter().try_for_each(|(p, o)| {
+                let to = if *o == 0 { Offset::Beginning } else { Offset::Offset(*o) };
+                consumer.seek(&self.cfg.input.topic, *p, to, KAFKA_TIMEOUT)
+            })
+        });
+        if let Err(e) = sought {
+            // Paused again; the next tick tries again.
+            warn!(error = %e, "route stage: resuming after the producer's queue drained failed");
+            let _ = consumer.assignment().and_then(|a| consumer.pause(&a));
+            return;
+        }
+        self.resume_at.clear();
+        self.backpressure = None;
+        info!(
+            seconds = since.elapsed().as_secs_f64(),
+            "route stage: the producer's queue drained: input partitions resumed"
+        );
     }
 
     /// Applies every acknowledgement that arrived.
@@ -258,6 +347,7 @@ impl Router {
         if let Some(f) = &self.failure {
             return Err(f.clone());
         }
+        self.drive_backpressure(consumer);
         if Instant::now() >= self.next_commit {
             self.next_commit = Instant::now() + self.cfg.checkpoint.interval;
             let parts: Vec<i32> = self.partitions.keys().copied().collect();
@@ -327,6 +417,7 @@ impl Router {
         }
         for p in parts {
             self.partitions.remove(p);
+            self.resume_at.remove(p);
         }
     }
 }
@@ -428,6 +519,12 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
         next_commit: Instant::now() + cfg.checkpoint.interval,
         failure: None,
         routed,
+        backpressure: None,
+        resume_at: BTreeMap::new(),
+        queue_capacity: kafka::producer_config(&producer_cfg)
+            .get("queue.buffering.max.messages")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_QUEUE_MESSAGES),
     };
     let mut consumer_cfg = kafka::consumer_config(&cfg);
     // The lag metric is the filter stage's (of the route topic); without a handler rdkafka would
@@ -489,8 +586,10 @@ fn poll_loop(consumer: &RouteConsumer, shutdown: &Shutdown) -> Result<(), Fatal>
             }
             None => Copied::Done,
         };
-        if copied == Copied::Stopping {
-            return Ok(());
+        match copied {
+            Copied::Stopping => return Ok(()),
+            Copied::Full => r.back_off(consumer),
+            Copied::Done => {}
         }
         r.tick(consumer)?;
     }

@@ -375,3 +375,63 @@ fn a_missing_route_topic_exits_2_with_the_command_to_create_it() {
         "{logs}"
     );
 }
+
+/// The route topic unreachable for 20 s, three times `max.poll.interval.ms`, on librdkafka's mock
+/// cluster (the route topic alone on a broker taken down): the route stage's producer queue
+/// fills, its input partitions pause while the poll loop keeps serving the group (no lost
+/// assignment), and everything is copied and filtered once the broker is back; each value once.
+#[test]
+fn a_route_topic_outage_pauses_the_route_stage_without_leaving_the_group() {
+    use rdkafka::mocking::{MockCluster, MockCoordinator};
+    let cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext> = MockCluster::new(2).unwrap();
+    for (topic, broker) in [("in", 1), ("route", 2), ("out", 1)] {
+        cluster.create_topic(topic, 2, 1).unwrap();
+        for p in 0..2 {
+            cluster.partition_leader(topic, p, Some(broker)).unwrap();
+        }
+    }
+    let broker = Broker::at(cluster.bootstrap_servers());
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
+    spec.session_timeout_ms = Some(6000); // the mock rebalances within the session less 1 s
+    spec.fingerprint = "[fingerprint]\nsource = \"value\"\nscope = \"global\"\nroute_topic = \"route\"\n".into();
+    spec.env.extend([
+        (
+            "KAFKA_DEDUP__KAFKA__PROPERTIES__QUEUE_BUFFERING_MAX_MESSAGES".to_string(),
+            "100".to_string(),
+        ),
+        (
+            "KAFKA_DEDUP__KAFKA__PROPERTIES__MAX_POLL_INTERVAL_MS".to_string(),
+            "6000".to_string(),
+        ),
+    ]);
+    for group in [spec.group.clone(), format!("{}-global", spec.group)] {
+        cluster.coordinator(MockCoordinator::Group(group), 1).unwrap();
+    }
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    let records: Vec<(i32, u64)> = (0..3000).map(|v| ((v % 2) as i32, v)).collect();
+    broker.produce_values("in", &records[..1000], Duration::ZERO);
+    filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
+    cluster.broker_down(2).unwrap();
+    broker.produce_values("in", &records[1000..], Duration::ZERO);
+    std::thread::sleep(Duration::from_secs(20)); // the outage's length, not a wait for an event
+    assert!(filter.running(), "the process waits out the outage:\n{}", filter.logs());
+    cluster.broker_up(2).unwrap();
+    filter.wait_metric(FORWARDED, &[], 3000.0, Duration::from_secs(120));
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let logs = filter.logs();
+    assert!(
+        !logs.contains("lost=true"),
+        "the route stage kept its partitions:\n{logs}"
+    );
+    assert!(!logs.contains("assignment lost"), "{logs}");
+    assert!(logs.contains("input partitions paused until it drains"), "{logs}");
+    assert!(logs.contains("input partitions resumed"), "{logs}");
+    let mut n = BTreeMap::new();
+    for v in broker.read_values("out", 2).into_values().flatten() {
+        *n.entry(v).or_insert(0) += 1;
+    }
+    assert_eq!(n.len(), 3000, "every value");
+    assert!(n.values().all(|c| *c == 1), "each once: {n:?}");
+}
