@@ -12,7 +12,8 @@
 //! (a copy was handed to the producer), `route-committed` (input offsets committed).
 //!
 //! Panic points ([`panic_point`]) panic instead of aborting, to test that a panic is caught:
-//! `recovery` (a recovery worker, before it reads anything; `recovery:2` the second attempt).
+//! `recovery` (a recovery worker, before it reads anything; `recovery:2` the second attempt),
+//! `route` (the route stage of the global scope, as it starts).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;

@@ -495,6 +495,7 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
     let routed = metrics::counter!(RECORDS_ROUTED);
     routed.increment(0);
     status.set_route_partitions(&[], &[]);
+    crate::crash::panic_point("route");
     let Some(route_partitions) = wait_for_topics(&cfg, &shutdown)? else {
         return Ok(());
     };

@@ -104,8 +104,8 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
 }
 
 /// The global scope: the route stage and the filter stage, each on its own thread. A stage that
-/// stops on an error stops the other (a clean hand-over); the route stage's error is returned
-/// first, then the filter stage's.
+/// stops on an error or panics stops the other (a clean hand-over); the route stage's error is
+/// returned first, then the filter stage's (a panic as [`ServiceError::PipelineThread`]).
 async fn run_global(
     cfg: &Arc<Config>,
     filter_cfg: Arc<Config>,
@@ -115,11 +115,13 @@ async fn run_global(
     let stage = |f: fn(Arc<Config>, Shutdown, Arc<Status>) -> Result<(), RunError>, cfg: Arc<Config>| {
         let (shutdown, status) = (shutdown.clone(), status.clone());
         tokio::task::spawn_blocking(move || {
-            let result = f(cfg, shutdown.clone(), status);
-            if result.is_err() {
+            // A stage that ends other than cleanly (an error, or a panic) stops the other, which
+            // would otherwise run on alone, its partner's failure never reported.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(cfg, shutdown.clone(), status)));
+            if !matches!(result, Ok(Ok(()))) {
                 shutdown.trigger();
             }
-            result
+            result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         })
     };
     let route = stage(run_route, cfg.clone());

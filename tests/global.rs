@@ -435,3 +435,17 @@ fn a_route_topic_outage_pauses_the_route_stage_without_leaving_the_group() {
     assert_eq!(n.len(), 3000, "every value");
     assert!(n.values().all(|c| *c == 1), "each once: {n:?}");
 }
+
+/// A stage that panics stops the process (exit 1), its partner included: the filter stage does
+/// not run on alone with the route stage gone.
+#[test]
+fn a_panicking_route_stage_stops_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let topics = Topics::new("global-panic");
+    let mut spec = global(&topics, dir.path());
+    spec.env.push(("KAFKA_DEDUP_CRASH_AT".into(), "route".into()));
+    let mut f = spec.start(dir.path());
+    let status = f.wait_exit(Duration::from_secs(90));
+    assert_eq!(status.code(), Some(1), "{}", f.logs());
+    assert!(f.logs().contains("panic point route reached"), "{}", f.logs());
+}
