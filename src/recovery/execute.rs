@@ -71,6 +71,28 @@ pub fn execute(
                 wait_for_fence,
                 why,
             } => return from_output(env, reader, req, committed, wait_for_fence, why),
+            Plan::RebuildByTime {
+                resume,
+                epoch,
+                clock,
+                wait_for_fence,
+                notice,
+            } => {
+                announce(env, p, &notice, Resume::At(resume));
+                let from = horizon_start(env, reader, &output_partitions(env, p), clock)?;
+                let start = Loaded {
+                    gens: Generations::from_parts(vec![Generation::new(epoch, resume, from.clone(), 0)], keep),
+                    resume,
+                    ckpt: new_checkpoint_id(),
+                    clock,
+                };
+                let reread = Reread {
+                    from,
+                    to: None,
+                    wait_for_fence,
+                };
+                return finish(env, reader, req, start, &reread, false);
+            }
             Plan::Rebuild {
                 resume,
                 generations,
@@ -277,7 +299,7 @@ fn from_output(
         wait_for_fence(env, req)?;
     }
     let out_parts = output_partitions(env, p);
-    let from = horizon_start(env, reader, &out_parts)?;
+    let from = horizon_start(env, reader, &out_parts, None)?;
     let first = Generation::new(1, committed.unwrap_or(0), from.clone(), 0);
     let mut gens = Generations::from_parts(vec![first], cfg.checkpoint.generations as usize);
     let reread = Reread {
@@ -446,27 +468,30 @@ fn start_offset(env: &RecoveryEnv, reader: &kafka::Reader, p: i32, start: Start)
 }
 
 /// Where the horizon begins in each of `out_parts`, by record time: `checkpoint.generations + 1`
-/// intervals before the newest record's timestamp in any of them (the newest time the output
+/// intervals before `anchor` (the partition clock a commit carried, ms since the Unix epoch) or,
+/// without one, before the newest record's timestamp in any of them (the newest time the output
 /// shows: a horizon is measured on record time, so the wall clock, which may be days later after
 /// a long stop, is not used). Found with ListOffsets by timestamp (`offsets_for_times`); an
 /// empty output partition, or one with nothing that recent, starts at its end.
-fn horizon_start(env: &RecoveryEnv, reader: &kafka::Reader, out_parts: &[i32]) -> Result<Positions, RecoveryError> {
+fn horizon_start(
+    env: &RecoveryEnv,
+    reader: &kafka::Reader,
+    out_parts: &[i32],
+    anchor: Option<i64>,
+) -> Result<Positions, RecoveryError> {
     let topic = &env.cfg.output.topic;
-    let mut ends = Positions::new();
-    let mut newest_of = BTreeMap::new();
+    let mut watermarks = BTreeMap::new();
     for q in out_parts {
-        let (low, high) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
-        ends.insert(*q, high);
-        if high > low {
-            if let Some(t) = last_timestamp(reader, topic, *q, low, high)? {
-                newest_of.insert(*q, t.min(now_ms()));
-            }
-        }
+        watermarks.insert(*q, reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?);
     }
-    let newest = newest_of.values().max().copied();
-    // (A future-stamped record counts as stamped now: it does not move the window past the
-    // records really there.)
-    let Some(newest) = newest else {
+    let mut ends: Positions = watermarks.iter().map(|(q, (_, high))| (*q, *high)).collect();
+    let mut newest_of = match anchor {
+        Some(_) => BTreeMap::new(),
+        None => last_timestamps(reader, topic, &watermarks)?,
+    };
+    // (A future-stamped record or clock counts as stamped now: it does not move the window past
+    // the records really there.)
+    let Some(newest) = anchor.or(newest_of.values().max().copied()).map(|t| t.min(now_ms())) else {
         return Ok(ends);
     };
     let span = env.cfg.checkpoint.interval.as_millis() as i64 * (env.cfg.checkpoint.generations as i64 + 1);
@@ -476,55 +501,83 @@ fn horizon_start(env: &RecoveryEnv, reader: &kafka::Reader, out_parts: &[i32]) -
         tpl.add_partition_offset(topic, *q, Offset::Offset(at))?;
     }
     let found = reader.offsets_for_times(tpl, REQUEST_TIMEOUT)?;
+    let mut none = BTreeMap::new();
     for q in out_parts {
         match found.find_partition(topic, *q).map(|e| e.offset()) {
             Some(Offset::Offset(o)) => {
                 ends.insert(*q, o);
             }
-            // Nothing stamped that late in this partition: it starts at its end. But the
-            // partition holding the newest record always has one; a broker that answers "none"
-            // there cannot look offsets up by time (librdkafka's mock cluster): re-read it all.
-            _ if newest_of.get(q) == Some(&newest) => {
-                let (low, _) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
-                warn!(
-                    output_partition = q,
-                    "the broker did not look the horizon's start up by time; re-reading the whole partition"
-                );
-                ends.insert(*q, low);
+            _ => {
+                none.insert(*q, watermarks[q]);
             }
-            _ => {}
         }
+    }
+    // Nothing stamped that late in these partitions: they start at their ends. But a partition
+    // whose last record is stamped at or after the window's start has one; a broker that
+    // answers "none" there cannot look offsets up by time (librdkafka's mock cluster): re-read
+    // it all.
+    if anchor.is_some() {
+        newest_of = last_timestamps(reader, topic, &none)?;
+    }
+    let mut whole = Vec::new();
+    for (q, (low, _)) in none {
+        if newest_of.get(&q).is_some_and(|t| (*t).min(now_ms()) >= at) {
+            ends.insert(q, low);
+            whole.push(q);
+        }
+    }
+    if !whole.is_empty() {
+        warn!(
+            output_partitions = ?whole,
+            "the broker did not look the horizon's start up by time; re-reading these partitions whole"
+        );
     }
     Ok(ends)
 }
 
-/// The newest record timestamp (ms) among the last records of output partition `q` (offsets
-/// `low..high`): reads back 1, then 16, then 256... records from the end until one is found
-/// (the last offsets can be transaction markers). `None` when no record carries a timestamp.
-fn last_timestamp(
+/// The newest record timestamp (ms) among the last records of each partition of `topic` in
+/// `watermarks` (partition → low and high watermark), all read in one assignment: back 1, then
+/// 16, then 256... records from each end until a record is found (the last offsets can be
+/// transaction markers) or the partition's start is reached. Partitions without a timestamped
+/// record (empty ones among them) are left out.
+fn last_timestamps(
     reader: &kafka::Reader,
     topic: &str,
-    q: i32,
-    low: i64,
-    high: i64,
-) -> Result<Option<i64>, RecoveryError> {
-    let mut back = 1;
-    loop {
-        let from = high.saturating_sub(back).max(low);
+    watermarks: &BTreeMap<i32, (i64, i64)>,
+) -> Result<BTreeMap<i32, i64>, RecoveryError> {
+    let mut newest = BTreeMap::new();
+    let mut pending: BTreeMap<i32, (i64, i64)> = watermarks
+        .iter()
+        .filter(|(_, (low, high))| high > low)
+        .map(|(q, w)| (*q, *w))
+        .collect();
+    let mut back = 1i64;
+    while !pending.is_empty() {
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, q, Offset::Offset(from))?;
+        for (q, (low, high)) in &pending {
+            tpl.add_partition_offset(topic, *q, Offset::Offset(high.saturating_sub(back).max(*low)))?;
+        }
         reader.assign(&tpl)?;
         let _stop = StopFetching(reader);
-        let mut newest = None;
-        let mut seen = false;
+        let mut open: BTreeSet<i32> = pending.keys().copied().collect();
+        let mut seen = BTreeSet::new();
         let deadline = Instant::now() + REQUEST_TIMEOUT;
-        loop {
+        while !open.is_empty() {
             match reader.poll(Duration::from_millis(200)) {
                 Some(Ok(m)) => {
-                    seen = true;
-                    newest = newest.max(m.timestamp().to_millis());
+                    let q = m.partition();
+                    seen.insert(q);
+                    if let Some(t) = m.timestamp().to_millis() {
+                        let e = newest.entry(q).or_insert(t);
+                        *e = (*e).max(t);
+                    }
+                    if pending.get(&q).is_some_and(|(_, high)| m.offset() + 1 >= *high) {
+                        open.remove(&q);
+                    }
                 }
-                Some(Err(KafkaError::PartitionEOF(_))) => break,
+                Some(Err(KafkaError::PartitionEOF(q))) => {
+                    open.remove(&q);
+                }
                 Some(Err(e)) => return Err(e.into()),
                 None if Instant::now() > deadline => {
                     return Err(KafkaError::Global(rdkafka::types::RDKafkaErrorCode::OperationTimedOut).into())
@@ -532,11 +585,10 @@ fn last_timestamp(
                 None => {}
             }
         }
-        if seen || from == low {
-            return Ok(newest);
-        }
+        pending.retain(|q, (low, high)| !seen.contains(q) && high.saturating_sub(back) > *low);
         back = back.saturating_mul(16);
     }
+    Ok(newest)
 }
 
 /// The committed offset `resume` of input partition `p`, or the partition's log start when
