@@ -14,7 +14,7 @@ use super::plan::{
     behind_output, plan, resume_from_output, Facts, FromOutputReason, Notice, Plan, Reread, Resume, Snapshot,
 };
 use super::{check, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest, REQUEST_TIMEOUT};
-use crate::config::{Partitioning, Start};
+use crate::config::{Delivery, Partitioning, Start};
 use crate::generations::{now_ms, Generation, Generations, Positions};
 use crate::horizon;
 use crate::kafka;
@@ -79,7 +79,8 @@ pub fn execute(
                 notice,
             } => {
                 announce(env, p, &notice, Resume::At(resume));
-                let from = horizon_start(env, reader, &output_partitions(env, p), clock)?;
+                let out_parts = output_partitions(env, p);
+                let from = horizon_start(env, reader, &out_parts, clock)?;
                 let start = Loaded {
                     gens: Generations::from_parts(vec![Generation::new(epoch, resume, from.clone(), 0)], keep),
                     resume,
@@ -88,7 +89,7 @@ pub fn execute(
                 };
                 let reread = Reread {
                     from,
-                    to: None,
+                    to: transaction_ends(env, &out_parts)?,
                     wait_for_fence,
                 };
                 return finish(env, reader, req, start, &reread, false);
@@ -304,7 +305,7 @@ fn from_output(
     let mut gens = Generations::from_parts(vec![first], cfg.checkpoint.generations as usize);
     let reread = Reread {
         from,
-        to: None,
+        to: transaction_ends(env, &out_parts)?,
         wait_for_fence: false,
     };
     let scanned = scan(env, reader, req, &out_parts, &reread, &mut gens)?;
@@ -467,6 +468,28 @@ fn start_offset(env: &RecoveryEnv, reader: &kafka::Reader, p: i32, start: Start)
     })
 }
 
+/// Transactional mode, where no commit recorded the committed transaction's end (`out_end`):
+/// how far the re-read must go, the high watermarks of `out_parts` as a `read_uncommitted`
+/// client sees them. The recovery reader is `read_committed`, so its end is the last stable
+/// offset, which another replica's open transaction on a shared output partition holds below
+/// the previous owner's last committed records; the re-read waits for it to pass these ends
+/// (every transaction open now ends within `transaction.timeout.ms`). `None` in idempotent mode:
+/// to the end.
+fn transaction_ends(env: &RecoveryEnv, out_parts: &[i32]) -> Result<Option<Positions>, RecoveryError> {
+    if env.cfg.output.delivery != Delivery::Transactional {
+        return Ok(None);
+    }
+    let mut c = kafka::reader_config(&env.cfg);
+    c.set("isolation.level", "read_uncommitted");
+    let client: rdkafka::consumer::BaseConsumer = c.create()?;
+    let mut ends = Positions::new();
+    for q in out_parts {
+        let (_, high) = client.fetch_watermarks(&env.cfg.output.topic, *q, REQUEST_TIMEOUT)?;
+        ends.insert(*q, high);
+    }
+    Ok(Some(ends))
+}
+
 /// Where the horizon begins in each of `out_parts`, by record time: `checkpoint.generations + 1`
 /// intervals before `anchor` (the partition clock a commit carried, ms since the Unix epoch) or,
 /// without one, before the newest record's timestamp in any of them (the newest time the output
@@ -503,9 +526,18 @@ fn horizon_start(
     let found = reader.offsets_for_times(tpl, REQUEST_TIMEOUT)?;
     let mut none = BTreeMap::new();
     for q in out_parts {
-        match found.find_partition(topic, *q).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => {
-                ends.insert(*q, o);
+        let Some(e) = found.find_partition(topic, *q) else {
+            none.insert(*q, watermarks[q]);
+            continue;
+        };
+        // A partition without a leader is left out of the request and keeps the timestamp in
+        // its offset field, with an error: the attempt fails (and is retried) rather than
+        // start the re-read at a timestamp taken for an offset.
+        e.error()?;
+        match e.offset() {
+            Offset::Offset(o) => {
+                let (low, high) = watermarks[q];
+                ends.insert(*q, o.clamp(low, high));
             }
             _ => {
                 none.insert(*q, watermarks[q]);
@@ -561,27 +593,41 @@ fn last_timestamps(
         let _stop = StopFetching(reader);
         let mut open: BTreeSet<i32> = pending.keys().copied().collect();
         let mut seen = BTreeSet::new();
-        let deadline = Instant::now() + REQUEST_TIMEOUT;
+        // The last batches of every partition: the request timeout, and 10 ms more per partition.
+        let deadline = Instant::now() + REQUEST_TIMEOUT + Duration::from_millis(10) * pending.len() as u32;
+        let close = |q: i32, open: &mut BTreeSet<i32>| {
+            if open.remove(&q) {
+                // A partition that is done stops fetching (the output may be taking new records).
+                let mut one = TopicPartitionList::new();
+                one.add_partition(topic, q);
+                let _ = reader.pause(&one);
+            }
+        };
         while !open.is_empty() {
+            if Instant::now() > deadline {
+                return Err(KafkaError::Global(rdkafka::types::RDKafkaErrorCode::OperationTimedOut).into());
+            }
             match reader.poll(Duration::from_millis(200)) {
                 Some(Ok(m)) => {
                     let q = m.partition();
+                    let Some((_, high)) = pending.get(&q) else { continue };
+                    // Records appended since the watermarks were read (new traffic, a dead
+                    // owner's records in flight) are not what the watermarks describe.
+                    if m.offset() >= *high {
+                        close(q, &mut open);
+                        continue;
+                    }
                     seen.insert(q);
                     if let Some(t) = m.timestamp().to_millis() {
                         let e = newest.entry(q).or_insert(t);
                         *e = (*e).max(t);
                     }
-                    if pending.get(&q).is_some_and(|(_, high)| m.offset() + 1 >= *high) {
-                        open.remove(&q);
+                    if m.offset() + 1 >= *high {
+                        close(q, &mut open);
                     }
                 }
-                Some(Err(KafkaError::PartitionEOF(q))) => {
-                    open.remove(&q);
-                }
+                Some(Err(KafkaError::PartitionEOF(q))) => close(q, &mut open),
                 Some(Err(e)) => return Err(e.into()),
-                None if Instant::now() > deadline => {
-                    return Err(KafkaError::Global(rdkafka::types::RDKafkaErrorCode::OperationTimedOut).into())
-                }
                 None => {}
             }
         }
