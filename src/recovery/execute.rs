@@ -398,6 +398,15 @@ impl Drop for StopFetching<'_> {
     }
 }
 
+/// Resumes the partitions of its list when dropped (see [`last_timestamps`]).
+struct ResumeAll<'r>(&'r kafka::Reader, &'r TopicPartitionList);
+
+impl Drop for ResumeAll<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.resume(self.1);
+    }
+}
+
 /// The key-and-value fingerprint of the record at `topic`/`p`/`offset`; `None` when there is no
 /// record there (beyond the end, deleted by retention, or a transaction marker).
 fn input_digest(reader: &kafka::Reader, topic: &str, p: i32, offset: i64) -> Result<Option<u128>, RecoveryError> {
@@ -591,6 +600,9 @@ fn last_timestamps(
         }
         reader.assign(&tpl)?;
         let _stop = StopFetching(reader);
+        // librdkafka keeps a partition paused across assignments: the ones paused below are
+        // resumed (before the unassignment, dropped first) for the re-read that follows.
+        let _resume = ResumeAll(reader, &tpl);
         let mut open: BTreeSet<i32> = pending.keys().copied().collect();
         let mut seen = BTreeSet::new();
         // The last batches of every partition: the request timeout, and 10 ms more per partition.
