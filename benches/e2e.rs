@@ -111,7 +111,7 @@ struct Args {
     /// Also run (d) kafka-dedup with `output.provenance = false` (no `kafka-dedup.source` header).
     #[arg(long)]
     compare_provenance: bool,
-    /// Record a CPU profile of every run with `perf record -g` into this directory
+    /// Record a CPU profile of every run with `perf record` (flat: 999 samples/s) into this directory
     /// (`<variant>-<run>.data`; `perf report -i ...`). The figures of a profiled run include
     /// perf's own overhead.
     #[arg(long)]
@@ -606,7 +606,7 @@ fn child() -> Result<(), String> {
     let (forwarded, duplicates, checkpoints) = (worker.report)();
     // Figures per record done in the steady state.
     say(format!(
-        "R {} {} {} {} {} {} {} {}",
+        "R {} {} {} {} {} {} {} {} {}",
         (finished - t0).as_secs_f64(),
         cpu_done - cpu0,
         hwm,
@@ -614,7 +614,8 @@ fn child() -> Result<(), String> {
         forwarded,
         duplicates,
         checkpoints,
-        done - done0
+        done - done0,
+        support::rss_bytes()
     ));
     MILESTONES_DONE.store(true, Ordering::Relaxed);
     for (name, (first, last, secs)) in MILESTONES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
@@ -782,6 +783,8 @@ struct RunResult {
     checkpoints: u64,
     /// Records done in the steady state (the rate's numerator).
     steady: u64,
+    /// Resident set size when the throughput phase ended, bytes.
+    rss_end: u64,
     /// Latencies of the latency phase, milliseconds, sorted.
     latencies: Vec<i64>,
     /// Start-up milestones, see [`MILESTONES`].
@@ -904,7 +907,11 @@ fn run_one(
     let mut command = match &args.perf {
         Some(dir) => {
             let mut c = Command::new("perf");
-            c.args(["record", "-q", "-g", "-F", "999", "-o"])
+            // `KD_E2E_PERF_ARGS` replaces the sampling options (e.g. "-F 499 --call-graph dwarf").
+            let options = std::env::var("KD_E2E_PERF_ARGS").unwrap_or_else(|_| "-F 999".into());
+            c.args(["record", "-q"])
+                .args(options.split_whitespace())
+                .arg("-o")
                 .arg(dir.join(format!("{name}-{run}.data")))
                 .arg("--")
                 .arg(exe);
@@ -956,6 +963,7 @@ fn run_one(
                 result.duplicates = v[5] as u64;
                 result.checkpoints = v[6] as u64;
                 result.steady = v[7] as u64;
+                result.rss_end = v.get(8).copied().unwrap_or(0.0) as u64;
                 bar.set_position(args.records);
             }
             Some("T") => {
@@ -1240,12 +1248,15 @@ fn parent(args: Args) -> Result<(), String> {
     }
     if let Some(i) = variants.iter().position(|v| v.held > 0) {
         let extra = (sums[i][3] - sums[1][3]) * (1 << 20) as f64;
+        let end = |r: &[RunResult]| median(r.iter().map(|r| r.rss_end as f64).collect());
+        let extra_end = end(&results[i]) - end(&results[1]);
         println!(
-            "peak RSS per held fingerprint: ({} - {}) / {} = {:.1} B",
+            "peak RSS per held fingerprint: ({} - {}) / {} = {:.1} B (RSS at the end of the phase: {:.1} B)",
             letters[i],
             letters[1],
             args.held,
-            extra / args.held as f64
+            extra / args.held as f64,
+            extra_end / args.held as f64
         );
     }
     if args.compare_provenance {
