@@ -2,7 +2,7 @@
 //! the same broker, in the same run.
 //!
 //! ```text
-//! scripts/bench.sh                                   # a fresh tansu broker, then this benchmark
+//! scripts/bench.sh                                   # a fresh tansu (memory), then this benchmark
 //! cargo bench --bench e2e -- --brokers HOST:PORT     # any Kafka-protocol broker
 //! cargo bench --bench e2e                            # librdkafka's in-process mock cluster
 //! ```
@@ -30,6 +30,13 @@
 //!    output computes arrival − timestamp. The brokers used here do not stamp LogAppendTime
 //!    (tansu 0.6 keeps CreateTime), so this is "input send → output readable" for both: the same
 //!    produce and fetch paths, so b − a is the latency kafka-dedup adds.
+//!
+//! Options add runs of kafka-dedup alternating with a and b: `--held N` (c: N fingerprints held
+//! from the start, a pre-filled store snapshot that recovery loads, [`prefill`]) and
+//! `--compare-provenance` (d: `output.provenance = false`). Each child also reports when it
+//! reached the steps of its start (subscribed, first assignment, recovery read, fence wait,
+//! partition running, first record taken, first output acknowledged): kafka-dedup's from its own
+//! log events ([`LOGGED`]), the copier's from its rebalance callback.
 //!
 //! The output checks itself: a must deliver every record, b exactly the distinct ones and drop
 //! exactly the replays (exit 1 otherwise). BENCHMARKS.md has the figures of one run.
