@@ -222,7 +222,7 @@ impl Filter {
             run.inflight.take(offset, Target::None);
             return Ok(Handled::Done);
         };
-        let topic = to.topic.to_string();
+        let topic = to.topic;
         let seq = run
             .inflight
             .take(offset, to.target)
@@ -254,7 +254,7 @@ impl Filter {
                 return Err(Fatal::Delivery {
                     partition: p,
                     offset,
-                    topic,
+                    topic: topic.to_string(),
                     error,
                 });
             }

@@ -8,7 +8,7 @@ use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::plan::{
     behind_output, plan, resume_from_output, Facts, FromOutputReason, Notice, Plan, Reread, Resume, Snapshot,
@@ -684,10 +684,16 @@ fn within_retention(env: &RecoveryEnv, reader: &kafka::Reader, p: i32, resume: i
 /// since this recovery attempt began (the assignment, for a first attempt).
 fn wait_for_fence(env: &RecoveryEnv, req: &RecoveryRequest) -> Result<(), RecoveryError> {
     let until = req.attempt + env.cfg.output.fence_wait;
+    let t = Instant::now();
     while Instant::now() < until {
         check(&req.cancel)?;
         std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
     }
+    debug!(
+        partition = req.partition,
+        seconds = t.elapsed().as_secs_f64(),
+        "fence wait over"
+    );
     Ok(())
 }
 
