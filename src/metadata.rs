@@ -25,8 +25,17 @@
 //! which is harmless; a new version would instead make an older instance in a rolling update
 //! treat every commit of a newer one as foreign.
 //!
-//! Kafka limits offset metadata to `offset.metadata.max.bytes` (broker default 4096 bytes);
-//! [`CheckpointMeta::encode`] keeps within [`MAX_METADATA_BYTES`].
+//! Kafka limits offset metadata to `offset.metadata.max.bytes` (broker default 4096 bytes; a
+//! larger commit is refused with `OFFSET_METADATA_TOO_LARGE`). [`CheckpointMeta::encode`] keeps
+//! within [`MAX_METADATA_BYTES`] at any number of output partitions: the positions grow with
+//! them (`key` partitioning: one entry per output partition and generation, ~20 bytes each, so
+//! about 200 output partitions fill it), so when they do not fit, the oldest generation's alone
+//! are kept, and when even those do not, none: `gens` is left out and `elided` says how many
+//! generations were live. Recovery then finds where they begin in the output by record time,
+//! back from `clock` (see `recovery::plan`, `Plan::RebuildByTime`), and reads the output to its
+//! end (transactional mode: to the last stable offset; `out_end` is left out too). Everything
+//! else is a fixed size, so this form fits whatever the partition count. An older kafka-dedup,
+//! which requires `gens`, reads it as foreign metadata.
 
 use serde::{Deserialize, Serialize};
 
@@ -53,8 +62,14 @@ pub struct CheckpointMeta {
     pub epoch: u64,
     /// Store snapshot id (16 hex digits).
     pub ckpt: String,
-    /// Output start positions of the live generations, oldest first.
+    /// Output start positions of the live generations, oldest first. Empty (left out) when they
+    /// did not fit: see [`Self::elided`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gens: Vec<Positions>,
+    /// The number of live generations whose output positions (and `out_end`) did not fit in
+    /// [`MAX_METADATA_BYTES`] and were left out; `None` when `gens` holds them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub elided: Option<u32>,
     /// True when committed by a clean hand-over (shutdown or revocation after all deliveries).
     pub clean: bool,
     /// Transactional mode: output positions just past the committed transaction.
@@ -66,28 +81,53 @@ pub struct CheckpointMeta {
 }
 
 impl CheckpointMeta {
-    /// Encodes as compact JSON. If the generations' positions do not fit in
-    /// [`MAX_METADATA_BYTES`] (many output partitions in `key` mode), only the oldest start is
-    /// kept: recovery then re-learns everything into one generation, which widens the horizon
-    /// but loses nothing.
+    /// Encodes as compact JSON of at most [`MAX_METADATA_BYTES`], whatever the number of output
+    /// partitions. If the generations' positions do not fit (many output partitions in `key`
+    /// mode), only the oldest generation's are kept: recovery then re-learns everything into one
+    /// generation, which widens the horizon but loses nothing. If even those (with `out_end`) do
+    /// not fit, the positions are left out ([`Self::elided`]): recovery finds them by record time.
+    /// The last form holds fixed-size fields only (the checkpoint id is 16 hex digits), so it
+    /// always fits.
     pub fn encode(&self) -> String {
         let s = serde_json::to_string(self).expect("metadata serializes");
-        if s.len() <= MAX_METADATA_BYTES || self.gens.len() <= 1 {
+        if s.len() <= MAX_METADATA_BYTES {
             return s;
         }
         let mut short = self.clone();
-        short.gens.truncate(1);
-        serde_json::to_string(&short).expect("metadata serializes")
+        if short.gens.len() > 1 {
+            short.gens.truncate(1);
+            let s = serde_json::to_string(&short).expect("metadata serializes");
+            if s.len() <= MAX_METADATA_BYTES {
+                return s;
+            }
+        }
+        let bare = CheckpointMeta {
+            gens: Vec::new(),
+            elided: Some(self.live_generations().max(1)),
+            out_end: None,
+            ..self.clone()
+        };
+        serde_json::to_string(&bare).expect("metadata serializes")
+    }
+
+    /// How many generations were live at the checkpoint: `gens.len()`, or [`Self::elided`].
+    pub fn live_generations(&self) -> u32 {
+        self.elided.unwrap_or(self.gens.len() as u32)
     }
 
     /// Parses metadata written by kafka-dedup; `None` for empty or foreign metadata (for
-    /// example an offset reset by `kafka-consumer-groups --reset-offsets`, which clears it).
+    /// example an offset reset by `kafka-consumer-groups --reset-offsets`, which clears it), and
+    /// for metadata naming no generation (neither `gens` nor `elided`).
     pub fn decode(s: &str) -> Option<CheckpointMeta> {
         if s.is_empty() {
             return None;
         }
         let m: CheckpointMeta = serde_json::from_str(s).ok()?;
-        (m.kd == METADATA_VERSION && !m.gens.is_empty()).then_some(m)
+        let names_generations = match m.elided {
+            None => !m.gens.is_empty(),
+            Some(n) => n > 0 && m.gens.is_empty(),
+        };
+        (m.kd == METADATA_VERSION && names_generations).then_some(m)
     }
 }
 
@@ -107,6 +147,7 @@ mod tests {
             epoch: 7,
             ckpt: new_checkpoint_id(),
             gens: vec![[(0, 1200)].into_iter().collect(), [(0, 1350)].into_iter().collect()],
+            elided: None,
             clean: false,
             out_end: None,
             clock: Some(1_700_000_009_300),
@@ -129,6 +170,54 @@ mod tests {
         assert_eq!(m.encode(), old);
     }
 
+    /// At 1,000 output partitions (`key` mode), with offsets in the billions, three live
+    /// generations and a transaction end, the commit still fits: the positions are left out,
+    /// everything else is kept, and it decodes as kafka-dedup's own.
+    #[test]
+    fn metadata_fits_at_a_thousand_output_partitions() {
+        let wide: Positions = (0..1000).map(|p| (p, 9_000_000_000i64 + p as i64)).collect();
+        for (gens, out_end) in [
+            (vec![wide.clone(), wide.clone(), wide.clone()], Some(wide.clone())),
+            (vec![wide.clone()], None),
+        ] {
+            let m = CheckpointMeta {
+                kd: 1,
+                epoch: u64::MAX,
+                ckpt: "f".repeat(16),
+                gens: gens.clone(),
+                elided: None,
+                clean: false,
+                out_end,
+                clock: Some(i64::MAX),
+            };
+            let s = m.encode();
+            assert!(s.len() <= MAX_METADATA_BYTES, "{} bytes", s.len());
+            let back = CheckpointMeta::decode(&s).expect("decodes as kafka-dedup's");
+            assert_eq!(back.gens, Vec::<Positions>::new());
+            assert_eq!(back.elided, Some(gens.len() as u32));
+            assert_eq!(back.out_end, None);
+            assert_eq!(
+                (back.epoch, back.ckpt, back.clean, back.clock),
+                (m.epoch, m.ckpt, m.clean, m.clock)
+            );
+        }
+    }
+
+    /// What an older kafka-dedup cannot read (no `gens`) and what names no generation at all is
+    /// not decoded as a checkpoint; `elided` beside `gens` is not kafka-dedup's either.
+    #[test]
+    fn elided_metadata_names_its_generations() {
+        let ok = r#"{"kd":1,"epoch":7,"ckpt":"5f0c5f0c5f0c5f0c","elided":2,"clean":false,"clock":5}"#;
+        assert_eq!(CheckpointMeta::decode(ok).map(|m| m.live_generations()), Some(2));
+        for bad in [
+            r#"{"kd":1,"epoch":7,"ckpt":"5f0c5f0c5f0c5f0c","elided":0,"clean":false}"#,
+            r#"{"kd":1,"epoch":7,"ckpt":"5f0c5f0c5f0c5f0c","clean":false}"#,
+            r#"{"kd":1,"epoch":7,"ckpt":"5f0c5f0c5f0c5f0c","gens":[{"0":1}],"elided":1,"clean":false}"#,
+        ] {
+            assert_eq!(CheckpointMeta::decode(bad), None, "{bad}");
+        }
+    }
+
     #[test]
     fn oversized_metadata_keeps_the_oldest_start() {
         let wide: Positions = (0..150).map(|p| (p, 1_000_000_000i64)).collect();
@@ -137,6 +226,7 @@ mod tests {
             epoch: 3,
             ckpt: "0".repeat(16),
             gens: vec![wide.clone(), wide.clone(), wide],
+            elided: None,
             clean: true,
             out_end: None,
             clock: Some(i64::MAX),

@@ -680,3 +680,53 @@ fn a_long_output_outage_pauses_without_leaving_the_group() {
     let v = scenario::verify(&records, &m.broker.read_values("out", 2));
     assert!(v.ok() && v.output_records == 3000, "{v:?}");
 }
+
+/// Issue 14, case 6: in `key` mode the commit's metadata names a position per output partition
+/// and generation, about 9 bytes each here, and Kafka refuses metadata over
+/// `offset.metadata.max.bytes` (4096 by default; the mock cluster does not enforce it, so the
+/// test checks the size). At 1,000 output partitions the positions are left out of the commit
+/// (`elided`); a restart without the store finds the generations in the output by record time
+/// and still catches a replay of every record.
+#[test]
+fn key_mode_over_1000_output_partitions_commits_within_the_metadata_limit() {
+    let m = mock(1, &[("in", 1), ("out", 1000)]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = spec_on(&m, "in", "out", dir.path());
+    spec.env
+        .push(("KAFKA_DEDUP__OUTPUT__PARTITIONING".into(), "key".into()));
+    // Replays keep their first copies' event time (as Flink's and Kafka Streams' sinks do), so
+    // they stay within the horizon however long the first run takes.
+    let stamp = kafka_dedup::generations::now_ms();
+    m.broker.produce_values_at("in", &values(0..1000), stamp);
+    let mut first = spec.start(dir.path());
+    let ends = m.broker.end_offsets("in", 1);
+    wait_committed_on(&m, &spec.group, "in", &ends, &first);
+    assert!(first.terminate().success(), "{}", first.logs());
+    let (_, metadata) = &m.broker.committed(&spec.group, "in", 1)[&0];
+    assert!(
+        metadata.len() <= 4096 && metadata.contains(r#""elided":"#),
+        "{} bytes: {metadata}",
+        metadata.len()
+    );
+    std::fs::remove_dir_all(&spec.store).unwrap();
+
+    m.broker.produce_values_at("in", &values(0..1100), stamp);
+    let mut again = spec.start(dir.path());
+    let ends = m.broker.end_offsets("in", 1);
+    wait_committed_on(&m, &spec.group, "in", &ends, &again);
+    let scrape = again.scrape();
+    assert!(again.terminate().success(), "{}", again.logs());
+    let mut all: Vec<u64> = m.broker.read_values("out", 1000).into_values().flatten().collect();
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..1100).collect::<Vec<_>>(),
+        "each record once:\n{}",
+        again.logs()
+    );
+    assert_eq!(
+        metric(&scrape, "kafka_dedup_store_rebuilds_total", &["reason=\"missing\""]),
+        1.0,
+        "{scrape}"
+    );
+}

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use kafka_dedup::telemetry::{
     CHECKPOINTS, CHECKPOINT_RESULTS, COUNTERS, DUPLICATES_DROPPED, OUT_OF_SCOPE, OUT_OF_SCOPE_REASONS,
-    RECORDS_CONSUMED, RECORDS_FORWARDED, RECOVERY_SCANNED, STORE_REBUILDS, STORE_REBUILD_REASONS, STORE_WRITE_FAILURES,
+    POSITIONS_FROM_OUTPUT, POSITION_FROM_OUTPUT_REASONS, RECORDS_CONSUMED, RECORDS_FORWARDED, RECOVERY_PANICS,
+    RECOVERY_SCANNED, SIDES, SIDE_REFUSED, STORE_REBUILDS, STORE_REBUILD_REASONS, STORE_WRITE_FAILURES,
     UNFINGERPRINTABLE, UNFINGERPRINTABLE_REASONS,
 };
 use serde_json::Value;
@@ -548,11 +549,19 @@ fn expected_counters(partitions: &[i32]) -> BTreeMap<&'static str, BTreeSet<BTre
         (CHECKPOINTS, product(&[("result", strings(&CHECKPOINT_RESULTS))])),
         (STORE_REBUILDS, product(&[("reason", strings(&STORE_REBUILD_REASONS))])),
         (STORE_WRITE_FAILURES, product(&[])),
+        (RECOVERY_PANICS, product(std::slice::from_ref(&p))),
+        (SIDE_REFUSED, product(&[p.clone(), ("side", strings(&SIDES))])),
+        (
+            POSITIONS_FROM_OUTPUT,
+            product(&[("reason", strings(&POSITION_FROM_OUTPUT_REASONS))]),
+        ),
     ])
 }
 
-/// The counters of records: no record is written in the test below, so they stay 0.
-const RECORD_COUNTERS: [&str; 6] = [
+/// The counters that stay 0 while no record is written (the test below writes none).
+const RECORD_COUNTERS: [&str; 8] = [
+    RECOVERY_PANICS,
+    SIDE_REFUSED,
     RECORDS_CONSUMED,
     RECORDS_FORWARDED,
     DUPLICATES_DROPPED,

@@ -114,6 +114,7 @@ impl CheckpointRecord {
             epoch: self.epoch,
             ckpt: self.ckpt.clone(),
             gens: self.gens.clone(),
+            elided: None,
             clean: self.clean,
             out_end: self.out_end.clone(),
             clock: self.clock,

@@ -232,7 +232,7 @@ impl Filter {
             run.inflight.take(offset, Target::None);
             return Ok(Handled::Done);
         };
-        let topic = to.topic.to_string();
+        let topic = to.topic;
         let seq = run
             .inflight
             .take(offset, to.target)
@@ -264,7 +264,7 @@ impl Filter {
                 return Err(Fatal::Delivery {
                     partition: p,
                     offset,
-                    topic,
+                    topic: topic.to_string(),
                     error,
                 });
             }

@@ -69,6 +69,14 @@ pub const BATCH: usize = 32;
 /// How long the poll loop waits for the first record of a batch.
 const POLL_WAIT: Duration = Duration::from_millis(100);
 
+/// How long it waits instead while a recovery worker runs. A finished recovery is installed
+/// (resumed, sought) by the next tick, and nothing wakes the poll for it: the recovering
+/// partitions are paused, so with [`POLL_WAIT`] a recovered partition waited up to 100 ms
+/// (measured: 0.10 s from assignment to running for a fresh partition whose recovery took 10 ms,
+/// BENCHMARKS.md "Start → first forwarded record"). Only the wait changes: 200 empty turns a
+/// second while a recovery runs.
+const RECOVERY_POLL_WAIT: Duration = Duration::from_millis(5);
+
 /// A stop request shared by the signal handler, the HTTP server and the pipeline thread.
 #[derive(Clone, Default)]
 pub struct Shutdown(Arc<AtomicBool>);
@@ -300,12 +308,16 @@ fn poll_loop(consumer: &FilterConsumer, shutdown: &Shutdown) -> Result<(), Fatal
     }
 }
 
-/// Fills `batch` with up to [`BATCH`] records: the first waited for up to [`POLL_WAIT`], the
-/// rest only if the consumer already holds them. Polls without holding the filter: rebalance
-/// callbacks run inside `poll` and take it.
+/// Fills `batch` with up to [`BATCH`] records: the first waited for up to [`POLL_WAIT`] (or
+/// [`RECOVERY_POLL_WAIT`] while a recovery runs), the rest only if the consumer already holds
+/// them. Polls without holding the filter: rebalance callbacks run inside `poll` and take it.
 fn take_batch<'c>(consumer: &'c FilterConsumer, batch: &mut Vec<Admitted<'c>>) -> Result<(), Fatal> {
     batch.clear();
-    let mut wait = POLL_WAIT;
+    let mut wait = if consumer.context().lock().recovery_running() {
+        RECOVERY_POLL_WAIT
+    } else {
+        POLL_WAIT
+    };
     while batch.len() < BATCH {
         match consumer.poll(wait) {
             Some(Ok(msg)) => {

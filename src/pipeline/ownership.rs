@@ -257,6 +257,15 @@ impl Filter {
         }
     }
 
+    /// True while a recovery worker runs (a partition recovering and not waiting for a retry or
+    /// held): the poll loop then waits [`super::RECOVERY_POLL_WAIT`] at most, so that the next
+    /// tick installs a finished recovery at once.
+    pub(super) fn recovery_running(&self) -> bool {
+        self.partitions
+            .values()
+            .any(|s| matches!(s, Partition::Recovering(r) if r.retry_at.is_none()))
+    }
+
     /// Restarts the recoveries whose retry time has come.
     pub(super) fn retry_recoveries(&mut self) {
         let now = Instant::now();

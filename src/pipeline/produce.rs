@@ -20,7 +20,7 @@ use super::halt::SideCopy;
 use super::mode::Mode;
 use super::{Fatal, Shutdown};
 use crate::partition::{Partition, Running, Target, SEQ_BITS};
-use crate::provenance::{Provenance, HEADER, REASON_HEADER};
+use crate::provenance::{Provenance, ENCODED_MAX, HEADER, REASON_HEADER};
 use crate::telemetry::Totals;
 
 /// Where the output acknowledged a record.
@@ -165,11 +165,20 @@ fn headers(msg: &BorrowedMessage<'_>, added: Added<'_>) -> Option<OwnedHeaders> 
             value: Some(reason),
         });
     }
-    let source = Provenance::encode_parts(msg.topic(), msg.partition(), msg.offset());
-    Some(all.insert(Header {
-        key: HEADER,
-        value: Some(&source),
-    }))
+    let mut buf = [0u8; ENCODED_MAX];
+    let (topic, partition, offset) = (msg.topic(), msg.partition(), msg.offset());
+    Some(
+        match Provenance::encode_parts_into(&mut buf, topic, partition, offset) {
+            Some(source) => all.insert(Header {
+                key: HEADER,
+                value: Some(source),
+            }),
+            None => all.insert(Header {
+                key: HEADER,
+                value: Some(&Provenance::encode_parts(topic, partition, offset)),
+            }),
+        },
+    )
 }
 
 impl Filter {

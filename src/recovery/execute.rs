@@ -8,13 +8,13 @@ use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::{Message, Offset, TopicPartitionList};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::plan::{
     behind_output, plan, resume_from_output, Facts, FromOutputReason, Notice, Plan, Reread, Resume, Snapshot,
 };
 use super::{check, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest, REQUEST_TIMEOUT};
-use crate::config::{Partitioning, Start};
+use crate::config::{Delivery, Partitioning, Start};
 use crate::generations::{now_ms, Generation, Generations, Positions};
 use crate::horizon;
 use crate::kafka;
@@ -71,6 +71,29 @@ pub fn execute(
                 wait_for_fence,
                 why,
             } => return from_output(env, reader, req, committed, wait_for_fence, why),
+            Plan::RebuildByTime {
+                resume,
+                epoch,
+                clock,
+                wait_for_fence,
+                notice,
+            } => {
+                announce(env, p, &notice, Resume::At(resume));
+                let out_parts = output_partitions(env, p);
+                let from = horizon_start(env, reader, &out_parts, clock)?;
+                let start = Loaded {
+                    gens: Generations::from_parts(vec![Generation::new(epoch, resume, from.clone(), 0)], keep),
+                    resume,
+                    ckpt: new_checkpoint_id(),
+                    clock,
+                };
+                let reread = Reread {
+                    from,
+                    to: transaction_ends(env, &out_parts)?,
+                    wait_for_fence,
+                };
+                return finish(env, reader, req, start, &reread, false);
+            }
             Plan::Rebuild {
                 resume,
                 generations,
@@ -277,12 +300,12 @@ fn from_output(
         wait_for_fence(env, req)?;
     }
     let out_parts = output_partitions(env, p);
-    let from = horizon_start(env, reader, &out_parts)?;
+    let from = horizon_start(env, reader, &out_parts, None)?;
     let first = Generation::new(1, committed.unwrap_or(0), from.clone(), 0);
     let mut gens = Generations::from_parts(vec![first], cfg.checkpoint.generations as usize);
     let reread = Reread {
         from,
-        to: None,
+        to: transaction_ends(env, &out_parts)?,
         wait_for_fence: false,
     };
     let scanned = scan(env, reader, req, &out_parts, &reread, &mut gens)?;
@@ -375,6 +398,15 @@ impl Drop for StopFetching<'_> {
     }
 }
 
+/// Resumes the partitions of its list when dropped (see [`last_timestamps`]).
+struct ResumeAll<'r>(&'r kafka::Reader, &'r TopicPartitionList);
+
+impl Drop for ResumeAll<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.resume(self.1);
+    }
+}
+
 /// The key-and-value fingerprint of the record at `topic`/`p`/`offset`; `None` when there is no
 /// record there (beyond the end, deleted by retention, or a transaction marker).
 fn input_digest(reader: &kafka::Reader, topic: &str, p: i32, offset: i64) -> Result<Option<u128>, RecoveryError> {
@@ -445,28 +477,53 @@ fn start_offset(env: &RecoveryEnv, reader: &kafka::Reader, p: i32, start: Start)
     })
 }
 
+/// Transactional mode, where no commit recorded the committed transaction's end (`out_end`):
+/// how far the re-read must go, the high watermarks of `out_parts` as a `read_uncommitted`
+/// client sees them. The recovery reader is `read_committed`, so its end is the last stable
+/// offset, which another replica's open transaction on a shared output partition holds below
+/// the previous owner's last committed records; the re-read waits for it to pass these ends
+/// (every transaction open now ends within `transaction.timeout.ms`). `None` in idempotent mode:
+/// to the end.
+fn transaction_ends(env: &RecoveryEnv, out_parts: &[i32]) -> Result<Option<Positions>, RecoveryError> {
+    if env.cfg.output.delivery != Delivery::Transactional {
+        return Ok(None);
+    }
+    let mut c = kafka::reader_config(&env.cfg);
+    c.set("isolation.level", "read_uncommitted");
+    let client: rdkafka::consumer::BaseConsumer = c.create()?;
+    let mut ends = Positions::new();
+    for q in out_parts {
+        let (_, high) = client.fetch_watermarks(&env.cfg.output.topic, *q, REQUEST_TIMEOUT)?;
+        ends.insert(*q, high);
+    }
+    Ok(Some(ends))
+}
+
 /// Where the horizon begins in each of `out_parts`, by record time: `checkpoint.generations + 1`
-/// intervals before the newest record's timestamp in any of them (the newest time the output
+/// intervals before `anchor` (the partition clock a commit carried, ms since the Unix epoch) or,
+/// without one, before the newest record's timestamp in any of them (the newest time the output
 /// shows: a horizon is measured on record time, so the wall clock, which may be days later after
 /// a long stop, is not used). Found with ListOffsets by timestamp (`offsets_for_times`); an
 /// empty output partition, or one with nothing that recent, starts at its end.
-fn horizon_start(env: &RecoveryEnv, reader: &kafka::Reader, out_parts: &[i32]) -> Result<Positions, RecoveryError> {
+fn horizon_start(
+    env: &RecoveryEnv,
+    reader: &kafka::Reader,
+    out_parts: &[i32],
+    anchor: Option<i64>,
+) -> Result<Positions, RecoveryError> {
     let topic = &env.cfg.output.topic;
-    let mut ends = Positions::new();
-    let mut newest_of = BTreeMap::new();
+    let mut watermarks = BTreeMap::new();
     for q in out_parts {
-        let (low, high) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
-        ends.insert(*q, high);
-        if high > low {
-            if let Some(t) = last_timestamp(reader, topic, *q, low, high)? {
-                newest_of.insert(*q, t.min(now_ms()));
-            }
-        }
+        watermarks.insert(*q, reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?);
     }
-    let newest = newest_of.values().max().copied();
-    // (A future-stamped record counts as stamped now: it does not move the window past the
-    // records really there.)
-    let Some(newest) = newest else {
+    let mut ends: Positions = watermarks.iter().map(|(q, (_, high))| (*q, *high)).collect();
+    let mut newest_of = match anchor {
+        Some(_) => BTreeMap::new(),
+        None => last_timestamps(reader, topic, &watermarks)?,
+    };
+    // (A future-stamped record or clock counts as stamped now: it does not move the window past
+    // the records really there.)
+    let Some(newest) = anchor.or(newest_of.values().max().copied()).map(|t| t.min(now_ms())) else {
         return Ok(ends);
     };
     let span = env.cfg.checkpoint.interval.as_millis() as i64 * (env.cfg.checkpoint.generations as i64 + 1);
@@ -476,67 +533,120 @@ fn horizon_start(env: &RecoveryEnv, reader: &kafka::Reader, out_parts: &[i32]) -
         tpl.add_partition_offset(topic, *q, Offset::Offset(at))?;
     }
     let found = reader.offsets_for_times(tpl, REQUEST_TIMEOUT)?;
+    let mut none = BTreeMap::new();
     for q in out_parts {
-        match found.find_partition(topic, *q).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => {
-                ends.insert(*q, o);
+        let Some(e) = found.find_partition(topic, *q) else {
+            none.insert(*q, watermarks[q]);
+            continue;
+        };
+        // A partition without a leader is left out of the request and keeps the timestamp in
+        // its offset field, with an error: the attempt fails (and is retried) rather than
+        // start the re-read at a timestamp taken for an offset.
+        e.error()?;
+        match e.offset() {
+            Offset::Offset(o) => {
+                let (low, high) = watermarks[q];
+                ends.insert(*q, o.clamp(low, high));
             }
-            // Nothing stamped that late in this partition: it starts at its end. But the
-            // partition holding the newest record always has one; a broker that answers "none"
-            // there cannot look offsets up by time (librdkafka's mock cluster): re-read it all.
-            _ if newest_of.get(q) == Some(&newest) => {
-                let (low, _) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
-                warn!(
-                    output_partition = q,
-                    "the broker did not look the horizon's start up by time; re-reading the whole partition"
-                );
-                ends.insert(*q, low);
+            _ => {
+                none.insert(*q, watermarks[q]);
             }
-            _ => {}
         }
+    }
+    // Nothing stamped that late in these partitions: they start at their ends. But a partition
+    // whose last record is stamped at or after the window's start has one; a broker that
+    // answers "none" there cannot look offsets up by time (librdkafka's mock cluster): re-read
+    // it all.
+    if anchor.is_some() {
+        newest_of = last_timestamps(reader, topic, &none)?;
+    }
+    let mut whole = Vec::new();
+    for (q, (low, _)) in none {
+        if newest_of.get(&q).is_some_and(|t| (*t).min(now_ms()) >= at) {
+            ends.insert(q, low);
+            whole.push(q);
+        }
+    }
+    if !whole.is_empty() {
+        warn!(
+            output_partitions = ?whole,
+            "the broker did not look the horizon's start up by time; re-reading these partitions whole"
+        );
     }
     Ok(ends)
 }
 
-/// The newest record timestamp (ms) among the last records of output partition `q` (offsets
-/// `low..high`): reads back 1, then 16, then 256... records from the end until one is found
-/// (the last offsets can be transaction markers). `None` when no record carries a timestamp.
-fn last_timestamp(
+/// The newest record timestamp (ms) among the last records of each partition of `topic` in
+/// `watermarks` (partition → low and high watermark), all read in one assignment: back 1, then
+/// 16, then 256... records from each end until a record is found (the last offsets can be
+/// transaction markers) or the partition's start is reached. Partitions without a timestamped
+/// record (empty ones among them) are left out.
+fn last_timestamps(
     reader: &kafka::Reader,
     topic: &str,
-    q: i32,
-    low: i64,
-    high: i64,
-) -> Result<Option<i64>, RecoveryError> {
-    let mut back = 1;
-    loop {
-        let from = high.saturating_sub(back).max(low);
+    watermarks: &BTreeMap<i32, (i64, i64)>,
+) -> Result<BTreeMap<i32, i64>, RecoveryError> {
+    let mut newest = BTreeMap::new();
+    let mut pending: BTreeMap<i32, (i64, i64)> = watermarks
+        .iter()
+        .filter(|(_, (low, high))| high > low)
+        .map(|(q, w)| (*q, *w))
+        .collect();
+    let mut back = 1i64;
+    while !pending.is_empty() {
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, q, Offset::Offset(from))?;
+        for (q, (low, high)) in &pending {
+            tpl.add_partition_offset(topic, *q, Offset::Offset(high.saturating_sub(back).max(*low)))?;
+        }
         reader.assign(&tpl)?;
         let _stop = StopFetching(reader);
-        let mut newest = None;
-        let mut seen = false;
-        let deadline = Instant::now() + REQUEST_TIMEOUT;
-        loop {
+        // librdkafka keeps a partition paused across assignments: the ones paused below are
+        // resumed (before the unassignment, dropped first) for the re-read that follows.
+        let _resume = ResumeAll(reader, &tpl);
+        let mut open: BTreeSet<i32> = pending.keys().copied().collect();
+        let mut seen = BTreeSet::new();
+        // The last batches of every partition: the request timeout, and 10 ms more per partition.
+        let deadline = Instant::now() + REQUEST_TIMEOUT + Duration::from_millis(10) * pending.len() as u32;
+        let close = |q: i32, open: &mut BTreeSet<i32>| {
+            if open.remove(&q) {
+                // A partition that is done stops fetching (the output may be taking new records).
+                let mut one = TopicPartitionList::new();
+                one.add_partition(topic, q);
+                let _ = reader.pause(&one);
+            }
+        };
+        while !open.is_empty() {
+            if Instant::now() > deadline {
+                return Err(KafkaError::Global(rdkafka::types::RDKafkaErrorCode::OperationTimedOut).into());
+            }
             match reader.poll(Duration::from_millis(200)) {
                 Some(Ok(m)) => {
-                    seen = true;
-                    newest = newest.max(m.timestamp().to_millis());
+                    let q = m.partition();
+                    let Some((_, high)) = pending.get(&q) else { continue };
+                    // Records appended since the watermarks were read (new traffic, a dead
+                    // owner's records in flight) are not what the watermarks describe.
+                    if m.offset() >= *high {
+                        close(q, &mut open);
+                        continue;
+                    }
+                    seen.insert(q);
+                    if let Some(t) = m.timestamp().to_millis() {
+                        let e = newest.entry(q).or_insert(t);
+                        *e = (*e).max(t);
+                    }
+                    if m.offset() + 1 >= *high {
+                        close(q, &mut open);
+                    }
                 }
-                Some(Err(KafkaError::PartitionEOF(_))) => break,
+                Some(Err(KafkaError::PartitionEOF(q))) => close(q, &mut open),
                 Some(Err(e)) => return Err(e.into()),
-                None if Instant::now() > deadline => {
-                    return Err(KafkaError::Global(rdkafka::types::RDKafkaErrorCode::OperationTimedOut).into())
-                }
                 None => {}
             }
         }
-        if seen || from == low {
-            return Ok(newest);
-        }
+        pending.retain(|q, (low, high)| !seen.contains(q) && high.saturating_sub(back) > *low);
         back = back.saturating_mul(16);
     }
+    Ok(newest)
 }
 
 /// The committed offset `resume` of input partition `p`, or the partition's log start when
@@ -574,10 +684,16 @@ fn within_retention(env: &RecoveryEnv, reader: &kafka::Reader, p: i32, resume: i
 /// since this recovery attempt began (the assignment, for a first attempt).
 fn wait_for_fence(env: &RecoveryEnv, req: &RecoveryRequest) -> Result<(), RecoveryError> {
     let until = req.attempt + env.cfg.output.fence_wait;
+    let t = Instant::now();
     while Instant::now() < until {
         check(&req.cancel)?;
         std::thread::sleep(Duration::from_millis(50).min(until.saturating_duration_since(Instant::now())));
     }
+    debug!(
+        partition = req.partition,
+        seconds = t.elapsed().as_secs_f64(),
+        "fence wait over"
+    );
     Ok(())
 }
 

@@ -6,6 +6,7 @@
 //! | none             | -        | -                                    | `Fresh` at `input.start`       |
 //! | yes              | yes      | same checkpoint id and offset        | `Load`, re-read from its `out_covered` |
 //! | yes              | yes      | other, missing, unreadable           | `Rebuild` at the metadata's output starts |
+//! | yes              | yes, positions left out | other, missing, unreadable | `RebuildByTime` back from the metadata's clock |
 //! | yes              | none     | taken at exactly the committed offset | `Load` (always waits for the fence) |
 //! | yes              | none     | other, missing, unreadable; a horizon marker | `Rebuild` from the marker, one generation |
 //! | yes              | none     | other, missing, unreadable; no marker | `Fresh` at the committed offset (`no_metadata`) |
@@ -163,6 +164,22 @@ pub enum Plan {
         /// Why (logged and counted).
         why: FromOutputReason,
     },
+    /// The metadata is kafka-dedup's but its output positions did not fit in the commit
+    /// ([`CheckpointMeta::elided`]: `key` partitioning over many output partitions): one empty
+    /// generation, re-learned from the output over the horizon by record time, back from
+    /// `clock` (or, unknown, from the output's newest record), to the output's end.
+    RebuildByTime {
+        /// Where consumption resumes (the committed offset).
+        resume: i64,
+        /// The generation's epoch: the metadata's.
+        epoch: u64,
+        /// The partition clock the metadata carries, ms since the Unix epoch.
+        clock: Option<i64>,
+        /// Wait until `output.fence_wait` has passed since the assignment before reading.
+        wait_for_fence: bool,
+        /// Why the store was not used.
+        notice: Notice,
+    },
     /// Empty generations at known output starts, re-learned from the output topic.
     Rebuild {
         /// Where consumption resumes (every generation's input start).
@@ -208,9 +225,15 @@ fn missing() -> (&'static str, String) {
 /// metadata that cannot be kafka-dedup's (no generation, or more generations than epochs):
 /// planned as foreign, i.e. without metadata.
 fn with_metadata(facts: &Facts, resume: i64, meta: &CheckpointMeta) -> Option<Plan> {
-    // Epochs of the live generations: meta.epoch + 1 - gens.len() ..= meta.epoch, checked.
-    let first_epoch = meta.epoch.checked_add(1)?.checked_sub(meta.gens.len() as u64)?;
-    let oldest = meta.gens.first()?.clone();
+    // Neither positions nor a count of the generations left out: not kafka-dedup's.
+    if meta.live_generations() == 0 {
+        return None;
+    }
+    // Epochs of the live generations: meta.epoch + 1 - live ..= meta.epoch, checked.
+    let first_epoch = meta
+        .epoch
+        .checked_add(1)?
+        .checked_sub(u64::from(meta.live_generations()))?;
     let reread = |from: Positions| Reread {
         from,
         to: match facts.delivery {
@@ -236,6 +259,15 @@ fn with_metadata(facts: &Facts, resume: i64, meta: &CheckpointMeta) -> Option<Pl
         ),
         Snapshot::Missing => missing(),
         Snapshot::Unreadable(detail) => ("corrupt", detail.clone()),
+    };
+    let Some(oldest) = meta.gens.first().cloned() else {
+        return Some(Plan::RebuildByTime {
+            resume,
+            epoch: meta.epoch,
+            clock: meta.clock,
+            wait_for_fence: facts.delivery == Delivery::Idempotent && !meta.clean,
+            notice: Notice::Rebuild { reason, detail },
+        });
     };
     let generations = meta
         .gens
@@ -373,6 +405,7 @@ mod tests {
             epoch: 7,
             ckpt: ckpt.into(),
             gens: vec![pos(P, 1200), pos(P, 1350)],
+            elided: None,
             clean,
             out_end,
             clock: None,
@@ -647,6 +680,59 @@ mod tests {
                 reread: reread(pos(P, 1200), None, true),
                 notice: rebuild("missing", "the store has no snapshot of this partition")
             }
+        );
+    }
+
+    /// Metadata whose positions were left out (too many output partitions): its snapshot is
+    /// loaded as ever; without it the generations are found by time, back from the metadata's
+    /// clock, waiting for the fence unless the hand-over was clean (never in transactional
+    /// mode). Its epoch arithmetic is checked as with positions.
+    #[test]
+    fn metadata_without_positions_rebuilds_by_time() {
+        let bare = |clean: bool, epoch: u64, elided: u32| {
+            let mut m = meta("a", clean, None).unwrap();
+            m.gens.clear();
+            m.elided = Some(elided);
+            m.epoch = epoch;
+            m.clock = Some(1_700_000_000_000);
+            Some(m)
+        };
+        let by_time = |wait_for_fence: bool, reason: &'static str, detail: &str| Plan::RebuildByTime {
+            resume: 500,
+            epoch: 7,
+            clock: Some(1_700_000_000_000),
+            wait_for_fence,
+            notice: rebuild(reason, detail),
+        };
+        let missing = "the store has no snapshot of this partition";
+        assert_eq!(
+            plan(&facts(Some(500), bare(false, 7, 2), None, snap("a", 500))),
+            Plan::Load {
+                resume: 500,
+                ckpt: "a".into(),
+                reread: reread(pos(P, 1400), None, true)
+            }
+        );
+        assert_eq!(
+            plan(&facts(Some(500), bare(false, 7, 2), None, Snapshot::Missing)),
+            by_time(true, "missing", missing)
+        );
+        assert_eq!(
+            plan(&facts(
+                Some(500),
+                bare(true, 7, 2),
+                None,
+                Snapshot::Unreadable("chunk checksum mismatch".into())
+            )),
+            by_time(false, "corrupt", "chunk checksum mismatch")
+        );
+        let mut txn = facts(Some(500), bare(false, 7, 2), None, Snapshot::Missing);
+        txn.delivery = Delivery::Transactional;
+        assert_eq!(plan(&txn), by_time(false, "missing", missing));
+        let foreign = plan(&facts(Some(500), None, None, Snapshot::Missing));
+        assert_eq!(
+            plan(&facts(Some(500), bare(false, 1, 3), None, Snapshot::Missing)),
+            foreign
         );
     }
 
