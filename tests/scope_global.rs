@@ -11,6 +11,13 @@
 //!
 //! The route topic's copies carry the provenance header, which tansu 0.6 reads about 20 times
 //! slower (see [`FilterSpec::provenance`]): the record counts are kept to a few thousand.
+//!
+//! Named to run after every other binary that uses the shared SQLite tansu (cargo runs the test
+//! binaries in name order; `transactions` uses the other broker): with these header-carrying
+//! records in its database, tansu served `ops`'s 30,000-record fetches so slowly (nothing in
+//! 45 s, the session timed out) that `ops::readyz_not_ready_while_recovery_rereads_the_output`
+//! failed in two full runs out of two. A broker of their own would isolate them properly
+//! (`common::proxy::ProxiedBroker` starts one per test).
 
 mod common;
 
