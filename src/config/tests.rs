@@ -1,0 +1,320 @@
+use super::*;
+use std::collections::HashMap;
+
+const MINIMAL: &str = r#"
+[input]
+topic = "events"
+[output]
+topic = "events.dedup"
+"#;
+
+fn load(text: &str) -> Result<Config, ConfigError> {
+    Config::from_toml_str(text, Some(HashMap::new()))
+}
+
+fn key_of(text: &str, env: &[(&str, &str)]) -> String {
+    let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let err = Config::from_toml_str(text, Some(env)).unwrap_err();
+    err.key_name().unwrap_or("").to_string()
+}
+
+/// The producer settings that keep a partition's output gap-free (idempotent mode) and a
+/// transaction alive for a checkpoint interval (transactional mode) cannot be undone under
+/// `[kafka.properties]`; each refusal names the key.
+#[test]
+fn delivery_settings_that_would_break_the_guarantee_are_refused() {
+    let idempotent = |props: &str| format!("{MINIMAL}\n[kafka.properties]\n{props}\n");
+    assert_eq!(
+        key_of(&idempotent("\"message.timeout.ms\" = 1000"), &[]),
+        "kafka.properties.message.timeout.ms"
+    );
+    assert_eq!(
+        key_of(&idempotent("\"delivery.timeout.ms\" = \"300000\""), &[]),
+        "kafka.properties.delivery.timeout.ms"
+    );
+    assert_eq!(
+        key_of(&idempotent("\"enable.gapless.guarantee\" = false"), &[]),
+        "kafka.properties.enable.gapless.guarantee"
+    );
+    assert!(load(&idempotent("\"message.timeout.ms\" = 0")).is_ok());
+
+    let transactional = |interval: &str, props: &str| {
+        format!(
+            "[input]\ntopic = \"events\"\n[output]\ntopic = \"events.dedup\"\ndelivery = \"transactional\"\n\
+                 transactional_id = \"t\"\n[checkpoint]\ninterval = \"{interval}\"\n[kafka.properties]\n{props}\n"
+        )
+    };
+    let err = load(&transactional("5m", "\"transaction.timeout.ms\" = 60000")).unwrap_err();
+    assert_eq!(err.key_name(), Some("kafka.properties.transaction.timeout.ms"));
+    assert!(err.to_string().contains("checkpoint.interval"), "{err}");
+    assert!(load(&transactional("5m", "\"transaction.timeout.ms\" = 310000")).is_ok());
+    let cfg = load(&transactional("5m", "")).unwrap();
+    let producer = crate::kafka::producer_config(&cfg);
+    assert_eq!(producer.get("transaction.timeout.ms"), Some("360000"));
+    // Idempotent mode sets its own; transactional mode leaves the message timeout to librdkafka.
+    assert_eq!(producer.get("message.timeout.ms"), None);
+    let idem = crate::kafka::producer_config(&load(MINIMAL).unwrap());
+    assert_eq!(idem.get("message.timeout.ms"), Some("0"));
+    assert_eq!(idem.get("enable.gapless.guarantee"), Some("true"));
+}
+
+#[test]
+fn defaults_match_design() {
+    let c = load(MINIMAL).unwrap();
+    assert_eq!(c.kafka.bootstrap_servers, "127.0.0.1:9092");
+    assert_eq!(c.input.group_id, "kafka-dedup");
+    assert_eq!(c.input.start, Start::Earliest);
+    assert_eq!(c.output.partitioning, Partitioning::Preserve);
+    assert_eq!(c.output.delivery, Delivery::Idempotent);
+    assert_eq!(c.fingerprint.source, Source::Value);
+    assert_eq!(c.fingerprint.on_missing, OnMissing::Forward);
+    assert_eq!(c.checkpoint.interval, Duration::from_secs(20));
+    assert_eq!(c.checkpoint.generations, 2);
+    assert_eq!(c.store.path, PathBuf::from("./kafka-dedup-data"));
+    assert_eq!(c.http.listen, "127.0.0.1:9464");
+}
+
+#[test]
+fn environment_overrides_any_key() {
+    let env = [
+        ("KAFKA_DEDUP__CHECKPOINT__INTERVAL", "5m"),
+        ("KAFKA_DEDUP__OUTPUT__TOPIC", "other"),
+        ("KAFKA_DEDUP__CHECKPOINT__GENERATIONS", "3"),
+        ("KAFKA_DEDUP__KAFKA__PROPERTIES__SASL_PASSWORD", "hunter2"),
+        ("UNRELATED", "x"),
+    ];
+    let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let c = Config::from_toml_str(MINIMAL, Some(env)).unwrap();
+    assert_eq!(c.checkpoint.interval, Duration::from_secs(300));
+    assert_eq!(c.output.topic, "other");
+    assert_eq!(c.checkpoint.generations, 3);
+    assert_eq!(
+        c.kafka.flat_properties().get("sasl.password").map(String::as_str),
+        Some("hunter2")
+    );
+    let shown = c.to_redacted_toml();
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("<redacted>"), "{shown}");
+}
+
+#[test]
+fn dotted_and_quoted_property_keys_are_the_same() {
+    let text = format!(
+            "{MINIMAL}\n[kafka.properties]\nsasl.mechanism = \"PLAIN\"\n\"security.protocol\" = \"SASL_SSL\"\n\"session.timeout.ms\" = 6000\n\
+             sasl.username = \"u\"\n\"sasl.password\" = \"p\"\n"
+        );
+    let c = load(&text).unwrap();
+    let p = c.kafka.flat_properties();
+    assert_eq!(p["sasl.mechanism"], "PLAIN");
+    assert_eq!(p["security.protocol"], "SASL_SSL");
+    assert_eq!(p["session.timeout.ms"], "6000");
+}
+
+/// The reason of the error `text` fails with, and its key.
+fn key_and_reason(text: &str, env: &[(&str, &str)]) -> (String, String) {
+    let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    match Config::from_toml_str(text, Some(env)).unwrap_err() {
+        ConfigError::Key { key, reason } => (key, reason),
+        e => panic!("not about a key: {e}"),
+    }
+}
+
+/// Issue 16, item 6: a value of the wrong kind is answered with what would be accepted:
+/// every choice of an enum key, a duration's form; a property value's error names the
+/// whole dotted key.
+#[test]
+fn errors_say_what_is_accepted() {
+    let with = |section: &str, line: &str| {
+        let mut text = String::from("[input]\ntopic = \"a\"\n");
+        if section == "input" {
+            text.push_str(&format!("{line}\n"));
+        }
+        text.push_str("[output]\ntopic = \"b\"\n");
+        if section == "output" {
+            text.push_str(&format!("{line}\n"));
+        }
+        if section != "input" && section != "output" {
+            text.push_str(&format!("[{section}]\n{line}\n"));
+        }
+        text
+    };
+    for (section, key, values) in [
+        ("output", "delivery", "idempotent, transactional"),
+        ("output", "partitioning", "preserve, key"),
+        ("fingerprint", "on_missing", "forward, drop, dead_letter, fail"),
+        ("fingerprint", "scope", "partition, global"),
+        ("input", "start", "earliest, latest"),
+    ] {
+        let (k, reason) = key_and_reason(&with(section, &format!("{key} = \"transactionl\"")), &[]);
+        assert_eq!(k, format!("{section}.{key}"));
+        assert_eq!(reason, format!("\"transactionl\" is not one of: {values}"));
+        let env = format!("KAFKA_DEDUP__{}__{}", section.to_uppercase(), key.to_uppercase());
+        let (k, reason) = key_and_reason(MINIMAL, &[(env.as_str(), "nope")]);
+        assert_eq!(
+            (k.as_str(), reason),
+            (
+                format!("{section}.{key}").as_str(),
+                format!("\"nope\" is not one of: {values}")
+            )
+        );
+    }
+    for (section, key) in [
+        ("checkpoint", "interval"),
+        ("output", "fence_wait"),
+        ("output", "handover_timeout"),
+    ] {
+        for value in ["20", "\"20\"", "\"soon\""] {
+            let (k, reason) = key_and_reason(&with(section, &format!("{key} = {value}")), &[]);
+            assert_eq!(k, format!("{section}.{key}"));
+            let shown = value.trim_matches('"');
+            assert!(
+                reason.starts_with(&format!(
+                    "\"{shown}\" is not a duration: expected a duration string like \"20s\""
+                )),
+                "{key} = {value}: {reason}"
+            );
+        }
+    }
+    for value in ["1.5", "[1]", "{ x = [] }"] {
+        let (k, reason) = key_and_reason(&with("kafka.properties", &format!("fetch.max.bytes = {value}")), &[]);
+        let want = if value.starts_with('{') {
+            "kafka.properties.fetch.max.bytes.x"
+        } else {
+            "kafka.properties.fetch.max.bytes"
+        };
+        assert_eq!(k, want, "fetch.max.bytes = {value}: {reason}");
+    }
+    // A float is a value like any other, for librdkafka to judge.
+    let c = load(&with("kafka.properties", "\"queue.buffering.max.ms\" = 0.5")).unwrap();
+    assert_eq!(c.kafka.flat_properties()["queue.buffering.max.ms"], "0.5");
+}
+
+/// A property set from the environment is taken as written: a secret that looks like a number
+/// or a boolean keeps its digits and its case.
+#[test]
+fn properties_from_the_environment_keep_their_text() {
+    for secret in ["007", "TRUE", "1.50", "1e3"] {
+        let c = Config::from_toml_str(
+            MINIMAL,
+            Some(
+                [(
+                    "KAFKA_DEDUP__KAFKA__PROPERTIES__SASL_PASSWORD".to_string(),
+                    secret.to_string(),
+                )]
+                .into(),
+            ),
+        )
+        .unwrap();
+        assert_eq!(c.kafka.flat_properties()["sasl.password"], secret);
+    }
+    let c = Config::from_toml_str(
+        MINIMAL,
+        Some([("KAFKA_DEDUP__CHECKPOINT__GENERATIONS".to_string(), "3".to_string())].into()),
+    )
+    .unwrap();
+    assert_eq!(c.checkpoint.generations, 3);
+}
+
+/// Issue 18: `fingerprint.scope = "global"` needs a route topic of its own, and the filter
+/// stage reads it in a group of its own.
+#[test]
+fn the_global_scope_needs_a_route_topic_of_its_own() {
+    let global = |extra: &str| {
+        format!(
+            "[input]\ntopic = \"events\"\ngroup_id = \"g\"\nstart = \"latest\"\n[output]\ntopic = \"events.dedup\"\n\
+                 duplicates_topic = \"dups\"\n[fingerprint]\nscope = \"global\"\n{extra}\n"
+        )
+    };
+    let refused = |text: &str| {
+        let e = load(text).unwrap_err();
+        (e.key_name().unwrap_or("").to_string(), e.to_string())
+    };
+    let (key, why) = refused(&global(""));
+    assert_eq!(key, "fingerprint.route_topic");
+    assert!(why.contains("required"), "{why}");
+    for taken in ["events", "events.dedup", "dups"] {
+        let (key, why) = refused(&global(&format!("route_topic = \"{taken}\"")));
+        assert_eq!(key, "fingerprint.route_topic", "{taken}");
+        assert!(why.contains("must differ"), "{why}");
+    }
+    let (key, _) = refused(&global("route_topic = \"r\"\nsource = \"header:kafka-dedup.source\""));
+    assert_eq!(key, "fingerprint.source");
+    let (key, why) = refused(&format!("{MINIMAL}\n[fingerprint]\nroute_topic = \"r\"\n"));
+    assert_eq!(key, "fingerprint.route_topic");
+    assert!(why.contains("only used with"), "{why}");
+
+    assert_eq!(load(MINIMAL).unwrap().fingerprint.scope, Scope::Partition);
+    assert!(load(MINIMAL).unwrap().filter_stage().is_none());
+    let c = load(&global("route_topic = \"events.route\"")).unwrap();
+    assert_eq!(c.fingerprint.scope, Scope::Global);
+    let stage = c.filter_stage().unwrap();
+    assert_eq!(stage.input.topic, "events.route");
+    assert_eq!(stage.input.group_id, "g-global");
+    assert_eq!(stage.input.start, Start::Earliest, "every copy is filtered");
+    assert_eq!(stage.input.routed_from.as_deref(), Some("events"));
+    assert_eq!(stage.output.topic, "events.dedup");
+    assert!(!c.to_redacted_toml().contains("routed_from"));
+}
+
+#[test]
+fn bad_configs_name_the_key() {
+    assert_eq!(
+        key_of(&format!("{MINIMAL}\n[checkpoint]\nintervall = \"1s\"\n"), &[]),
+        "checkpoint.intervall"
+    );
+    assert_eq!(key_of("[input]\ntopic = \"a\"\n[output]\n", &[]), "output.topic");
+    assert_eq!(key_of("[input]\ntopic = \"a\"\n", &[]), "output");
+    assert_eq!(
+        key_of(&format!("{MINIMAL}\n[fingerprint]\nsource = \"json:no-slash\"\n"), &[]),
+        "fingerprint.source"
+    );
+    assert_eq!(
+        key_of(&format!("{MINIMAL}\n[checkpoint]\ninterval = \"0s\"\n"), &[]),
+        "checkpoint.interval"
+    );
+    assert_eq!(
+        key_of(&format!("{MINIMAL}\n[checkpoint]\ninterval = \"50ms\"\n"), &[]),
+        "checkpoint.interval"
+    );
+    assert_eq!(
+        key_of(
+            &format!("{MINIMAL}\n[checkpoint]\ninterval = \"500000000000years\"\n"),
+            &[]
+        ),
+        "checkpoint.interval"
+    );
+    assert_eq!(
+        key_of(MINIMAL, &[("KAFKA_DEDUP__OUTPUT__FENCE_WAIT", "2h")]),
+        "output.fence_wait"
+    );
+    assert_eq!(
+        key_of(&format!("{MINIMAL}\n[checkpoint]\ninterval = \"soon\"\n"), &[]),
+        "checkpoint.interval"
+    );
+    assert_eq!(
+        key_of(&format!("{MINIMAL}\n[checkpoint]\ngenerations = 0\n"), &[]),
+        "checkpoint.generations"
+    );
+    assert_eq!(
+        key_of(MINIMAL, &[("KAFKA_DEDUP__OUTPUT__TOPICC", "x")]),
+        "output.topicc"
+    );
+    assert_eq!(
+        key_of(MINIMAL, &[("KAFKA_DEDUP__CHECKPOINT__GENERATIONS", "many")]),
+        "checkpoint.generations"
+    );
+    assert_eq!(key_of(&format!("bogus = 1\n{MINIMAL}"), &[]), "bogus");
+    assert_eq!(key_of(&format!("{MINIMAL}\nbogus = 1\n"), &[]), "output.bogus");
+    assert_eq!(
+        key_of(
+            &format!("{MINIMAL}\n[fingerprint]\non_missing = \"dead_letter\"\n"),
+            &[]
+        ),
+        "fingerprint.dead_letter_topic"
+    );
+    assert_eq!(key_of(&format!("{MINIMAL}\n[output]\n"), &[]), "(file)");
+    assert_eq!(
+        key_of(&format!("{MINIMAL}\n[http]\nlisten = \"nowhere\"\n"), &[]),
+        "http.listen"
+    );
+}

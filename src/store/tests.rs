@@ -1,0 +1,311 @@
+use super::*;
+use crate::generations::pos;
+use test_identity as identity;
+use xxhash_rust::xxh3::xxh3_64;
+
+#[test]
+fn save_load_round_trip_and_rotation_cleanup() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    let (store, opened) = Store::open_for_run(&path, &identity()).unwrap();
+    assert_eq!(opened, Opened::Created);
+    let mut g1 = Generation::new(1, 0, pos(0, 0), 0);
+    // Keys spread over the high 64 bits, which pick the table's home slot.
+    let key = |i: u128| xxhash_rust::xxh3::xxh3_128(&i.to_le_bytes());
+    for i in 1..=(CHUNK_ENTRIES as u128 + 10) {
+        g1.table.insert(key(i), i as u32);
+    }
+    let g2 = Generation::new(2, 100, pos(0, 90), 0);
+    store
+        .save(&[PartitionWrite {
+            partition: 0,
+            epoch: 2,
+            ckpt: "a".into(),
+            committed_offset: 100,
+            out_covered: pos(0, 90),
+            generations: vec![&g1, &g2],
+            clean: false,
+            clock: None,
+        }])
+        .unwrap();
+    assert!(g1.is_stored());
+    let snap = store.snapshot(0).unwrap().unwrap();
+    assert_eq!(snap.generations[0].chunks, 2);
+    let loaded = store.load_generations(0, &snap).unwrap();
+    assert_eq!(loaded[0].len(), g1.len());
+    assert_eq!(loaded[0].table.get(key(1)), Some(1));
+    drop(store);
+
+    // Reopen: same identity, existing.
+    let (store, opened) = Store::open_for_run(&path, &identity()).unwrap();
+    assert_eq!(opened, Opened::Existing);
+    // Rotate: g1 drops out; its chunks are removed.
+    let g3 = Generation::new(3, 200, pos(0, 180), 0);
+    store
+        .save(&[PartitionWrite {
+            partition: 0,
+            epoch: 3,
+            ckpt: "b".into(),
+            committed_offset: 200,
+            out_covered: pos(0, 180),
+            generations: vec![&g2, &g3],
+            clean: false,
+            clock: None,
+        }])
+        .unwrap();
+    let keys = store.db().scan_prefix(chunk_prefix(0)).count();
+    assert_eq!(keys, 0, "g2 and g3 are empty, g1's chunks are gone");
+    assert_eq!(store.partitions().unwrap(), vec![0]);
+}
+
+/// Issue 16, item 6: the size reported (gauge and `inspect stats`) is what the directory
+/// occupies, as `du` says.
+#[test]
+fn the_size_on_disk_is_what_du_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store");
+    saved_store(&path);
+    let store = Store::open_existing(&path).unwrap();
+    let du = std::process::Command::new("du")
+        .args(["-s", "-B1"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let du: u64 = String::from_utf8_lossy(&du.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(store.size_on_disk(), du);
+    assert_eq!(crate::inspect::stats(&store).unwrap().size_on_disk_bytes, du);
+}
+
+#[test]
+fn garbled_chunk_is_reported_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open_for_run(dir.path(), &identity()).unwrap();
+    let mut g = Generation::new(1, 0, pos(0, 0), 0);
+    g.table.insert(42, 0);
+    store
+        .save(&[PartitionWrite {
+            partition: 3,
+            epoch: 1,
+            ckpt: "c".into(),
+            committed_offset: 1,
+            out_covered: pos(3, 1),
+            generations: vec![&g],
+            clean: false,
+            clock: None,
+        }])
+        .unwrap();
+    let k = chunk_key(3, 1, 0);
+    let mut v = store.db().get(&k).unwrap().unwrap().to_vec();
+    v[10] ^= 0xff;
+    store.db().insert(&k, v).unwrap();
+    let snap = store.snapshot(3).unwrap().unwrap();
+    let err = store.load_generations(3, &snap).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+}
+
+#[test]
+fn other_deployment_is_cleared_and_foreign_dirs_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s");
+    {
+        let (store, _) = Store::open_for_run(&path, &identity()).unwrap();
+        let g = Generation::new(1, 0, pos(0, 0), 0);
+        store
+            .save(&[PartitionWrite {
+                partition: 0,
+                epoch: 1,
+                ckpt: "x".into(),
+                committed_offset: 0,
+                out_covered: pos(0, 0),
+                generations: vec![&g],
+                clean: false,
+                clock: None,
+            }])
+            .unwrap();
+    }
+    let mut other = identity();
+    other.output_topic = "elsewhere".into();
+    let (store, opened) = Store::open_for_run(&path, &other).unwrap();
+    assert!(matches!(
+        opened,
+        Opened::Replaced {
+            reason: "other_deployment",
+            ..
+        }
+    ));
+    assert!(store.partitions().unwrap().is_empty());
+    drop(store);
+
+    let foreign = dir.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("notes.txt"), "hello").unwrap();
+    assert!(matches!(
+        Store::open_for_run(&foreign, &identity()),
+        Err(StoreError::NotAStore { .. })
+    ));
+    assert_eq!(std::fs::read_dir(&foreign).unwrap().count(), 1);
+}
+
+/// Every file and directory under `dir`: (path, size, modification time, xxh3 of the content).
+fn listing(dir: &Path) -> Vec<(PathBuf, u64, std::time::SystemTime, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            let hash = if m.is_dir() {
+                stack.push(e.path());
+                0
+            } else {
+                xxh3_64(&std::fs::read(e.path()).unwrap())
+            };
+            out.push((e.path(), m.len(), m.modified().unwrap(), hash));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn saved_store(path: &Path) {
+    let (store, _) = Store::open_for_run(path, &identity()).unwrap();
+    let mut g = Generation::new(1, 0, pos(0, 0), 0);
+    for i in 0..1000u64 {
+        g.table.insert(xxhash_rust::xxh3::xxh3_128(&i.to_le_bytes()), i as u32);
+    }
+    store
+        .save(&[PartitionWrite {
+            partition: 0,
+            epoch: 1,
+            ckpt: "a".into(),
+            committed_offset: 1000,
+            out_covered: pos(0, 1000),
+            generations: vec![&g],
+            clean: true,
+            clock: None,
+        }])
+        .unwrap();
+}
+
+/// Opens `path` every way and expects each to fail with `check`, leaving every file as it was.
+fn refused_untouched(path: &Path, run_too: bool, check: impl Fn(&StoreError) -> bool) {
+    let before = listing(path);
+    let mut errors = vec![
+        Store::open_existing(path).err().expect("open_existing refuses"),
+        Store::open_for_migration(path, FORMAT_VERSION)
+            .err()
+            .expect("open_for_migration refuses"),
+    ];
+    if run_too {
+        errors.push(
+            Store::open_for_run(path, &identity())
+                .err()
+                .expect("open_for_run refuses"),
+        );
+    }
+    for e in &errors {
+        assert!(check(e), "unexpected: {e}");
+        assert!(e.to_string().contains("nothing was modified"), "{e}");
+    }
+    assert_eq!(listing(path), before, "files changed");
+}
+
+#[test]
+fn refusals_touch_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+
+    let newer = dir.path().join("newer");
+    saved_store(&newer);
+    Store::open_existing(&newer)
+        .unwrap()
+        .set_format_version(FORMAT_VERSION + 1)
+        .unwrap();
+    refused_untouched(&newer, true, |e| matches!(e, StoreError::NewerFormat { .. }));
+
+    let older = dir.path().join("older");
+    saved_store(&older);
+    Store::open_existing(&older).unwrap().set_format_version(0).unwrap();
+    let before = listing(&older);
+    for e in [
+        Store::open_for_run(&older, &identity()).err().unwrap(),
+        Store::open_existing(&older).err().unwrap(),
+    ] {
+        assert!(matches!(e, StoreError::OlderFormat { found: 0, .. }), "{e}");
+        assert!(e.to_string().contains("kafka-dedup migrate --store"), "{e}");
+    }
+    assert_eq!(listing(&older), before);
+
+    let foreign = dir.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::write(foreign.join("notes.txt"), "hello").unwrap();
+    std::fs::create_dir(foreign.join("sub")).unwrap();
+    refused_untouched(&foreign, true, |e| {
+        matches!(e, StoreError::NotAStore { .. }) && e.to_string().contains("notes.txt")
+    });
+
+    let other_sled = dir.path().join("sled-only");
+    drop(sled::open(&other_sled).unwrap());
+    refused_untouched(&other_sled, true, |e| {
+        matches!(e, StoreError::NotAStore { .. }) && e.to_string().contains("sled database but no")
+    });
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    refused_untouched(&empty, false, |e| e.to_string().contains("the directory is empty"));
+
+    let missing = dir.path().join("missing");
+    assert!(Store::open_existing(&missing).is_err());
+    assert!(!missing.exists());
+}
+
+#[test]
+fn a_new_store_carries_both_stamps() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new");
+    let (store, opened) = Store::open_for_run(&path, &identity()).unwrap();
+    assert_eq!(opened, Opened::Created);
+    assert_eq!(store.format_version().unwrap(), Some(FORMAT_VERSION));
+    assert_eq!(format_file_version(&path), Ok(Some(FORMAT_VERSION)));
+    assert_eq!(
+        std::fs::read_to_string(path.join(FORMAT_FILE)).unwrap(),
+        format!("{FORMAT_VERSION}\n")
+    );
+}
+
+#[test]
+fn keys_are_classified_by_the_layout() {
+    assert_eq!(StoreKey::parse(KEY_FORMAT), StoreKey::Format);
+    assert_eq!(StoreKey::parse(KEY_IDENTITY), StoreKey::Identity);
+    assert_eq!(StoreKey::parse(&snapshot_key(7)), StoreKey::Snapshot(7));
+    assert_eq!(
+        StoreKey::parse(&chunk_key(3, 9, 2)),
+        StoreKey::Chunk {
+            partition: 3,
+            epoch: 9,
+            chunk: 2
+        }
+    );
+    assert_eq!(StoreKey::parse(b"s12"), StoreKey::Unknown(b"s12".to_vec()));
+    assert_eq!(StoreKey::parse(b"x"), StoreKey::Unknown(b"x".to_vec()));
+}
+
+#[test]
+fn second_opener_is_told_the_store_is_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open_for_run(dir.path(), &identity()).unwrap();
+    store.write_live_file("127.0.0.1:9999");
+    let err = Store::open_existing(dir.path()).err().expect("locked");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("in use by a running kafka-dedup") && msg.contains("http://127.0.0.1:9999/store/"),
+        "{msg}"
+    );
+    store.write_live_file("0.0.0.0:9998");
+    let msg = Store::open_existing(dir.path()).err().expect("locked").to_string();
+    assert!(msg.contains("http://127.0.0.1:9998/store/lookup"), "{msg}");
+}
