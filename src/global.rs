@@ -199,19 +199,12 @@ impl Router {
                 value: Some(&source),
             });
         let cfg = self.cfg.clone(); // the record borrows the topic name while `self` changes
-        let mut record: BaseRecord<'_, [u8], [u8], usize> =
+        let mut record = crate::pipeline::copy_of(
+            msg,
             BaseRecord::with_opaque_to(&cfg.fingerprint.route_topic, opaque)
                 .partition(to)
-                .headers(headers);
-        if let Some(k) = msg.key() {
-            record = record.key(k);
-        }
-        if let Some(v) = msg.payload() {
-            record = record.payload(v);
-        }
-        if let Some(ts) = msg.timestamp().to_millis() {
-            record = record.timestamp(ts);
-        }
+                .headers(headers),
+        );
         let mut full_since: Option<Instant> = None;
         loop {
             match self.producer.send(record) {

@@ -51,6 +51,7 @@ pub use checkpoint::TransactionError;
 pub use context::{DeliveryContext, FilterConsumer, FilterContext};
 pub use filter::{Filter, Handled};
 pub use ownership::HandoverError;
+pub(crate) use produce::copy_of;
 
 use context::StartupContext;
 use rdkafka::message::BorrowedMessage;

@@ -100,18 +100,9 @@ pub(super) fn send(
     msg: &BorrowedMessage<'_>,
     opaque: usize,
 ) -> Result<(), Refused> {
-    let mut record: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(to.topic, opaque);
+    let mut record = copy_of(msg, BaseRecord::with_opaque_to(to.topic, opaque));
     if let Some(p) = to.partition {
         record = record.partition(p);
-    }
-    if let Some(k) = msg.key() {
-        record = record.key(k);
-    }
-    if let Some(v) = msg.payload() {
-        record = record.payload(v);
-    }
-    if let Some(ts) = msg.timestamp().to_millis() {
-        record = record.timestamp(ts);
     }
     if let Some(h) = headers(msg, to.added) {
         record = record.headers(h);
@@ -136,6 +127,25 @@ pub(super) fn send(
             }
         }
     }
+}
+
+/// `record` carrying the key, value and timestamp of the consumed record `msg` (a null key or
+/// value stays null; a record without timestamp gets the producer's): what every copy kafka-dedup
+/// produces keeps of its input record, to the output, a side topic or the route topic.
+pub(crate) fn copy_of<'a>(
+    msg: &'a BorrowedMessage<'_>,
+    mut record: BaseRecord<'a, [u8], [u8], usize>,
+) -> BaseRecord<'a, [u8], [u8], usize> {
+    if let Some(k) = msg.key() {
+        record = record.key(k);
+    }
+    if let Some(v) = msg.payload() {
+        record = record.payload(v);
+    }
+    if let Some(ts) = msg.timestamp().to_millis() {
+        record = record.timestamp(ts);
+    }
+    record
 }
 
 /// Headers kafka-dedup adds to a produced copy of a record ([`crate::provenance`]).
