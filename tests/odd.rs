@@ -30,9 +30,9 @@ fn rec(value: &str, headers: &[(&[u8], Option<&str>)]) -> Raw {
 fn filter_once(prefix: &str, source: &str, records: &[Raw], forwarded: usize) -> (String, Vec<Raw>) {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique(&format!("{prefix}-in")), unique(&format!("{prefix}-out")));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
-    tansu().produce_raw(&input, 0, records);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    kafka().produce_raw(&input, 0, records);
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.fingerprint = format!("[fingerprint]\nsource = \"{source}\"\n");
     let mut filter = spec.start(dir.path());
@@ -40,7 +40,7 @@ fn filter_once(prefix: &str, source: &str, records: &[Raw], forwarded: usize) ->
     filter.wait_metric(FORWARDED, &[], forwarded as f64, Duration::from_secs(60));
     let scrape = filter.scrape();
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = tansu().read_records(&output, 1).remove(&0).unwrap_or_default();
+    let out = kafka().read_records(&output, 1).remove(&0).unwrap_or_default();
     (scrape, out)
 }
 
@@ -130,9 +130,9 @@ fn deep_json_is_not_json_and_cannot_take_the_service_down() {
     .collect();
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("deep-in"), unique("deep-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
-    tansu().produce_raw(&input, 0, &records);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    kafka().produce_raw(&input, 0, &records);
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.fingerprint = "[fingerprint]\nsource = \"json:/id\"\n".into();
     let mut filter = spec.start(dir.path());
@@ -156,7 +156,7 @@ fn deep_json_is_not_json_and_cannot_take_the_service_down() {
     assert_eq!(http_get(&filter.http, "/healthz").map(|(c, _)| c), Some(200));
 
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = tansu().read_records(&output, 1).remove(&0).unwrap_or_default();
+    let out = kafka().read_records(&output, 1).remove(&0).unwrap_or_default();
     let want: Vec<Raw> = [0, 1, 2, 3, 4, 7].iter().map(|i| records[*i].clone()).collect();
     assert_eq!(out, want);
 }
@@ -187,9 +187,9 @@ fn header_names_that_are_not_utf8() {
     ];
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("utf8hdr-in"), unique("utf8hdr-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
-    tansu().produce_raw(&input, 0, &records);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    kafka().produce_raw(&input, 0, &records);
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.fingerprint = "[fingerprint]\nsource = \"header:id\"\n".into();
     // The replay of "B" below is written (stamped) after the first run, seconds after its first
@@ -203,14 +203,14 @@ fn header_names_that_are_not_utf8() {
     assert_eq!(metric(&scrape, DROPPED, &[]), 1.0, "{scrape}");
     assert_eq!(unfingerprintable(&scrape, "absent"), 1.0, "{scrape}");
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = tansu().read_records(&output, 1).remove(&0).unwrap_or_default();
+    let out = kafka().read_records(&output, 1).remove(&0).unwrap_or_default();
     let want: Vec<Raw> = [0, 1, 2, 4].iter().map(|i| records[*i].clone()).collect();
     assert_eq!(out, want, "forwarded with their header names byte for byte");
 
     // Without its store, the next start re-learns the partition from the output topic, whose
     // records carry the same names; the replay of "B" is recognised.
     std::fs::remove_dir_all(&spec.store).unwrap();
-    tansu().produce_raw(&input, 0, &[rec("5", &[(b"\xfe\xff", Some("z")), (id, Some("B"))])]);
+    kafka().produce_raw(&input, 0, &[rec("5", &[(b"\xfe\xff", Some("z")), (id, Some("B"))])]);
     let mut again = spec.start(dir.path());
     again.wait_metric(DROPPED, &[], 1.0, Duration::from_secs(60));
     let scrape = again.scrape();
@@ -227,9 +227,9 @@ fn a_recovery_worker_that_panics_is_retried() {
     let records: Vec<Raw> = (0..3).map(|i| rec(&i.to_string(), &[])).collect();
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("panic-in"), unique("panic-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
-    tansu().produce_raw(&input, 0, &records);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    kafka().produce_raw(&input, 0, &records);
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.env.push((kafka_dedup::crash::ENV.into(), "recovery:1".into()));
     let mut filter = spec.start(dir.path());
@@ -243,5 +243,5 @@ fn a_recovery_worker_that_panics_is_retried() {
     assert!(filter.terminate().success(), "{}", filter.logs());
     let logs = filter.logs();
     assert!(logs.contains("recovery worker panicked"), "{logs}");
-    assert_eq!(tansu().read_records(&output, 1)[&0], records);
+    assert_eq!(kafka().read_records(&output, 1)[&0], records);
 }

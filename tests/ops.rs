@@ -96,12 +96,12 @@ fn load_dashboard() -> serde_json::Value {
 fn retried_batch_horizon_diagnostics() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("ops-retry-in"), unique("ops-retry-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let mut records = numbered(1..501);
     records.extend(numbered(401..501));
     records.extend(numbered(501..1001));
-    tansu().produce_raw(&input, 0, &records);
+    kafka().produce_raw(&input, 0, &records);
 
     let spec = FilterSpec::new(&input, &output, dir.path());
     let mut filter = spec.start(dir.path());
@@ -141,9 +141,9 @@ fn readyz_not_ready_while_recovery_rereads_the_output() {
     const N: u32 = 30_000;
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("ops-rec-in"), unique("ops-rec-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
-    tansu().produce_raw(&input, 0, &numbered(0..N));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    kafka().produce_raw(&input, 0, &numbered(0..N));
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     // No rotation before the restart (the first one is 10 intervals away when record time stands
     // still), so the restart re-reads all N records.
@@ -239,15 +239,15 @@ fn every_dashboard_metric_is_in_a_live_scrape() {
 
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("ops-dash-in"), unique("ops-dash-out"));
-    tansu().create_topic(&input, 2);
-    tansu().create_topic(&output, 2);
+    kafka().create_topic(&input, 2);
+    kafka().create_topic(&output, 2);
     let tombstone = raw(Some("gone"), None, &[]);
     let event_time = wall_ms();
     for p in 0..2 {
         let mut batch = numbered(0..300);
         batch.extend(numbered(250..300)); // a replay
         batch.push(tombstone.clone()); // no fingerprint (source = value): forwarded, counted
-        tansu().produce_raw(&input, p, &batch);
+        kafka().produce_raw(&input, p, &batch);
     }
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.env.push(fast_statistics());
@@ -268,7 +268,7 @@ fn every_dashboard_metric_is_in_a_live_scrape() {
         batch.extend(numbered(1000..1100));
         batch.push(tombstone.clone());
         let batch: Vec<(i64, Raw)> = batch.into_iter().map(|r| (event_time, r)).collect();
-        tansu().produce_timed(&input, p, &batch);
+        kafka().produce_timed(&input, p, &batch);
     }
     filter.wait_metric(RECORDS_CONSUMED, &[], 242.0, Duration::from_secs(60));
     filter.wait_metric(RECORDS_FORWARDED, &[], 202.0, Duration::from_secs(60));
@@ -314,8 +314,8 @@ fn every_dashboard_metric_is_in_a_live_scrape() {
     // Once everything is committed, the lag (high watermark minus committed offset, from the
     // statistics every 500 ms) reads 0 on both partitions. 242 records were consumed since the
     // restart, so a gauge that reported the high watermark or the records consumed would not.
-    let ends = tansu().end_offsets(&input, 2);
-    tansu().wait_committed(&spec.group, &input, &ends, Duration::from_secs(60), || filter.logs());
+    let ends = kafka().end_offsets(&input, 2);
+    kafka().wait_committed(&spec.group, &input, &ends, Duration::from_secs(60), || filter.logs());
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let s = filter.scrape();
@@ -417,8 +417,8 @@ const SECRET: &str = "s3cret-never-shown-7f3a";
 fn security_misconfigurations_exit_2_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("ops-sec-in"), unique("ops-sec-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let spec = FilterSpec::new(&input, &output, dir.path());
     let good = spec.toml(free_port());
     let with = |props: &str| good.replace("[kafka.properties]\n", &format!("[kafka.properties]\n{props}"));
@@ -500,7 +500,7 @@ fn security_misconfigurations_exit_2_naming_the_key() {
     assert!(!stderr.contains(SECRET), "{stderr}");
 
     // Nothing was consumed: the group never committed.
-    let c = tansu().committed(&spec.group, &input, 1);
+    let c = kafka().committed(&spec.group, &input, 1);
     assert_eq!(c[&0].0, None, "{c:?}");
 
     // The same settings with a readable password file are valid; check-config shows them redacted.
@@ -527,8 +527,8 @@ fn security_misconfigurations_exit_2_naming_the_key() {
 fn authentication_failure_at_run_time_leaves_the_process_alive_and_not_ready() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("ops-auth-in"), unique("ops-auth-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let secret_file = dir.path().join("password");
     std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
     let mut spec = FilterSpec::new(&input, &output, dir.path());
@@ -759,8 +759,8 @@ fn container_image_matches_the_binary() {
     assert!(probe.join(" ").contains("/healthz"), "{probe:?}");
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("ops-img-in"), unique("ops-img-out"));
-    tansu().create_topic(&input, 1);
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
     let mut filter = FilterSpec::new(&input, &output, dir.path()).start(dir.path());
     filter.wait_ready(Duration::from_secs(60));
     let run_probe = |listen: &str| {

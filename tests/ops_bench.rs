@@ -26,7 +26,7 @@ fn numbered(range: std::ops::Range<u32>) -> Vec<Raw> {
 /// (its end offset, polled every 10 ms), the number of scrapes and the slowest one.
 fn timed_run(input: &str, n: u32, dir: &Path, scraped: Option<Duration>) -> (f64, u64, Duration) {
     let output = unique("ops-bench-out");
-    tansu().create_topic(&output, 1);
+    kafka().create_topic(&output, 1);
     let mut spec = FilterSpec::new(input, &output, dir);
     spec.interval = "5s";
     let mut filter = spec.start(dir);
@@ -47,7 +47,7 @@ fn timed_run(input: &str, n: u32, dir: &Path, scraped: Option<Duration>) -> (f64
             (count, slowest)
         })
     });
-    let watermarks: BaseConsumer = tansu().client().create().unwrap();
+    let watermarks: BaseConsumer = kafka().client().create().unwrap();
     let deadline = Instant::now() + Duration::from_secs(300);
     let mut first = None;
     let done = loop {
@@ -103,8 +103,8 @@ fn scrape_loop_does_not_stall_a_full_speed_run() {
     let rounds: usize = env_or("KAFKA_DEDUP_BENCH_ROUNDS", 3);
     let every = Duration::from_millis(env_or("KAFKA_DEDUP_BENCH_SCRAPE_MS", 0));
     let input = unique("ops-bench-in");
-    tansu().create_topic(&input, 1);
-    tansu().produce_raw(&input, 0, &numbered(0..n));
+    kafka().create_topic(&input, 1);
+    kafka().produce_raw(&input, 0, &numbered(0..n));
     let dir = tempfile::tempdir().unwrap();
     let (mut plain, mut scraped) = (Vec::new(), Vec::new());
     let order = [false, true, true, false];

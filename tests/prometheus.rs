@@ -358,8 +358,8 @@ fn expand(expr: &str, instance: &str) -> String {
 fn prometheus_evaluates_every_dashboard_query_and_alert_expression() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("prom-in"), unique("prom-out"));
-    tansu().create_topic(&input, 2);
-    tansu().create_topic(&output, 2);
+    kafka().create_topic(&input, 2);
+    kafka().create_topic(&output, 2);
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.env.push((
         "KAFKA_DEDUP__KAFKA__PROPERTIES__STATISTICS_INTERVAL_MS".into(),
@@ -394,7 +394,7 @@ fn prometheus_evaluates_every_dashboard_query_and_alert_expression() {
         batch.extend(numbered(150..200)); // replays
         batch.push(raw(Some("gone"), None, &[])); // a tombstone: no fingerprint (source = value)
         batch.extend((0..5).map(|i| raw(None, Some(&format!("null-key-{p}-{i}")), &[])));
-        tansu().produce_raw(&input, p, &batch);
+        kafka().produce_raw(&input, p, &batch);
     }
     filter.wait_metric(RECORDS_FORWARDED, &[], 2.0 * 206.0, Duration::from_secs(90));
     filter.wait_metric(DUPLICATES_DROPPED, &[], 100.0, Duration::from_secs(30));
@@ -604,8 +604,8 @@ fn check_counters(who: &str, scrape: &str, owned: &[i32], zero: &[&str]) {
 fn every_counter_is_in_the_first_scrape_and_a_partition_takes_its_series_along() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("prom-first-in"), unique("prom-first-out"));
-    tansu().create_topic(&input, 2);
-    tansu().create_topic(&output, 2);
+    kafka().create_topic(&input, 2);
+    kafka().create_topic(&output, 2);
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.env
         .push(("KAFKA_DEDUP__CHECKPOINT__GENERATIONS".into(), "3".into()));
@@ -642,19 +642,12 @@ fn every_counter_is_in_the_first_scrape_and_a_partition_takes_its_series_along()
     b_spec.store = dir.path().join("store-b");
     let mut b = b_spec.start(dir.path());
     let deadline = Instant::now() + Duration::from_secs(120);
-    let (mut since, mut nudges) = (Instant::now(), 0);
     let (owned_a, owned_b) = loop {
         assert!(a.running() && b.running(), "{}\n{}", a.logs(), b.logs());
         let (oa, ob) = (a.owned(), b.owned());
         let ready = |f: &FilterProcess| matches!(http_get(&f.http, "/readyz"), Some((200, _)));
         if oa.len() == 1 && ob.len() == 1 && oa != ob && ready(&a) && ready(&b) {
             break (oa, ob);
-        }
-        // tansu 0.6 can leave a partition assigned to nobody (see common::wait_drained).
-        if since.elapsed() > Duration::from_secs(30) && nudges < 3 {
-            nudges += 1;
-            nudge_group(&spec, nudges, "the join did not split the partitions");
-            since = Instant::now();
         }
         assert!(
             Instant::now() < deadline,

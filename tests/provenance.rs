@@ -61,13 +61,13 @@ fn reset(kafka: &Broker, group: &str, topic: &str, offset: i64) {
 /// after, and say that its position came from the output.
 #[test]
 fn a_group_without_offsets_forwards_nothing_again() {
-    let kafka = tansu();
+    let kafka = kafka();
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("prov-in"), unique("prov-out"));
     kafka.create_topic(&input, 1);
     kafka.create_topic(&output, 1);
     kafka.produce_values(&input, &values(0..100), Duration::ZERO);
-    let spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
+    let spec = FilterSpec::new(&input, &output, dir.path());
     let mut first = spec.start(dir.path());
     wait_drained(&spec, 1, &[&first], Duration::from_secs(90), || first.logs());
     assert!(first.terminate().success(), "{}", first.logs());
@@ -93,12 +93,12 @@ fn a_group_without_offsets_forwards_nothing_again() {
 /// must see that the reset offset is behind the output and resume after its newest record.
 #[test]
 fn an_offset_reset_to_zero_forwards_nothing_again() {
-    let kafka = tansu();
+    let kafka = kafka();
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("reset-in"), unique("reset-out"));
     kafka.create_topic(&input, 1);
     kafka.create_topic(&output, 1);
-    let spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
+    let spec = FilterSpec::new(&input, &output, dir.path());
     let mut first = spec.start(dir.path());
     first.wait_ready(Duration::from_secs(60));
     let t0 = now_ms() - 30_000;
@@ -143,14 +143,14 @@ fn an_offset_reset_to_zero_forwards_nothing_again() {
 /// by record time and resume from the provenance, forwarding every record exactly once.
 #[test]
 fn key_partitioning_on_a_broker_that_drops_metadata() {
-    let kafka = tansu();
+    let kafka = kafka();
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("keyprov-in"), unique("keyprov-out"));
     kafka.create_topic(&input, 1);
     kafka.create_topic(&output, 3);
     kafka.produce_values(&input, &values(0..300), Duration::ZERO);
     let mut spec = FilterSpec::new(&input, &output, dir.path())
-        .with_provenance()
+        
         .killable();
     spec.interval = "1h";
     spec.env
@@ -194,7 +194,7 @@ fn key_partitioning_on_a_broker_that_drops_metadata() {
 /// `output.provenance = false`: forwarded records are exactly the input records (no extra header).
 #[test]
 fn provenance_can_be_switched_off() {
-    let kafka = tansu();
+    let kafka = kafka();
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("noprov-in"), unique("noprov-out"));
     kafka.create_topic(&input, 1);
@@ -203,7 +203,7 @@ fn provenance_can_be_switched_off() {
         .map(|i| raw(Some(&format!("k{i}")), Some(&i.to_string()), &[("trace", "t")]))
         .collect();
     kafka.produce_raw(&input, 0, &records);
-    let mut spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.env
         .push(("KAFKA_DEDUP__OUTPUT__PROVENANCE".into(), "false".into()));
     let mut filter = spec.start(dir.path());
@@ -213,7 +213,7 @@ fn provenance_can_be_switched_off() {
     // With it on (the default), the same records carry their source, and nothing else changes.
     let output2 = unique("prov-out2");
     kafka.create_topic(&output2, 1);
-    let spec2 = FilterSpec::new(&input, &output2, &dir.path().join("on")).with_provenance();
+    let spec2 = FilterSpec::new(&input, &output2, &dir.path().join("on"));
     std::fs::create_dir_all(dir.path().join("on")).unwrap();
     let mut filter = spec2.start(dir.path());
     filter.wait_metric(FORWARDED, &[], 20.0, Duration::from_secs(60));
@@ -227,7 +227,7 @@ fn provenance_can_be_switched_off() {
 /// the new topic: the provenance is checked against the input and ignored.
 #[test]
 fn provenance_the_input_does_not_confirm_is_ignored() {
-    let kafka = tansu();
+    let kafka = kafka();
     let (input, output) = (unique("recreated-in"), unique("recreated-out"));
     kafka.create_topic(&input, 1);
     kafka.create_topic(&output, 1);
@@ -239,7 +239,7 @@ fn provenance_the_input_does_not_confirm_is_ignored() {
     kafka.produce_raw(&output, 0, &[stale]);
     kafka.produce_values(&input, &values(0..50), Duration::ZERO);
     let dir = tempfile::tempdir().unwrap();
-    let spec = FilterSpec::new(&input, &output, dir.path()).with_provenance();
+    let spec = FilterSpec::new(&input, &output, dir.path());
     let mut filter = spec.start(dir.path());
     wait_drained(&spec, 1, &[&filter], Duration::from_secs(90), || filter.logs());
     assert_eq!(metric(&filter.scrape(), FORWARDED, &[]), 50.0, "{}", filter.logs());

@@ -20,14 +20,13 @@ fn replica(spec: &FilterSpec, dir: &Path, name: &str) -> FilterSpec {
 }
 
 /// Waits until the group committed every input partition to its end, with `live` the running
-/// members (see [`wait_drained`] for the broker quirk it works around).
+/// members.
 fn wait_all_committed(spec: &FilterSpec, partitions: i32, live: &[&FilterProcess], logs: impl Fn() -> String) {
-    let nudges = wait_drained(spec, partitions, live, Duration::from_secs(240), logs);
-    eprintln!("drained with {nudges} nudges");
+    wait_drained(spec, partitions, live, Duration::from_secs(240), logs);
 }
 
 fn verify_output(written: &[(i32, u64)], output: &str, partitions: i32, distinct: u64) {
-    let out = read_values(&tansu().client(), output, partitions, Duration::from_secs(120)).unwrap();
+    let out = read_values(&kafka().client(), output, partitions, Duration::from_secs(120)).unwrap();
     let v = scenario::verify(written, &out);
     assert!(v.ok(), "{v:?}");
     assert_eq!(v.output_records, distinct, "{v:?}");
@@ -39,14 +38,14 @@ fn verify_output(written: &[(i32, u64)], output: &str, partitions: i32, distinct
 fn three_instances_kill_stop_join() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("scale-in"), unique("scale-out"));
-    tansu().create_topic(&input, 6);
-    tansu().create_topic(&output, 6);
+    kafka().create_topic(&input, 6);
+    kafka().create_topic(&output, 6);
     let spec = FilterSpec::new(&input, &output, dir.path()).killable();
     let s = scenario::replay_scenario(30_000, 6, 150, 21);
     let writer = {
         let (records, input) = (s.records.clone(), input.clone());
         std::thread::spawn(move || {
-            scenario::produce(&tansu().client(), &input, &records, Duration::from_secs(40)).unwrap()
+            scenario::produce(&kafka().client(), &input, &records, Duration::from_secs(40)).unwrap()
         })
     };
     let mut a = replica(&spec, dir.path(), "a").start(dir.path());
@@ -85,14 +84,14 @@ fn three_instances_kill_stop_join() {
 fn scale_one_three_one() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("s131-in"), unique("s131-out"));
-    tansu().create_topic(&input, 6);
-    tansu().create_topic(&output, 6);
+    kafka().create_topic(&input, 6);
+    kafka().create_topic(&output, 6);
     let spec = FilterSpec::new(&input, &output, dir.path());
     let s = scenario::replay_scenario(20_000, 6, 150, 22);
     let writer = {
         let (records, input) = (s.records.clone(), input.clone());
         std::thread::spawn(move || {
-            scenario::produce(&tansu().client(), &input, &records, Duration::from_secs(30)).unwrap()
+            scenario::produce(&kafka().client(), &input, &records, Duration::from_secs(30)).unwrap()
         })
     };
     let mut a = replica(&spec, dir.path(), "a").start(dir.path());
@@ -116,11 +115,11 @@ fn scale_one_three_one() {
 fn stale_local_store_is_relearned() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("stale-in"), unique("stale-out"));
-    tansu().create_topic(&input, 2);
-    tansu().create_topic(&output, 2);
+    kafka().create_topic(&input, 2);
+    kafka().create_topic(&output, 2);
     let spec = FilterSpec::new(&input, &output, dir.path());
     let first: Vec<(i32, u64)> = (0..2000).map(|v| ((v % 2) as i32, v)).collect();
-    scenario::produce(&tansu().client(), &input, &first, Duration::ZERO).unwrap();
+    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
     let a_spec = replica(&spec, dir.path(), "a");
     let mut a = a_spec.start(dir.path());
     wait_all_committed(&spec, 2, &[&a], || a.logs());
@@ -129,7 +128,7 @@ fn stale_local_store_is_relearned() {
     // Meanwhile another instance owns the partitions and forwards more.
     let second: Vec<(i32, u64)> = (2000..4000).map(|v| ((v % 2) as i32, v)).collect();
     let event_time = wall_ms();
-    scenario::produce(&tansu().client(), &input, &second, Duration::ZERO).unwrap();
+    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
     let mut b = replica(&spec, dir.path(), "b").start(dir.path());
     wait_all_committed(&spec, 2, &[&b], || b.logs());
     assert!(b.terminate().success());
@@ -138,8 +137,8 @@ fn stale_local_store_is_relearned() {
     // (keeping their event time: written now with a new one, they would be past the horizon).
     let replays: Vec<(i32, u64)> = (3000..4000).map(|v| ((v % 2) as i32, v)).collect();
     let third: Vec<(i32, u64)> = (4000..4500).map(|v| ((v % 2) as i32, v)).collect();
-    tansu().produce_values_at(&input, &replays, event_time);
-    scenario::produce(&tansu().client(), &input, &third, Duration::ZERO).unwrap();
+    kafka().produce_values_at(&input, &replays, event_time);
+    scenario::produce(&kafka().client(), &input, &third, Duration::ZERO).unwrap();
     let mut a = a_spec.start(dir.path());
     wait_all_committed(&spec, 2, &[&a], || a.logs());
     let scrape = a.scrape();
@@ -165,10 +164,10 @@ fn stale_local_store_is_relearned() {
 /// 10% and 90% of `n`, so that start-up and the tail are left out.
 fn drain_rate(dir: &Path, instances: usize, n: u64, round: usize) -> f64 {
     let (input, output) = (unique("rate-in"), unique("rate-out"));
-    tansu().create_topic(&input, 6);
-    tansu().create_topic(&output, 6);
+    kafka().create_topic(&input, 6);
+    kafka().create_topic(&output, 6);
     let records: Vec<(i32, u64)> = (0..n).map(|v| ((v % 6) as i32, v)).collect();
-    scenario::produce(&tansu().client(), &input, &records, Duration::ZERO).unwrap();
+    scenario::produce(&kafka().client(), &input, &records, Duration::ZERO).unwrap();
     let spec = FilterSpec::new(&input, &output, dir);
     let mut live: Vec<FilterProcess> = (0..instances)
         .map(|i| replica(&spec, dir, &format!("r{round}-{i}")).start(dir))
@@ -237,12 +236,12 @@ fn report_assignment_to_first_forward() {
     eprintln!("| records re-read | assignment to first forward (s) |\n|---|---|");
     for k in [0u64, 10_000, 50_000, 100_000] {
         let (input, output) = (unique("ff-in"), unique("ff-out"));
-        tansu().create_topic(&input, 1);
-        tansu().create_topic(&output, 1);
+        kafka().create_topic(&input, 1);
+        kafka().create_topic(&output, 1);
         let mut spec = FilterSpec::new(&input, &output, dir.path());
         spec.interval = "1h";
         let first: Vec<(i32, u64)> = (0..k).map(|v| (0, v)).collect();
-        scenario::produce(&tansu().client(), &input, &first, Duration::ZERO).unwrap();
+        scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
         let a_spec = replica(&spec, dir.path(), &format!("ff-a-{k}"));
         // One generation (interval 1 h): the graceful stop commits it with where it begins.
         let mut a = a_spec.start(dir.path());
@@ -250,7 +249,7 @@ fn report_assignment_to_first_forward() {
         a.wait_metric(FORWARDED, &[], k as f64, Duration::from_secs(300));
         assert!(a.terminate().success(), "{}", a.logs());
         std::fs::remove_dir_all(&a_spec.store).unwrap();
-        scenario::produce(&tansu().client(), &input, &[(0, k)], Duration::ZERO).unwrap();
+        scenario::produce(&kafka().client(), &input, &[(0, k)], Duration::ZERO).unwrap();
         let mut b = a_spec.start(dir.path());
         b.wait_metric(FORWARDED, &[], 1.0, Duration::from_secs(300));
         assert!(b.terminate().success(), "{}", b.logs());

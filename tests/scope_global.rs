@@ -51,7 +51,7 @@ impl Topics {
             output: unique(&format!("{name}-out")),
         };
         for topic in [&t.input, &t.route, &t.output] {
-            tansu().create_topic(topic, 3);
+            kafka().create_topic(topic, 3);
         }
         t
     }
@@ -90,11 +90,7 @@ fn filter_stage(spec: &FilterSpec, route: &str) -> FilterSpec {
 
 /// Waits until both stages committed everything: the route stage the input, then the filter
 /// stage the route topic (whose end is known only once the route stage is done).
-///
-/// `/readyz` lists the filter stage's partitions only, so [`wait_drained`] cannot tell a route
-/// stage partition that tansu 0.6 left with an expired member (see there) from one that is
-/// owned: for the route stage it is given no live member, and nudges the group when a partition
-/// lags for 20 s (at most three times; a nudge moves partitions, it does no work of its own).
+/// (`/readyz` lists the filter stage's partitions only: the route stage is given no live member.)
 fn wait_both_drained(spec: &FilterSpec, route: &str, live: &[&FilterProcess]) {
     let logs = || live.iter().map(|f| f.logs()).collect::<Vec<_>>().join("\n----\n");
     wait_drained(spec, 3, &[], Duration::from_secs(180), logs);
@@ -104,7 +100,7 @@ fn wait_both_drained(spec: &FilterSpec, route: &str, live: &[&FilterProcess]) {
 /// How many times each value is in `topic`.
 fn counts(topic: &str) -> BTreeMap<u64, usize> {
     let mut n = BTreeMap::new();
-    for v in tansu().read_values(topic, 3).into_values().flatten() {
+    for v in kafka().read_values(topic, 3).into_values().flatten() {
         *n.entry(v).or_insert(0) += 1;
     }
     n
@@ -135,12 +131,12 @@ fn replays_in_another_partition_pass_the_partition_scope_and_not_the_global_one(
     let dir = tempfile::tempdir().unwrap();
     let topics = Topics::new("global");
     let ts = wall_ms();
-    tansu().produce_values_at(&topics.input, &first_copies(), ts);
-    tansu().produce_values_at(&topics.input, &replays(), ts);
+    kafka().produce_values_at(&topics.input, &first_copies(), ts);
+    kafka().produce_values_at(&topics.input, &replays(), ts);
 
     // The contrast: the per-partition scope, on the same input.
     let partition_out = unique("global-partition-out");
-    tansu().create_topic(&partition_out, 3);
+    kafka().create_topic(&partition_out, 3);
     let mut partition = FilterSpec::new(&topics.input, &partition_out, &dir.path().join("partition"));
     partition.interval = "2s";
     let t = Instant::now();
@@ -172,7 +168,7 @@ fn replays_in_another_partition_pass_the_partition_scope_and_not_the_global_one(
     assert_eq!(metric(&scrape, ROUTED, &[]), (DISTINCT + REPLAYED) as f64, "{scrape}");
     assert_eq!(metric(&scrape, DROPPED, &[]), REPLAYED as f64, "{scrape}");
     // Every copy of a value met in one route partition.
-    let route = tansu().read_values(&topics.route, 3);
+    let route = kafka().read_values(&topics.route, 3);
     for (part, values) in &route {
         for v in values {
             let other = route.iter().find(|(q, vs)| *q != part && vs.contains(v));
@@ -201,14 +197,14 @@ fn a_sigkill_in_the_middle_of_the_replay_loses_and_duplicates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let topics = Topics::new("global-kill");
     let ts = wall_ms();
-    tansu().produce_values_at(&topics.input, &first_copies(), ts);
+    kafka().produce_values_at(&topics.input, &first_copies(), ts);
     let mut spec = global(&topics, dir.path()).killable();
     spec.interval = "60s";
 
     let mut first = spec.start(dir.path());
     first.wait_metric(FORWARDED, &[], DISTINCT as f64, Duration::from_secs(180));
     assert!(first.terminate().success(), "{}", first.logs());
-    let committed = tansu().committed(&spec.group, &topics.input, 3);
+    let committed = kafka().committed(&spec.group, &topics.input, 3);
     assert_eq!(
         committed.values().filter_map(|(o, _)| *o).sum::<i64>(),
         DISTINCT as i64,
@@ -217,14 +213,14 @@ fn a_sigkill_in_the_middle_of_the_replay_loses_and_duplicates_nothing() {
 
     let mut killed = spec.start(dir.path());
     killed.wait_ready(Duration::from_secs(120));
-    tansu().produce_values_at(&topics.input, &replays(), ts);
+    kafka().produce_values_at(&topics.input, &replays(), ts);
     // Half of the replay copied (acknowledged by the route topic): the route stage is copying,
     // the filter stage reading the copies.
     killed.wait_metric(ROUTED, &[], (REPLAYED / 2) as f64, Duration::from_secs(120));
     let dropped_before_kill = metric(&killed.scrape(), DROPPED, &[]);
     killed.kill9();
     assert_eq!(
-        tansu().committed(&spec.group, &topics.input, 3),
+        kafka().committed(&spec.group, &topics.input, 3),
         committed,
         "nothing of the replay committed: the route stage copies it again"
     );
@@ -233,7 +229,7 @@ fn a_sigkill_in_the_middle_of_the_replay_loses_and_duplicates_nothing() {
     restarted.wait_metric(ROUTED, &[], REPLAYED as f64, Duration::from_secs(180));
     // Every copy after the first 3,000 is a replay of a value forwarded before the kill: the
     // killed route stage's copies and the restarted one's, which copies the whole replay again.
-    let copies = tansu().end_offsets(&topics.route, 3).values().sum::<i64>();
+    let copies = kafka().end_offsets(&topics.route, 3).values().sum::<i64>();
     assert!(
         copies > (DISTINCT + REPLAYED) as i64,
         "some replays were copied twice: {copies} copies"
@@ -265,7 +261,7 @@ fn records_without_fingerprint_are_forwarded_once_across_a_sigkill() {
         let records: Vec<Raw> = (0..20)
             .map(|i| raw(None, Some(&format!("{}", p * 100 + i)), &[]))
             .collect();
-        tansu().produce_raw(&topics.input, p, &records);
+        kafka().produce_raw(&topics.input, p, &records);
     }
     let mut spec = global(&topics, dir.path()).killable();
     spec.interval = "60s"; // nothing committed or stored before the kill
@@ -277,7 +273,7 @@ fn records_without_fingerprint_are_forwarded_once_across_a_sigkill() {
     killed.wait_metric(FORWARDED, &[], 60.0, Duration::from_secs(120));
     killed.kill9();
     assert!(
-        tansu()
+        kafka()
             .committed(&spec.group, &topics.input, 3)
             .values()
             .all(|(o, _)| o.is_none()),
@@ -288,13 +284,13 @@ fn records_without_fingerprint_are_forwarded_once_across_a_sigkill() {
     // 120 copies read (60 copied before the kill, 60 after), 60 forwarded before: all dropped.
     restarted.wait_metric(DROPPED, &[], 120.0, Duration::from_secs(90));
     assert!(restarted.terminate().success(), "{}", restarted.logs());
-    assert_eq!(tansu().end_offsets(&topics.route, 3).values().sum::<i64>(), 120);
+    assert_eq!(kafka().end_offsets(&topics.route, 3).values().sum::<i64>(), 120);
     let n = counts(&topics.output);
     let want: Vec<u64> = (0..3).flat_map(|p| (0..20).map(move |i| p * 100 + i)).collect();
     assert_eq!(n.keys().copied().collect::<Vec<_>>(), want, "{n:?}");
     assert!(n.values().all(|c| *c == 1), "forwarded more than once: {n:?}");
     // In order within an input partition: its records share a route partition.
-    let out = tansu().read_values(&topics.output, 3);
+    let out = kafka().read_values(&topics.output, 3);
     for p in 0..3u64 {
         let seen: Vec<u64> = out.values().flatten().copied().filter(|v| v / 100 == p).collect();
         let mut sorted = seen.clone();
@@ -326,7 +322,7 @@ fn three_instances_one_killed_one_joining() {
         std::thread::spawn(move || {
             let all: Vec<(i32, u64)> = first_copies().into_iter().chain(replays()).collect();
             for chunk in all.chunks(300) {
-                tansu().produce_values_at(&input, chunk, ts);
+                kafka().produce_values_at(&input, chunk, ts);
                 std::thread::sleep(Duration::from_secs(1));
             }
         })
@@ -364,8 +360,8 @@ fn three_instances_one_killed_one_joining() {
 fn a_missing_route_topic_exits_2_with_the_command_to_create_it() {
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("global-noroute-in"), unique("global-noroute-out"));
-    tansu().create_topic(&input, 3);
-    tansu().create_topic(&output, 3);
+    kafka().create_topic(&input, 3);
+    kafka().create_topic(&output, 3);
     let route = unique("global-noroute-route");
     let topics = Topics {
         input,

@@ -62,7 +62,7 @@ fn zombie_and_replacement_shapes() {
 
 #[test]
 fn transactional_checkpoints_crash_and_fencing() {
-    let kafka = Broker::transactional();
+    let kafka = Broker::kafka();
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("txn-in"), unique("txn-out"));
     kafka.create_topic(&input, 1);
@@ -165,7 +165,7 @@ fn produce_one_by_one(kafka: &Broker, topic: &str, values: std::ops::Range<u64>)
 /// the first start began, not at the input's end again (which would skip 50..100 for good).
 #[test]
 fn a_first_start_at_latest_killed_before_its_first_checkpoint_resumes_where_it_began() {
-    let kafka = Broker::transactional();
+    let kafka = Broker::kafka();
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (unique("txl-in"), unique("txl-out"));
     kafka.create_topic(&input, 1);

@@ -1,5 +1,5 @@
-//! Shared helpers for tests against the real broker (tansu, started by `scripts/test.sh`) and
-//! for driving the `kafka-dedup` binary as its own process.
+//! Shared helpers for tests against the real broker (Apache Kafka, started by `scripts/test.sh`)
+//! and for driving the `kafka-dedup` binary as its own process.
 #![allow(dead_code)]
 
 pub mod proxy;
@@ -17,36 +17,54 @@ use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
-/// A Kafka-protocol broker the tests talk to: the SQLite tansu of `scripts/test.sh`
-/// ([`Broker::tansu`]), the prebuilt tansu that accepts transactions ([`Broker::transactional`]),
-/// librdkafka's mock cluster or a broker a test started itself ([`Broker::at`]). Every helper
-/// that talks to a broker is a method, so a test names its broker once.
+/// A Kafka-protocol broker the tests talk to: the Apache Kafka node of `scripts/test.sh`
+/// ([`Broker::kafka`]), librdkafka's mock cluster or a broker a test started itself
+/// ([`Broker::at`]). Every helper that talks to a broker is a method, so a test names its broker
+/// once.
 #[derive(Clone, Debug)]
 pub struct Broker {
     /// `host:port` for `bootstrap.servers`.
     pub bootstrap: String,
 }
 
-/// The SQLite tansu started by `scripts/test.sh` (the default broker of the tests).
-pub fn tansu() -> Broker {
-    Broker::tansu()
+/// The Apache Kafka node started by `scripts/test.sh` (the broker of the tests).
+pub fn kafka() -> Broker {
+    Broker::kafka()
+}
+
+/// How to reach the suite's broker over its SASL_SSL listener (SCRAM-SHA-512), from the
+/// environment `scripts/test.sh` sets.
+#[derive(Clone, Debug)]
+pub struct Sasl {
+    /// `127.0.0.1:port` of the SASL_SSL listener.
+    pub bootstrap: String,
+    /// PEM file of the CA that signed the broker's certificate.
+    pub ca: PathBuf,
+    /// The SCRAM user and its password.
+    pub user: String,
+    pub password: String,
+}
+
+/// The suite's SASL_SSL listener (`KAFKA_DEDUP_TEST_SASL_*`).
+pub fn sasl() -> Sasl {
+    let var = |k: &str| {
+        std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set: run the tests through scripts/test.sh"))
+    };
+    Sasl {
+        bootstrap: var("KAFKA_DEDUP_TEST_SASL_BROKER"),
+        ca: var("KAFKA_DEDUP_TEST_SASL_CA").into(),
+        user: var("KAFKA_DEDUP_TEST_SASL_USER"),
+        password: var("KAFKA_DEDUP_TEST_SASL_PASSWORD"),
+    }
 }
 
 impl Broker {
-    /// The SQLite tansu started by `scripts/test.sh` (`KAFKA_DEDUP_TEST_BROKER`). A test that
+    /// The Apache Kafka node started by `scripts/test.sh` (`KAFKA_DEDUP_TEST_BROKER`). A test that
     /// needs it fails with a clear message when it is missing (it is never skipped silently).
-    pub fn tansu() -> Self {
+    pub fn kafka() -> Self {
         Broker::at(std::env::var("KAFKA_DEDUP_TEST_BROKER").expect(
-            "KAFKA_DEDUP_TEST_BROKER is not set: run the tests through scripts/test.sh, which starts the tansu broker",
+            "KAFKA_DEDUP_TEST_BROKER is not set: run the tests through scripts/test.sh, which starts Apache Kafka",
         ))
-    }
-
-    /// The prebuilt tansu that accepts transactions (in-memory; `KAFKA_DEDUP_TEST_TX_BROKER`).
-    pub fn transactional() -> Self {
-        Broker::at(
-            std::env::var("KAFKA_DEDUP_TEST_TX_BROKER")
-                .expect("KAFKA_DEDUP_TEST_TX_BROKER is not set: run the tests through scripts/test.sh"),
-        )
     }
 
     /// The broker at `bootstrap`.
@@ -105,9 +123,36 @@ impl Broker {
         }
     }
 
-    // No helper deletes topics: on tansu 0.6 (SQLite engine) one DeleteTopics request removed
-    // every topic and record on the broker (seen by a new user on this project's test broker),
-    // and the tests share one broker. Tests use fresh, uniquely named topics instead.
+    /// Deletes a topic and waits until its metadata no longer shows it.
+    pub fn delete_topic(&self, name: &str) {
+        let admin: AdminClient<DefaultClientContext> = self.client().create().expect("admin client");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let res = rt
+            .block_on(admin.delete_topics(
+                &[name],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            ))
+            .expect("delete_topics request");
+        for r in res {
+            r.unwrap_or_else(|(t, e)| panic!("delete topic {t}: {e}"));
+        }
+        let consumer: BaseConsumer = self.client().create().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let gone = consumer
+                .fetch_metadata(Some(name), Duration::from_secs(5))
+                .map(|md| md.topics().iter().all(|t| t.name() != name || t.error().is_some()))
+                .unwrap_or(false);
+            if gone {
+                return;
+            }
+            assert!(Instant::now() < deadline, "topic {name} did not go away");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 
     /// Committed offsets (and metadata) of `group` for `topic`'s partitions.
     pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, (Option<i64>, String)> {
@@ -271,25 +316,10 @@ pub fn wall_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// Runs a request of the test's own (not the filter's) to the broker, retrying a request that
-/// timed out: tansu 0.6 with SQLite storage can stall a client for more than the 10 s request
-/// timeout while the machine is busy (seen with several test suites at once: 50 % I/O wait).
-/// Three attempts; any other error, or the third timeout, fails the test.
+/// Runs a request of the test's own (not the filter's) to the broker; an error fails the test,
+/// naming `what`.
 fn patiently<T>(what: &str, mut request: impl FnMut() -> rdkafka::error::KafkaResult<T>) -> T {
-    use rdkafka::error::KafkaError;
-    use rdkafka::types::RDKafkaErrorCode::OperationTimedOut;
-    for attempt in 1.. {
-        match request() {
-            Ok(v) => return v,
-            Err(KafkaError::MetadataFetch(OperationTimedOut) | KafkaError::OffsetFetch(OperationTimedOut))
-                if attempt < 3 =>
-            {
-                eprintln!("{what}: the broker timed out (attempt {attempt}); retrying");
-            }
-            Err(e) => panic!("{what}: {e}"),
-        }
-    }
-    unreachable!()
+    request().unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 /// A unique name for a topic or group: `prefix-<random>`.
@@ -309,14 +339,14 @@ pub struct FilterProcess {
     pub http: String,
     /// File receiving the process's stderr (logs).
     pub log: PathBuf,
-    /// What it was started with (for [`nudge_group`]).
-    spec: FilterSpec,
+    /// What it was started with.
+    pub spec: FilterSpec,
 }
 
 /// Settings of a filter process under test.
 #[derive(Clone)]
 pub struct FilterSpec {
-    /// The broker (default: the sqlite tansu of `scripts/test.sh`).
+    /// The broker (default: the Apache Kafka node of `scripts/test.sh`).
     pub broker: Broker,
     pub input: String,
     pub output: String,
@@ -329,11 +359,8 @@ pub struct FilterSpec {
     pub interval: &'static str,
     /// `output.fence_wait` (default 1 s).
     pub fence_wait: &'static str,
-    /// `output.provenance`: on (the default) for [`Self::on`], off for [`Self::new`] (tansu):
-    /// tansu 0.6 with SQLite storage reads records that carry a header about 20 times slower
-    /// (measured: 20,000 records with one header read in 37 s, without in 1.8 s), which stalls
-    /// it for everything else in a suite of tens of thousands of records. Tests about
-    /// provenance turn it on.
+    /// `output.provenance` (on, the product's default; tests about running without it turn it
+    /// off).
     pub provenance: bool,
     /// `session.timeout.ms`; `None` (the default): librdkafka's default, 45 s. [`Self::killable`]
     /// sets 6 s.
@@ -344,20 +371,11 @@ pub struct FilterSpec {
 }
 
 impl FilterSpec {
-    /// Defaults for a test: librdkafka's session timeout (45 s), checkpoint every 1 s, fence wait
-    /// 1 s.
-    ///
-    /// Why not a short session: tansu 0.6 serves one client's requests on one database
-    /// connection, slower as its database grows (late in the suite, with other tests' producers
-    /// and consumers busy on it). A heartbeat queued behind a large fetch can wait more than 6 s;
-    /// the consumer then loses its partitions without anything having failed, and tansu's group
-    /// coordinator can take minutes to hand them back (see [`wait_drained`]). Seen in CI on
-    /// `ops::retried_batch_horizon_diagnostics`, a single member reading 1,100 records. Only a
-    /// test that kills a member needs the group to notice quickly: [`Self::killable`].
+    /// Defaults for a test on the suite's Apache Kafka: librdkafka's session timeout (45 s; a
+    /// member that stops cleanly leaves the group at once, only a killed one waits it out: see
+    /// [`Self::killable`]), checkpoint every 1 s, fence wait 1 s, provenance on.
     pub fn new(input: &str, output: &str, dir: &Path) -> Self {
-        let mut spec = Self::on(Broker::tansu(), input, output, dir);
-        spec.provenance = false;
-        spec
+        Self::on(Broker::kafka(), input, output, dir)
     }
 
     /// As [`Self::new`], on `broker`.
@@ -379,21 +397,11 @@ impl FilterSpec {
         }
     }
 
-    /// Prepares the filter for being killed: a 6 s session timeout (a killed member's partitions
-    /// move after ~7 s instead of 45 s) and the eager `range` assignor.
-    ///
-    /// Measured on tansu 0.6 (3 partitions, restart right after SIGKILL): with `range`, the
-    /// restarted member is assigned once the dead member's session times out (~7 s); with
-    /// `cooperative-sticky`, a member killed during the second, incremental round can leave the
-    /// group assigned to the dead member; static membership makes tansu pause joins and syncs for
-    /// 3 s each, which with a 6 s session starves heartbeats into endless rebalances. The
-    /// production default stays `cooperative-sticky` (Apache Kafka and the mock cluster).
+    /// Prepares the filter for being killed: a 6 s session timeout, so a killed member's
+    /// partitions move after ~6 s instead of 45 s. The assignor stays the product's default
+    /// (`cooperative-sticky`).
     pub fn killable(mut self) -> Self {
         self.session_timeout_ms = Some(6000);
-        self.env.push((
-            "KAFKA_DEDUP__KAFKA__PROPERTIES__PARTITION_ASSIGNMENT_STRATEGY".into(),
-            "range".into(),
-        ));
         self
     }
 
@@ -403,10 +411,8 @@ impl FilterSpec {
         self
     }
 
-    /// The member that outlives a [`Self::killable`] one: the same group protocol (the `range`
-    /// assignor: a member with another one could not join while the dead one's session runs)
-    /// but librdkafka's 45 s session, so that a busy broker holding its heartbeats back (see
-    /// [`Self::new`]) does not take its partitions away while the test counts on it.
+    /// The member that outlives a [`Self::killable`] one: librdkafka's 45 s session, so it keeps
+    /// its partitions while the test counts on it.
     pub fn survivor(&self) -> Self {
         let mut s = self.clone();
         s.session_timeout_ms = None;
@@ -768,23 +774,12 @@ impl FilterProcess {
     }
 
     /// Waits until `metric(name, labels)` reaches at least `value`.
-    ///
-    /// Reaching it takes partitions: if this process owns none for 20 s, the group is nudged
-    /// (see [`wait_drained`] for the tansu 0.6 quirk), at most three times.
     pub fn wait_metric(&mut self, name: &str, labels: &[&str], value: f64, timeout: Duration) {
         let deadline = Instant::now() + timeout;
-        let (mut idle_since, mut nudges) = (None::<Instant>, 0);
         loop {
             let s = self.scrape();
             if metric(&s, name, labels) >= value {
                 return;
-            }
-            if !self.owned().is_empty() {
-                idle_since = None;
-            } else if idle_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(20) && nudges < 3 {
-                nudges += 1;
-                nudge_group(&self.spec, nudges, "this member owns no partition");
-                idle_since = None;
             }
             if !self.running() {
                 panic!("kafka-dedup exited while waiting for {name}:\n{}", self.logs());
@@ -814,87 +809,32 @@ impl FilterProcess {
 }
 
 /// Waits until `spec.group` has committed every partition of `spec.input` up to its end offset
-/// while `filters` (the live members of the group) run; returns how many times the group had to
-/// be nudged (see below). Panics with `context()` after `timeout`.
-///
-/// tansu 0.6 can complete a rebalance with a partition assigned to a member it has just expired:
-/// the group leader's SyncGroup still names the member that missed its heartbeats while the group
-/// was forming, tansu stores that assignment (`Inner<O, Forming>::sync` in tansu-broker 0.6,
-/// `coordinator/group/administrator.rs`) and, as no remaining member misses a heartbeat, never
-/// rebalances again. The partition then belongs to nobody. Apache Kafka removes expired members
-/// before it answers the JoinGroup. When a lagging partition has been owned by none of `filters`
-/// (per their `/readyz`) for 20 s, well past a [`FilterSpec::killable`] member's 6 s session,
-/// a member that joins and leaves forces a fresh rebalance ([`nudge_group`]; it does no work of
-/// its own). At most three nudges; the count is returned.
+/// while `filters` (the live members of the group) run. Panics with `context()` and who owns
+/// what after `timeout`.
 pub fn wait_drained(
     spec: &FilterSpec,
     partitions: i32,
     filters: &[&FilterProcess],
     timeout: Duration,
     context: impl Fn() -> String,
-) -> u32 {
+) {
     let ends = spec.broker.end_offsets(&spec.input, partitions);
     let deadline = Instant::now() + timeout;
-    let mut nudges = 0;
-    let mut orphaned_since: Option<Instant> = None;
     loop {
         let c = spec.broker.committed(&spec.group, &spec.input, partitions);
-        let lagging: Vec<i32> = ends
+        let lagging = ends
             .iter()
-            .filter(|(p, end)| c.get(p).and_then(|x| x.0).is_none_or(|o| o < **end))
-            .map(|(p, _)| *p)
-            .collect();
-        if lagging.is_empty() {
-            return nudges;
+            .any(|(p, end)| c.get(p).and_then(|x| x.0).is_none_or(|o| o < *end));
+        if !lagging {
+            return;
         }
-        let owned: Vec<i32> = filters.iter().flat_map(|f| f.owned()).collect();
-        let orphans: Vec<i32> = lagging.iter().copied().filter(|p| !owned.contains(p)).collect();
-        if orphans.is_empty() {
-            orphaned_since = None;
-        } else if orphaned_since.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(20) && nudges < 3 {
-            nudges += 1;
-            nudge_group(spec, nudges, &format!("partitions {orphans:?} owned by no live member"));
-            orphaned_since = None;
+        if Instant::now() >= deadline {
+            let owned: Vec<i32> = filters.iter().flat_map(|f| f.owned()).collect();
+            panic!(
+                "committed {c:?}, expected {ends:?}, owned by the live members {owned:?}:\n{}",
+                context()
+            );
         }
-        assert!(
-            Instant::now() < deadline,
-            "committed {c:?}, expected {ends:?}, owned by the live members {owned:?}, nudges {nudges}:\n{}",
-            context()
-        );
         std::thread::sleep(Duration::from_millis(250));
     }
-}
-
-/// Forces a rebalance of `spec.group`: a plain consumer (same assignor and session timeout as
-/// the filters) joins the group, waits until it is given a partition or 30 s pass, and leaves
-/// without committing anything, so it never does a filter's work: the records of the partitions
-/// it held are neither forwarded nor committed by it. For the tansu 0.6 quirk described at
-/// [`wait_drained`]; `why` and the count `n` are printed.
-pub fn nudge_group(spec: &FilterSpec, n: u32, why: &str) {
-    eprintln!(
-        "{why} for 20 s (tansu 0.6 kept an expired member's assignment); nudge {n}: a plain consumer \
-         joins and leaves to force a rebalance"
-    );
-    let strategy = spec
-        .env
-        .iter()
-        .find(|(k, _)| k == "KAFKA_DEDUP__KAFKA__PROPERTIES__PARTITION_ASSIGNMENT_STRATEGY")
-        .map_or("cooperative-sticky", |(_, v)| v.as_str());
-    let mut c = spec.broker.client();
-    c.set("group.id", &spec.group)
-        .set("enable.auto.commit", "false")
-        .set("partition.assignment.strategy", strategy)
-        .set("heartbeat.interval.ms", "500")
-        .set(
-            "session.timeout.ms",
-            spec.session_timeout_ms.unwrap_or(45_000).to_string(),
-        );
-    let consumer: BaseConsumer = c.create().expect("nudging consumer");
-    consumer.subscribe(&[&spec.input]).expect("subscribe");
-    let until = Instant::now() + Duration::from_secs(30);
-    while consumer.assignment().map(|a| a.count()).unwrap_or(0) == 0 && Instant::now() < until {
-        let _ = consumer.poll(Duration::from_millis(200));
-    }
-    consumer.unsubscribe();
-    let _ = consumer.poll(Duration::from_millis(200));
 }

@@ -1,8 +1,8 @@
 //! A broker of the test's own behind a TCP proxy that can hold back a process's produce requests,
 //! to put records "in flight" for as long as a test decides.
 //!
-//! [`ProxiedBroker::start`] runs a tansu broker (the SQLite build `scripts/test.sh` installed,
-//! `KAFKA_DEDUP_TEST_TANSU`) that advertises the proxy's port, so every client, the filter's
+//! [`ProxiedBroker::start`] runs an Apache Kafka node of the test's own (`scripts/kafka-broker.sh`)
+//! that advertises the proxy's port, so every client, the filter's
 //! included, talks to it through [`Proxy`]. The proxy reads the client-to-broker byte stream as
 //! Kafka request frames (`size: i32` then `api_key: i16`, ...): a connection that has carried a
 //! Produce request (api key 0) is a producer's. [`Proxy::hold_producers`] stops forwarding what
@@ -13,8 +13,7 @@
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -195,33 +194,36 @@ pub struct ProxiedBroker {
 }
 
 impl ProxiedBroker {
-    /// Starts tansu on a free port behind a new proxy and waits until it answers metadata.
+    /// Starts an Apache Kafka node of the test's own (`scripts/kafka-broker.sh`, with the jars
+    /// `scripts/test.sh` installed: `KAFKA_LIBS`) on a free port, advertising a new proxy's port,
+    /// and waits until it logs "Kafka Server started" (up to 3 minutes) and answers metadata.
     pub fn start() -> ProxiedBroker {
-        let tansu =
-            PathBuf::from(std::env::var("KAFKA_DEDUP_TEST_TANSU").expect(
-                "KAFKA_DEDUP_TEST_TANSU is not set: run the tests through scripts/test.sh, which installs tansu",
-            ));
+        std::env::var("KAFKA_LIBS")
+            .expect("KAFKA_LIBS is not set: run the tests through scripts/test.sh, which installs Apache Kafka");
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let proxy = Proxy::start(port);
-        let log = std::fs::File::create(dir.path().join("tansu.log")).unwrap();
-        let child = Command::new(tansu)
-            .current_dir(dir.path())
-            .args(["broker", "--listener-url"])
-            .arg(format!("tcp://127.0.0.1:{port}"))
-            .arg("--advertised-listener-url")
-            .arg(format!("tcp://127.0.0.1:{}", proxy.port))
-            .args(["--storage-engine", "sqlite://tansu.db"])
-            .stdout(Stdio::null())
+        let log = std::fs::File::create(dir.path().join("stdout.log")).unwrap();
+        let child = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/kafka-broker.sh"))
+            .arg(dir.path())
+            .arg(port.to_string())
+            .arg(proxy.port.to_string())
+            .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
-            .expect("start tansu");
-        let broker = ProxiedBroker { child, dir, proxy };
-        let deadline = Instant::now() + Duration::from_secs(30);
+            .expect("start scripts/kafka-broker.sh");
+        let mut broker = ProxiedBroker { child, dir, proxy };
+        let deadline = Instant::now() + Duration::from_secs(180);
+        while !broker.logs().contains("Kafka Server started") {
+            if let Ok(Some(status)) = broker.child.try_wait() {
+                panic!("the broker exited ({status}):\n{}", broker.logs());
+            }
+            assert!(Instant::now() < deadline, "the broker did not start:\n{}", broker.logs());
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let consumer: rdkafka::consumer::BaseConsumer = broker.broker().client().create().unwrap();
         while rdkafka::consumer::Consumer::fetch_metadata(&consumer, None, Duration::from_secs(2)).is_err() {
-            assert!(Instant::now() < deadline, "tansu did not start:\n{}", broker.logs());
-            std::thread::sleep(Duration::from_millis(100));
+            assert!(Instant::now() < deadline, "the broker does not answer:\n{}", broker.logs());
         }
         broker
     }
@@ -231,14 +233,23 @@ impl ProxiedBroker {
         Broker::at(format!("127.0.0.1:{}", self.proxy.port))
     }
 
-    /// The broker's log so far.
+    /// The broker's log so far (its start-up output, then `server.log`).
     pub fn logs(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("tansu.log")).unwrap_or_default()
+        let read = |f: &str| std::fs::read_to_string(self.dir.path().join(f)).unwrap_or_default();
+        format!("{}{}", read("stdout.log"), read("server.log"))
     }
 }
 
 impl Drop for ProxiedBroker {
+    /// SIGTERM (the script `exec`s the JVM, so the broker itself gets it), then SIGKILL if it has
+    /// not stopped within 20 s.
     fn drop(&mut self) {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own child's.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
