@@ -1,5 +1,5 @@
 //! Issue 3: a kill -9 at any moment loses nothing and duplicates nothing. The binary runs as its
-//! own process against the real broker (tansu) and is killed, aborted at crash points, or has its
+//! own process against the real broker (Apache Kafka) and is killed, aborted at crash points, or has its
 //! store removed or mangled between runs.
 //!
 //! Upstream replays written after a restart keep the event time of their first copies

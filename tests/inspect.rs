@@ -1,6 +1,6 @@
 //! Issue 5's cases: `kafka-dedup inspect` offline, the live `/store/*` routes, refusals that touch
 //! nothing, a dump of a million fingerprints in bounded memory, and committed fixture stores of
-//! earlier formats. The binary runs as its own process; the broker is tansu (scripts/test.sh).
+//! earlier formats. The binary runs as its own process; the broker is Apache Kafka (scripts/test.sh).
 
 mod common;
 

@@ -40,7 +40,7 @@ fn filter_once(prefix: &str, source: &str, records: &[Raw], forwarded: usize) ->
     filter.wait_metric(FORWARDED, &[], forwarded as f64, Duration::from_secs(60));
     let scrape = filter.scrape();
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = kafka().read_records(&output, 1).remove(&0).unwrap_or_default();
+    let out = kafka().read_forwarded(&output, 1, &input).remove(&0).unwrap_or_default();
     (scrape, out)
 }
 
@@ -156,7 +156,7 @@ fn deep_json_is_not_json_and_cannot_take_the_service_down() {
     assert_eq!(http_get(&filter.http, "/healthz").map(|(c, _)| c), Some(200));
 
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = kafka().read_records(&output, 1).remove(&0).unwrap_or_default();
+    let out = kafka().read_forwarded(&output, 1, &input).remove(&0).unwrap_or_default();
     let want: Vec<Raw> = [0, 1, 2, 3, 4, 7].iter().map(|i| records[*i].clone()).collect();
     assert_eq!(out, want);
 }
@@ -203,7 +203,7 @@ fn header_names_that_are_not_utf8() {
     assert_eq!(metric(&scrape, DROPPED, &[]), 1.0, "{scrape}");
     assert_eq!(unfingerprintable(&scrape, "absent"), 1.0, "{scrape}");
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = kafka().read_records(&output, 1).remove(&0).unwrap_or_default();
+    let out = kafka().read_forwarded(&output, 1, &input).remove(&0).unwrap_or_default();
     let want: Vec<Raw> = [0, 1, 2, 4].iter().map(|i| records[*i].clone()).collect();
     assert_eq!(out, want, "forwarded with their header names byte for byte");
 
@@ -243,5 +243,5 @@ fn a_recovery_worker_that_panics_is_retried() {
     assert!(filter.terminate().success(), "{}", filter.logs());
     let logs = filter.logs();
     assert!(logs.contains("recovery worker panicked"), "{logs}");
-    assert_eq!(kafka().read_records(&output, 1)[&0], records);
+    assert_eq!(kafka().read_forwarded(&output, 1, &input)[&0], records);
 }

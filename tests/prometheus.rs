@@ -609,8 +609,7 @@ fn every_counter_is_in_the_first_scrape_and_a_partition_takes_its_series_along()
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.env
         .push(("KAFKA_DEDUP__CHECKPOINT__GENERATIONS".into(), "3".into()));
-    // The eager assignor: the join below moves one partition in one rebalance (see
-    // FilterSpec::killable for tansu 0.6 and the assignors).
+    // The eager assignor: the join below moves one partition in one rebalance.
     spec.env.push((
         "KAFKA_DEDUP__KAFKA__PROPERTIES__PARTITION_ASSIGNMENT_STRATEGY".into(),
         "range".into(),

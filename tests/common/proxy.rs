@@ -182,12 +182,12 @@ fn broker_to_client(mut broker: TcpStream, mut client: TcpStream) {
     let _ = client.shutdown(Shutdown::Both);
 }
 
-/// A tansu broker of this test's own (SQLite storage in a temporary directory) that advertises
-/// a [`Proxy`] in front of it.
+/// An Apache Kafka node of this test's own (its data in a temporary directory) that advertises a
+/// [`Proxy`] in front of it.
 pub struct ProxiedBroker {
     /// The broker process.
     child: Child,
-    /// Its working directory (the database) and log.
+    /// Its working directory (configuration, data, logs).
     dir: tempfile::TempDir,
     /// The proxy every client goes through.
     pub proxy: Proxy,
