@@ -400,9 +400,14 @@ impl OnMissing {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FingerprintConfig {
-    /// `value | key | key_value | header:NAME | json:/POINTER`.
+    /// `value | key | key_value | header:NAME | json:/POINTER`, or a list of them (one identity
+    /// of several parts, [`Source::Composite`]). Use [`Self::identity`], which folds `ignore` in.
     #[serde(default = "default_source")]
     pub source: Source,
+    /// JSON members (RFC 6901 pointers from the document's root) left out of every json part of
+    /// `source` before it is fingerprinted, e.g. `["/processed_at"]` ([`Source::Ignoring`]).
+    #[serde(default)]
+    pub ignore: Vec<String>,
     /// See [`OnMissing`].
     #[serde(default = "default_on_missing")]
     pub on_missing: OnMissing,
@@ -418,6 +423,14 @@ pub struct FingerprintConfig {
     /// other configured topic, and keep its partition count.
     #[serde(default)]
     pub route_topic: String,
+}
+
+impl FingerprintConfig {
+    /// The identity records are fingerprinted by: `source`, with `ignore` folded in. Valid once
+    /// [`Config::validate`] passed (an invalid `ignore` gives the source alone here).
+    pub fn identity(&self) -> Source {
+        Source::ignoring(self.source.clone(), &self.ignore).unwrap_or_else(|_| self.source.clone())
+    }
 }
 
 /// Which records' replays are caught (`fingerprint.scope`).
@@ -449,6 +462,7 @@ impl Default for FingerprintConfig {
     fn default() -> Self {
         FingerprintConfig {
             source: default_source(),
+            ignore: Vec::new(),
             on_missing: default_on_missing(),
             dead_letter_topic: String::new(),
             scope: default_scope(),
@@ -593,6 +607,9 @@ impl Config {
         self.validate_topics()?;
         self.validate_checkpoint()?;
         self.validate_delivery()?;
+        if let Err(e) = Source::ignoring(self.fingerprint.source.clone(), &self.fingerprint.ignore) {
+            return Err(ConfigError::key("fingerprint.ignore", e.to_string()));
+        }
         if self.store.path.as_os_str().is_empty() {
             return Err(ConfigError::key("store.path", "must not be empty"));
         }
@@ -696,7 +713,14 @@ impl Config {
                          fingerprint.dead_letter_topic: it holds copies of the input that only kafka-dedup reads",
                     ));
                 }
-                if let Source::Header(name) = &self.fingerprint.source {
+                let parts = match &self.fingerprint.source {
+                    Source::Composite(parts) => parts.as_slice(),
+                    one => std::slice::from_ref(one),
+                };
+                for name in parts.iter().filter_map(|p| match p {
+                    Source::Header(name) => Some(name),
+                    _ => None,
+                }) {
                     if name == crate::provenance::HEADER {
                         return Err(ConfigError::key(
                             "fingerprint.source",

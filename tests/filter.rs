@@ -574,3 +574,55 @@ fn an_old_stamped_first_record_after_a_hand_over_keeps_the_horizon() {
     );
     assert_eq!(metric(&scrape, DROPPED, &[]), 1.0, "{scrape}");
 }
+
+/// Issue 27: an identity of several fields with one left out. `(tenant_id, event_id)` is the
+/// event, `processed_at` is stamped again by the upstream on every attempt. A replay that
+/// differs only in its stamp is dropped; the same event id under another tenant is another
+/// event; a record without `event_id` follows `on_missing` (forward), counted with the part's
+/// reason; `/store/lookup` answers for a JSON document the way the filter fingerprints it.
+#[test]
+fn several_fields_are_one_identity_and_ignored_fields_do_not_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("ids-in"), unique("ids-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    let records: Vec<Raw> = [
+        r#"{"tenant_id":"t1","event_id":"e1","processed_at":"12:00:00"}"#,
+        r#"{"tenant_id":"t2","event_id":"e1","processed_at":"12:00:01"}"#,
+        r#"{"processed_at":"12:05:00","event_id":"e1","tenant_id":"t1"}"#,
+        r#"{"tenant_id":"t1","processed_at":"12:05:01"}"#,
+        r#"{"tenant_id":"t1","event_id":"e2","processed_at":"12:05:02"}"#,
+    ]
+    .iter()
+    .map(|v| raw(None, Some(v), &[]))
+    .collect();
+    kafka().produce_raw(&input, 0, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.fingerprint = "[fingerprint]\nsource = [\"json:/tenant_id\", \"json:/event_id\"]\nignore = [\"/processed_at\"]\n".into();
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(CONSUMED, &[], 5.0, Duration::from_secs(60));
+    filter.wait_metric(FORWARDED, &[], 4.0, Duration::from_secs(60));
+    let scrape = filter.scrape();
+    assert_eq!(metric(&scrape, DROPPED, &[]), 1.0, "{scrape}");
+    assert_eq!(
+        metric(
+            &scrape,
+            UNFINGERPRINTABLE,
+            &["action=\"forward\"", "reason=\"pointer_not_found\""]
+        ),
+        1.0,
+        "{scrape}"
+    );
+    let doc = |v: &str| v.replace('"', "%22").replace('{', "%7B").replace('}', "%7D").replace(':', "%3A");
+    let (code, body) = http_get(
+        &filter.http,
+        &format!("/store/lookup?value={}", doc(r#"{"event_id":"e2","tenant_id":"t1","processed_at":"x"}"#)),
+    )
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"held\":true"), "{body}");
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let out = kafka().read_forwarded(&output, 1, &input);
+    let want: Vec<Raw> = [0, 1, 3, 4].iter().map(|i| records[*i].clone()).collect();
+    assert_eq!(out[&0], want);
+}

@@ -121,7 +121,7 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
         p
     };
     let committed = committed(&meta, cfg, &partitions)?;
-    let fingerprinter = Fingerprinter::new(cfg.fingerprint.source.clone());
+    let fingerprinter = Fingerprinter::new(cfg.fingerprint.identity());
     let (input_reader, output_reader) = (reader(cfg)?, reader(cfg)?);
     let progress = Progress::new(partitions.len());
     let mut report = Report::new(cfg, horizon);

@@ -120,7 +120,7 @@ impl Report {
         Report {
             input_topic: cfg.input.topic.clone(),
             output_topic: cfg.output.topic.clone(),
-            fingerprint_source: cfg.fingerprint.source.to_string(),
+            fingerprint_source: cfg.fingerprint.identity().to_string(),
             on_missing: cfg.fingerprint.on_missing.as_str().to_string(),
             horizon,
             clean: true,

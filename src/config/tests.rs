@@ -318,3 +318,27 @@ fn bad_configs_name_the_key() {
         "http.listen"
     );
 }
+
+/// Issue 27: `source` as a list of parts, `ignore` folded into the identity; a bad `ignore`
+/// exits 2 naming `fingerprint.ignore`; the environment takes the text form.
+#[test]
+fn composite_sources_and_ignore() {
+    let c = load(&format!(
+        "{MINIMAL}\n[fingerprint]\nsource = [\"json:/tenant_id\", \"json:/event_id\"]\nignore = [\"/processed_at\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.fingerprint.identity().to_string(),
+        r#"{"source":["json:/tenant_id","json:/event_id"],"ignore":["/processed_at"]}"#
+    );
+    let env = [("KAFKA_DEDUP__FINGERPRINT__SOURCE", r#"["key","header:event-id"]"#)];
+    let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let c = Config::from_toml_str(MINIMAL, Some(env)).unwrap();
+    assert_eq!(c.fingerprint.identity().to_string(), r#"["key","header:event-id"]"#);
+    let (key, reason) = key_and_reason(&format!("{MINIMAL}\n[fingerprint]\nignore = [\"/a\"]\n"), &[]);
+    assert_eq!(key, "fingerprint.ignore");
+    assert!(reason.contains("has no json: part"), "{reason}");
+    let (key, reason) = key_and_reason(&format!("{MINIMAL}\n[fingerprint]\nsource = []\n"), &[]);
+    assert_eq!(key, "fingerprint.source");
+    assert!(reason.contains("empty list"), "{reason}");
+}

@@ -148,8 +148,8 @@ impl Filter {
         Ok(Filter {
             policy: Policy::of(&cfg),
             fingerprinter: match &cfg.input.routed_from {
-                Some(topic) => Fingerprinter::new(cfg.fingerprint.source.clone()).with_stand_in(topic),
-                None => Fingerprinter::new(cfg.fingerprint.source.clone()),
+                Some(topic) => Fingerprinter::new(cfg.fingerprint.identity()).with_stand_in(topic),
+                None => Fingerprinter::new(cfg.fingerprint.identity()),
             },
             producer: Arc::new(producer),
             side_producer,

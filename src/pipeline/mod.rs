@@ -186,7 +186,7 @@ pub fn identity_of(cfg: &Config) -> Identity {
         group_id: cfg.input.group_id.clone(),
         input_topic: cfg.input.topic.clone(),
         output_topic: cfg.output.topic.clone(),
-        source: cfg.fingerprint.source.to_string(),
+        source: cfg.fingerprint.identity().to_string(),
     }
 }
 
