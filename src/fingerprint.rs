@@ -223,7 +223,9 @@ impl<'de> Deserialize<'de> for Source {
         impl<'de> serde::de::Visitor<'de> for V {
             type Value = Source;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a fingerprint source (value | key | key_value | header:NAME | json:/POINTER) or a list of them")
+                f.write_str(
+                    "a fingerprint source (value | key | key_value | header:NAME | json:/POINTER) or a list of them",
+                )
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Source, E> {
                 Source::try_from(v.to_string()).map_err(E::custom)
@@ -347,7 +349,9 @@ impl fmt::Display for Source {
             }
             Source::Ignoring { source, ignore } => {
                 let inner = match source.as_ref() {
-                    Source::Composite(parts) => serde_json::Value::Array(parts.iter().map(|p| p.to_string().into()).collect()),
+                    Source::Composite(parts) => {
+                        serde_json::Value::Array(parts.iter().map(|p| p.to_string().into()).collect())
+                    }
                     one => serde_json::Value::String(one.to_string()),
                 };
                 let form = IgnoringForm {
@@ -556,9 +560,10 @@ impl Fingerprinter {
     /// A fingerprinter for `source`.
     pub fn new(source: Source) -> Self {
         let (reads, ignore) = match &source {
-            Source::Ignoring { source: inner, ignore } => {
-                (inner.as_ref().clone(), ignore.iter().map(|p| pointer_tokens(p)).collect())
-            }
+            Source::Ignoring { source: inner, ignore } => (
+                inner.as_ref().clone(),
+                ignore.iter().map(|p| pointer_tokens(p)).collect(),
+            ),
             other => (other.clone(), Vec::new()),
         };
         let mut f = Fingerprinter::reading(reads, &ignore);
@@ -575,7 +580,10 @@ impl Fingerprinter {
             _ => Vec::new(),
         };
         let parts = match &reads {
-            Source::Composite(parts) => parts.iter().map(|p| Fingerprinter::reading(p.clone(), ignore)).collect(),
+            Source::Composite(parts) => parts
+                .iter()
+                .map(|p| Fingerprinter::reading(p.clone(), ignore))
+                .collect(),
             _ => Vec::new(),
         };
         // The members below this part's target, relative to it (`Source::ignoring` refuses a

@@ -598,7 +598,8 @@ fn several_fields_are_one_identity_and_ignored_fields_do_not_count() {
     .collect();
     kafka().produce_raw(&input, 0, &records);
     let mut spec = FilterSpec::new(&input, &output, dir.path());
-    spec.fingerprint = "[fingerprint]\nsource = [\"json:/tenant_id\", \"json:/event_id\"]\nignore = [\"/processed_at\"]\n".into();
+    spec.fingerprint =
+        "[fingerprint]\nsource = [\"json:/tenant_id\", \"json:/event_id\"]\nignore = [\"/processed_at\"]\n".into();
     let mut filter = spec.start(dir.path());
     filter.wait_metric(CONSUMED, &[], 5.0, Duration::from_secs(60));
     filter.wait_metric(FORWARDED, &[], 4.0, Duration::from_secs(60));
@@ -613,10 +614,18 @@ fn several_fields_are_one_identity_and_ignored_fields_do_not_count() {
         1.0,
         "{scrape}"
     );
-    let doc = |v: &str| v.replace('"', "%22").replace('{', "%7B").replace('}', "%7D").replace(':', "%3A");
+    let doc = |v: &str| {
+        v.replace('"', "%22")
+            .replace('{', "%7B")
+            .replace('}', "%7D")
+            .replace(':', "%3A")
+    };
     let (code, body) = http_get(
         &filter.http,
-        &format!("/store/lookup?value={}", doc(r#"{"event_id":"e2","tenant_id":"t1","processed_at":"x"}"#)),
+        &format!(
+            "/store/lookup?value={}",
+            doc(r#"{"event_id":"e2","tenant_id":"t1","processed_at":"x"}"#)
+        ),
     )
     .unwrap();
     assert_eq!(code, 200, "{body}");

@@ -40,7 +40,10 @@ fn filter_once(prefix: &str, source: &str, records: &[Raw], forwarded: usize) ->
     filter.wait_metric(FORWARDED, &[], forwarded as f64, Duration::from_secs(60));
     let scrape = filter.scrape();
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = kafka().read_forwarded(&output, 1, &input).remove(&0).unwrap_or_default();
+    let out = kafka()
+        .read_forwarded(&output, 1, &input)
+        .remove(&0)
+        .unwrap_or_default();
     (scrape, out)
 }
 
@@ -156,7 +159,10 @@ fn deep_json_is_not_json_and_cannot_take_the_service_down() {
     assert_eq!(http_get(&filter.http, "/healthz").map(|(c, _)| c), Some(200));
 
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = kafka().read_forwarded(&output, 1, &input).remove(&0).unwrap_or_default();
+    let out = kafka()
+        .read_forwarded(&output, 1, &input)
+        .remove(&0)
+        .unwrap_or_default();
     let want: Vec<Raw> = [0, 1, 2, 3, 4, 7].iter().map(|i| records[*i].clone()).collect();
     assert_eq!(out, want);
 }
@@ -203,7 +209,10 @@ fn header_names_that_are_not_utf8() {
     assert_eq!(metric(&scrape, DROPPED, &[]), 1.0, "{scrape}");
     assert_eq!(unfingerprintable(&scrape, "absent"), 1.0, "{scrape}");
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = kafka().read_forwarded(&output, 1, &input).remove(&0).unwrap_or_default();
+    let out = kafka()
+        .read_forwarded(&output, 1, &input)
+        .remove(&0)
+        .unwrap_or_default();
     let want: Vec<Raw> = [0, 1, 2, 4].iter().map(|i| records[*i].clone()).collect();
     assert_eq!(out, want, "forwarded with their header names byte for byte");
 

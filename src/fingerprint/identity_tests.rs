@@ -27,12 +27,28 @@ const TENANT_EVENT: &str = r#"["json:/tenant_id","json:/event_id"]"#;
 fn a_tuple_is_one_identity() {
     let id = source(TENANT_EVENT);
     let a = fp(&id, r#"{"tenant_id":"t1","event_id":"e1","n":1}"#).unwrap();
-    assert_eq!(a, fp(&id, r#"{ "event_id": "e1", "n": 2, "tenant_id": "t1" }"#).unwrap(), "same tuple");
-    assert_ne!(a, fp(&id, r#"{"tenant_id":"t2","event_id":"e1"}"#).unwrap(), "other tenant");
-    assert_ne!(a, fp(&id, r#"{"tenant_id":"t1","event_id":"e2"}"#).unwrap(), "other event");
+    assert_eq!(
+        a,
+        fp(&id, r#"{ "event_id": "e1", "n": 2, "tenant_id": "t1" }"#).unwrap(),
+        "same tuple"
+    );
     assert_ne!(
         a,
-        fp(&source(r#"["json:/event_id","json:/tenant_id"]"#), r#"{"tenant_id":"t1","event_id":"e1"}"#).unwrap(),
+        fp(&id, r#"{"tenant_id":"t2","event_id":"e1"}"#).unwrap(),
+        "other tenant"
+    );
+    assert_ne!(
+        a,
+        fp(&id, r#"{"tenant_id":"t1","event_id":"e2"}"#).unwrap(),
+        "other event"
+    );
+    assert_ne!(
+        a,
+        fp(
+            &source(r#"["json:/event_id","json:/tenant_id"]"#),
+            r#"{"tenant_id":"t1","event_id":"e1"}"#
+        )
+        .unwrap(),
         "the parts' order is part of the identity"
     );
     // No part's bytes run into the next one.
@@ -48,8 +64,14 @@ fn key_with_a_header() {
     let f = Fingerprinter::new(id);
     let r = |k: &str, h: &str| rec(Some(k), Some("any"), &[("event-id", Some(h))]);
     assert_eq!(f.fingerprint(&r("k1", "e1")), f.fingerprint(&r("k1", "e1")));
-    assert_ne!(f.fingerprint(&r("k1", "e1")).unwrap(), f.fingerprint(&r("k2", "e1")).unwrap());
-    assert_ne!(f.fingerprint(&r("k1", "e1")).unwrap(), f.fingerprint(&r("k1", "e2")).unwrap());
+    assert_ne!(
+        f.fingerprint(&r("k1", "e1")).unwrap(),
+        f.fingerprint(&r("k2", "e1")).unwrap()
+    );
+    assert_ne!(
+        f.fingerprint(&r("k1", "e1")).unwrap(),
+        f.fingerprint(&r("k1", "e2")).unwrap()
+    );
 }
 
 /// A part without identity makes the record have none, with the part named; the metric label
@@ -63,7 +85,9 @@ fn a_missing_part_is_named() {
     let why = fp(&id, r#"{"event_id":"e1"}"#).unwrap_err();
     assert_eq!(why.reason(), "pointer_not_found");
     assert!(why.to_string().starts_with("part 1 (json:/tenant_id)"), "{why}");
-    let tombstone = Fingerprinter::new(id).fingerprint(&rec(Some("k"), None, &[])).unwrap_err();
+    let tombstone = Fingerprinter::new(id)
+        .fingerprint(&rec(Some("k"), None, &[]))
+        .unwrap_err();
     assert_eq!(tombstone.reason(), "absent");
 }
 
@@ -73,7 +97,10 @@ fn a_single_source_is_unchanged() {
     assert_eq!(source(r#"["json:/event_id"]"#), source("json:/event_id"));
     assert_eq!(Source::ignoring(source("value"), &[]).unwrap(), Source::Value);
     let doc = r#"{"event_id":"e1"}"#;
-    assert_eq!(fp(&source(r#"["json:/event_id"]"#), doc), fp(&source("json:/event_id"), doc));
+    assert_eq!(
+        fp(&source(r#"["json:/event_id"]"#), doc),
+        fp(&source("json:/event_id"), doc)
+    );
 }
 
 /// The text form kept in the store parses back to the same identity, for every kind.
@@ -93,7 +120,10 @@ fn text_forms_round_trip() {
         let text = id.to_string();
         assert_eq!(Source::try_from(text.clone()).unwrap(), id, "{text}");
     }
-    assert_eq!(ignoring.to_string(), r#"{"source":"json:","ignore":["/processed_at","/trace"]}"#);
+    assert_eq!(
+        ignoring.to_string(),
+        r#"{"source":"json:","ignore":["/processed_at","/trace"]}"#
+    );
     assert_eq!(source(TENANT_EVENT).to_string(), TENANT_EVENT);
 }
 
@@ -101,7 +131,11 @@ fn text_forms_round_trip() {
 fn bad_identities_are_refused_with_a_reason() {
     let err = |text: &str| Source::try_from(text.to_string()).unwrap_err().to_string();
     assert!(err("[]").contains("empty list"), "{}", err("[]"));
-    assert!(err(r#"["json:/a", ["key"]]"#).contains("[\"json:/a\""), "{}", err(r#"["json:/a", ["key"]]"#));
+    assert!(
+        err(r#"["json:/a", ["key"]]"#).contains("[\"json:/a\""),
+        "{}",
+        err(r#"["json:/a", ["key"]]"#)
+    );
     assert!(err(r#"["json:/a","nope"]"#).contains("\"nope\" is not a fingerprint source"));
     let ignoring = |s: &str, ignore: &[&str]| {
         Source::ignoring(source(s), &ignore.iter().map(|p| p.to_string()).collect::<Vec<_>>())
@@ -117,15 +151,41 @@ fn bad_identities_are_refused_with_a_reason() {
 #[test]
 fn ignored_members_do_not_count() {
     let id = Source::ignoring(source("json:"), &["/processed_at".into(), "/trace/span".into()]).unwrap();
-    let a = fp(&id, r#"{"id":7,"processed_at":"12:00","trace":{"span":"s1","root":"r"}}"#).unwrap();
+    let a = fp(
+        &id,
+        r#"{"id":7,"processed_at":"12:00","trace":{"span":"s1","root":"r"}}"#,
+    )
+    .unwrap();
     assert_eq!(
         a,
-        fp(&id, r#"{"trace":{"root":"r","span":"s2"},"id":7,"processed_at":"12:01"}"#).unwrap(),
+        fp(
+            &id,
+            r#"{"trace":{"root":"r","span":"s2"},"id":7,"processed_at":"12:01"}"#
+        )
+        .unwrap(),
         "a replay stamped again"
     );
-    assert_eq!(a, fp(&id, r#"{"id":7,"trace":{"root":"r"}}"#).unwrap(), "the members absent");
-    assert_ne!(a, fp(&id, r#"{"id":8,"processed_at":"12:00","trace":{"span":"s1","root":"r"}}"#).unwrap());
-    assert_ne!(a, fp(&id, r#"{"id":7,"processed_at":"12:00","trace":{"span":"s1","root":"x"}}"#).unwrap());
+    assert_eq!(
+        a,
+        fp(&id, r#"{"id":7,"trace":{"root":"r"}}"#).unwrap(),
+        "the members absent"
+    );
+    assert_ne!(
+        a,
+        fp(
+            &id,
+            r#"{"id":8,"processed_at":"12:00","trace":{"span":"s1","root":"r"}}"#
+        )
+        .unwrap()
+    );
+    assert_ne!(
+        a,
+        fp(
+            &id,
+            r#"{"id":7,"processed_at":"12:00","trace":{"span":"s1","root":"x"}}"#
+        )
+        .unwrap()
+    );
     // Without `ignore`, the stamp is part of the event.
     assert_ne!(
         fp(&source("json:"), r#"{"id":7,"processed_at":"12:00"}"#).unwrap(),
@@ -143,8 +203,14 @@ fn ignore_below_a_target_and_in_arrays() {
     )
     .unwrap();
     let a = fp(&id, r#"{"tenant":"t","event":{"id":1,"seen_at":1,"tags":["x","y"]}}"#).unwrap();
-    assert_eq!(a, fp(&id, r#"{"tenant":"t","event":{"id":1,"seen_at":2,"tags":["z","y"]}}"#).unwrap());
-    assert_ne!(a, fp(&id, r#"{"tenant":"t","event":{"id":1,"seen_at":2,"tags":["x","w"]}}"#).unwrap());
+    assert_eq!(
+        a,
+        fp(&id, r#"{"tenant":"t","event":{"id":1,"seen_at":2,"tags":["z","y"]}}"#).unwrap()
+    );
+    assert_ne!(
+        a,
+        fp(&id, r#"{"tenant":"t","event":{"id":1,"seen_at":2,"tags":["x","w"]}}"#).unwrap()
+    );
 }
 
 proptest::proptest! {
