@@ -33,12 +33,13 @@ fn wait_committed_at(kafka: &Broker, group: &str, topic: &str, offset: i64, f: &
     }
 }
 
-/// `partitioning = "key"` over 520 output partitions: one generation's output positions alone
-/// (520 entries) are over 4,000 bytes, so the full metadata (three generations) is far over the
-/// broker's 4096-byte `offset.metadata.max.bytes`. The commit goes through in the elided form
-/// (`metadata::CheckpointMeta::encode`), and a restart without its store finds the generations
-/// by record time: the replays of everything forwarded are dropped, new records forwarded.
-/// (The commit is the clean hand-over's; its metadata is encoded as a periodic checkpoint's.)
+/// `partitioning = "key"` over 520 output partitions: the one live generation's output positions
+/// (520 entries, about 4,100 bytes with the other fields) are over the broker's 4096-byte
+/// `offset.metadata.max.bytes`, which refuses such a commit (`OFFSET_METADATA_TOO_LARGE`: checked
+/// by committing the full form on purpose). The commit goes through in the elided form
+/// (`metadata::CheckpointMeta::encode`), and a restart without its store finds the generation by
+/// record time: the replays of everything forwarded are dropped, new records forwarded. (The
+/// commit is the clean hand-over's; its metadata is encoded as a periodic checkpoint's.)
 #[test]
 fn offset_metadata_over_the_brokers_limit_is_committed_elided_and_recovers() {
     let kafka = Broker::kafka();
