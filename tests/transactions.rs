@@ -1,11 +1,14 @@
-//! Case 6 of issue 3: `delivery = "transactional"` against the test broker that accepts
-//! transactions (the prebuilt tansu of `scripts/test.sh`, a separate process). Checked: each
-//! checkpoint commits the output records and the input offsets in one transaction, and the
-//! committed offset matches what the committed transactions hold; a process frozen inside a
-//! transaction (SIGSTOP: a zombie) is fenced when a replacement starts with the same
-//! transactional id, and stops with an error instead of committing. Not checkable here: that a
-//! read_committed reader never sees the aborted transaction's records (neither test broker
-//! filters them; see the README).
+//! `delivery = "transactional"` and transactional input on Apache Kafka (the suite's broker),
+//! whose transactions are real: read_committed readers never get an aborted transaction's
+//! records, the last stable offset holds them back while a transaction is open, producer fencing
+//! aborts a fenced producer's open transaction. Checked (issue 3 case 6, issue 14 case 9, issue 21
+//! cases 1 and 2): each checkpoint commits the output records and the input offsets in one
+//! transaction, and the committed offset matches what the committed transactions hold; a process
+//! frozen inside a transaction (SIGSTOP: a zombie) is fenced when a replacement starts with the
+//! same transactional id, and stops with an error instead of committing; a read_committed reader
+//! of the output never sees the records of a transaction aborted by a crash or a SIGKILL; an input
+//! written by a transactional upstream is read up to its last stable offset, without its aborted
+//! records, across its transaction markers.
 
 mod common;
 
@@ -25,11 +28,10 @@ fn committed_offset(kafka: &Broker, group: &str, topic: &str) -> Option<i64> {
 }
 
 /// Checks the output of a run in which a zombie was frozen inside a transaction and replaced:
-/// it must read `0..r` (the zombie's committed transactions, `r` >= `frozen_committed`, the
-/// offset the replacement resumed at), then the zombie's open transaction `r..r+k` (aborted by
-/// the fencing; `k` may be 0, and this broker does not hide aborted records from read_committed
-/// readers, Apache Kafka would), then the replacement's `r..end`, and nothing after it: a fenced
-/// zombie adds nothing. Returns (`r`, `k`).
+/// read_uncommitted, it must read `0..r` (the zombie's committed transactions, `r` >=
+/// `frozen_committed`, the offset the replacement resumed at), then the zombie's open transaction
+/// `r..r+k` (aborted by the fencing; `k` may be 0), then the replacement's `r..end`, and nothing
+/// after it: a fenced zombie adds nothing. Returns (`r`, `k`).
 fn zombie_and_replacement(out: &[u64], frozen_committed: u64, end: u64) -> (u64, u64) {
     let Some(i) = out.iter().enumerate().position(|(i, v)| *v != i as u64) else {
         assert_eq!(out.len() as u64, end, "{out:?}");
@@ -112,8 +114,7 @@ fn transactional_checkpoints_crash_and_fencing() {
     other.store = dir.path().join("store-replacement");
     let mut replacement = other.start(dir.path());
     writer.join().unwrap();
-    // The input was written without transactions: its end is the record count (this broker's
-    // high watermark is wrong when the last batch holds several records, so it is not asked).
+    // The input was written without transactions: its end is the record count.
     let end = records.len() as i64;
     let deadline = Instant::now() + Duration::from_secs(120);
     while committed_offset(&kafka, &spec.group, &input) != Some(end) {
@@ -138,30 +139,17 @@ fn transactional_checkpoints_crash_and_fencing() {
     );
     assert!(replacement.terminate().success(), "{}", replacement.logs());
     assert_eq!(committed_offset(&kafka, &spec.group, &input), Some(end));
+    // read_committed: exact; read_uncommitted: the zombie's aborted transaction is in the log.
     let out = kafka.read_values(&output, 1);
-    let (resumed, aborted) = zombie_and_replacement(&out[&0], frozen_committed as u64, end as u64);
+    assert_eq!(out[&0], (0..end as u64).collect::<Vec<u64>>(), "read_committed");
+    let log: Vec<u64> = read_seen(&kafka, &output, 1, "read_uncommitted")[&0].iter().map(|s| s.value).collect();
+    let (resumed, aborted) = zombie_and_replacement(&log, frozen_committed as u64, end as u64);
     eprintln!(
         "zombie frozen with {frozen_committed} committed; the replacement resumed at {resumed}; \
          {aborted} records of the zombie's aborted transaction in the log"
     );
 }
 
-/// Writes `values` to partition 0 of `topic`, one record per batch (this broker's high
-/// watermark is only right when a partition's last batch holds one record).
-fn produce_one_by_one(kafka: &Broker, topic: &str, values: std::ops::Range<u64>) {
-    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-    let mut c = kafka.client();
-    c.set("linger.ms", "0");
-    let producer: ThreadedProducer<_> = c.create().unwrap();
-    for v in values {
-        let text = v.to_string();
-        producer
-            .send(BaseRecord::to(topic).partition(0).key(&text).payload(&text))
-            .map_err(|(e, _)| e)
-            .unwrap();
-        producer.flush(Duration::from_secs(10)).unwrap();
-    }
-}
 
 /// Issue 14, case 9: transactional mode with `input.start = "latest"`, killed before its first
 /// checkpoint. The first start begins at the input's end (50); records 50..100 arrive, some are
@@ -175,7 +163,7 @@ fn a_first_start_at_latest_killed_before_its_first_checkpoint_resumes_where_it_b
     let (input, output) = (unique("txl-in"), unique("txl-out"));
     kafka.create_topic(&input, 1);
     kafka.create_topic(&output, 1);
-    produce_one_by_one(&kafka, &input, 0..50);
+    produce_values_to(&kafka, &input, 0, &(0..50).collect::<Vec<u64>>());
     let mut spec = FilterSpec::on(kafka.clone(), &input, &output, dir.path()).killable();
     spec.interval = "1h";
     spec.env.extend([
@@ -189,7 +177,7 @@ fn a_first_start_at_latest_killed_before_its_first_checkpoint_resumes_where_it_b
         .push(("KAFKA_DEDUP_CRASH_AT".to_string(), "after-ack:20".to_string()));
     let mut first = crashing.start(dir.path());
     first.wait_ready(Duration::from_secs(90));
-    produce_one_by_one(&kafka, &input, 50..100);
+    produce_values_to(&kafka, &input, 0, &(50..100).collect::<Vec<u64>>());
     let status = first.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", first.logs());
 
@@ -206,14 +194,12 @@ fn a_first_start_at_latest_killed_before_its_first_checkpoint_resumes_where_it_b
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(again.terminate().success(), "{}", again.logs());
-    // The aborted transaction's records stay visible on this broker; after them, 50..100 once.
+    // read_committed: 50..100 once, none of the first start's aborted transaction, nothing
+    // before the first start.
     let out = kafka.read_values(&output, 1)[&0].clone();
-    let tail: Vec<u64> = out.iter().rev().take(50).rev().copied().collect();
-    assert_eq!(tail, (50..100).collect::<Vec<u64>>(), "{out:?}\n{}", again.logs());
-    assert!(
-        out.iter().all(|v| (50..100).contains(v)),
-        "nothing before the first start: {out:?}"
-    );
+    assert_eq!(out, (50..100).collect::<Vec<u64>>(), "{}", again.logs());
+    let log = read_seen(&kafka, &output, 1, "read_uncommitted")[&0].len();
+    assert!(log > 50, "the first start's aborted transaction is in the log: {log} records");
 }
 
 /// One output record as a reader of the output sees it: its output offset, its value (decimal
