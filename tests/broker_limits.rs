@@ -72,12 +72,23 @@ fn offset_metadata_over_the_brokers_limit_is_committed_elided_and_recovers() {
     let mut again = spec.start(dir.path());
     again.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(90));
     let scrape = again.scrape();
-    assert_eq!(metric(&scrape, "kafka_dedup_store_rebuilds_total", &["reason=\"missing\""]), 1.0);
+    assert_eq!(
+        metric(&scrape, "kafka_dedup_store_rebuilds_total", &["reason=\"missing\""]),
+        1.0
+    );
     assert!(again.terminate().success(), "{}", again.logs());
-    assert_eq!(metric(&scrape, FORWARDED, &[]), 100.0, "the replays dropped:\n{}", again.logs());
+    assert_eq!(
+        metric(&scrape, FORWARDED, &[]),
+        100.0,
+        "the replays dropped:\n{}",
+        again.logs()
+    );
     let (offset, meta) = kafka.committed(&spec.group, &input, 1)[&0].clone();
     assert_eq!(offset, Some(700));
-    assert!(CheckpointMeta::decode(&meta).is_some_and(|m| m.elided.is_some()), "{meta}");
+    assert!(
+        CheckpointMeta::decode(&meta).is_some_and(|m| m.elided.is_some()),
+        "{meta}"
+    );
     let mut values: Vec<u64> = kafka.read_values(&output, OUT).into_values().flatten().collect();
     values.sort_unstable();
     assert_eq!(values, (0..400).collect::<Vec<u64>>());
@@ -109,7 +120,10 @@ fn retention_past_the_committed_offset_resumes_at_the_log_start() {
     let admin: AdminClient<DefaultClientContext> = kafka.client().create().unwrap();
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(&input, 0, Offset::Offset(150)).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let res = rt
         .block_on(admin.delete_records(&tpl, &AdminOptions::new()))
         .expect("DeleteRecords");
@@ -149,9 +163,10 @@ fn a_compacted_output_refuses_a_record_without_key() {
     let logs = f.logs();
     assert_eq!(status.code(), Some(1), "{logs}");
     assert!(
-        logs.lines().any(|l| l.contains("the output refused a record without a key")
-            && l.contains("cleanup.policy = compact")
-            && l.contains("offset=5")),
+        logs.lines()
+            .any(|l| l.contains("the output refused a record without a key")
+                && l.contains("cleanup.policy = compact")
+                && l.contains("offset=5")),
         "the key-less record and the cause are named:\n{logs}"
     );
     let committed = committed_offset(&kafka, &spec.group, &input).unwrap_or(0);
@@ -159,9 +174,31 @@ fn a_compacted_output_refuses_a_record_without_key() {
 
     let admin: AdminClient<DefaultClientContext> = kafka.client().create().unwrap();
     let config = AlterConfig::new(ResourceSpecifier::Topic(&output)).set("cleanup.policy", "delete");
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    for r in rt.block_on(admin.alter_configs(&[config], &AdminOptions::new())).expect("AlterConfigs") {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for r in rt
+        .block_on(admin.alter_configs(&[config], &AdminOptions::new()))
+        .expect("AlterConfigs")
+    {
         r.unwrap_or_else(|(t, e)| panic!("alter {t:?}: {e}"));
+    }
+    // The broker applies the change from its metadata log, after AlterConfigs answered.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let described = rt
+            .block_on(admin.describe_configs(&[ResourceSpecifier::Topic(&output)], &AdminOptions::new()))
+            .expect("DescribeConfigs");
+        let policy = described[0]
+            .as_ref()
+            .ok()
+            .and_then(|c| c.get("cleanup.policy").and_then(|e| e.value.clone()));
+        if policy.as_deref() == Some("delete") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "cleanup.policy still {policy:?}");
+        std::thread::sleep(Duration::from_millis(100));
     }
     let deadline = Instant::now() + Duration::from_secs(90);
     let mut again = spec.start(dir.path());

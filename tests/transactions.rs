@@ -142,14 +142,16 @@ fn transactional_checkpoints_crash_and_fencing() {
     // read_committed: exact; read_uncommitted: the zombie's aborted transaction is in the log.
     let out = kafka.read_values(&output, 1);
     assert_eq!(out[&0], (0..end as u64).collect::<Vec<u64>>(), "read_committed");
-    let log: Vec<u64> = read_seen(&kafka, &output, 1, "read_uncommitted")[&0].iter().map(|s| s.value).collect();
+    let log: Vec<u64> = read_seen(&kafka, &output, 1, "read_uncommitted")[&0]
+        .iter()
+        .map(|s| s.value)
+        .collect();
     let (resumed, aborted) = zombie_and_replacement(&log, frozen_committed as u64, end as u64);
     eprintln!(
         "zombie frozen with {frozen_committed} committed; the replacement resumed at {resumed}; \
          {aborted} records of the zombie's aborted transaction in the log"
     );
 }
-
 
 /// Issue 14, case 9: transactional mode with `input.start = "latest"`, killed before its first
 /// checkpoint. The first start begins at the input's end (50); records 50..100 arrive, some are
@@ -199,7 +201,10 @@ fn a_first_start_at_latest_killed_before_its_first_checkpoint_resumes_where_it_b
     let out = kafka.read_values(&output, 1)[&0].clone();
     assert_eq!(out, (50..100).collect::<Vec<u64>>(), "{}", again.logs());
     let log = read_seen(&kafka, &output, 1, "read_uncommitted")[&0].len();
-    assert!(log > 50, "the first start's aborted transaction is in the log: {log} records");
+    assert!(
+        log > 50,
+        "the first start's aborted transaction is in the log: {log} records"
+    );
 }
 
 /// One output record as a reader of the output sees it: its output offset, its value (decimal
@@ -269,7 +274,7 @@ fn with_replays(range: std::ops::Range<u64>) -> Vec<u64> {
     let mut out = Vec::new();
     for v in range.clone() {
         out.push(v);
-        if (v + 1 - range.start) % 100 == 0 {
+        if (v + 1 - range.start).is_multiple_of(100) {
             out.extend(v + 1 - 30..=v);
         }
     }
@@ -350,7 +355,9 @@ fn a_read_committed_reader_never_sees_an_aborted_transaction() {
     // then 400..800; it aborts at its 1,000th acknowledgement: past the 800 first copies of
     // phase one, so inside a transaction that began after a commit.
     let mut crashing = spec.clone();
-    crashing.env.push(("KAFKA_DEDUP_CRASH_AT".into(), "after-ack:1000".into()));
+    crashing
+        .env
+        .push(("KAFKA_DEDUP_CRASH_AT".into(), "after-ack:1000".into()));
     let mut a = crashing.start(dir.path());
     a.wait_ready(Duration::from_secs(90));
     write(0..400);
@@ -382,7 +389,11 @@ fn a_read_committed_reader_never_sees_an_aborted_transaction() {
     };
     let deadline = Instant::now() + Duration::from_secs(90);
     while phase_three(&read_seen(&kafka, &output, P, "read_uncommitted")) < 2 * 200 {
-        assert!(b.running() && Instant::now() < deadline, "run B did not forward 800..1000:\n{}", b.logs());
+        assert!(
+            b.running() && Instant::now() < deadline,
+            "run B did not forward 800..1000:\n{}",
+            b.logs()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(phase_three(&read_seen(&kafka, &output, P, "read_committed")), 0);
@@ -393,7 +404,11 @@ fn a_read_committed_reader_never_sees_an_aborted_transaction() {
     let end = 1000 + 10 * 30; // values and replays per partition
     let deadline = Instant::now() + Duration::from_secs(90);
     while !committed_all(end) {
-        assert!(Instant::now() < deadline, "run C did not commit to {end}:\n{}", c.logs());
+        assert!(
+            Instant::now() < deadline,
+            "run C did not commit to {end}:\n{}",
+            c.logs()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -415,7 +430,10 @@ fn a_read_committed_reader_never_sees_an_aborted_transaction() {
             .filter(|s| !committed_offsets.contains(&s.offset))
             .collect();
         for s in &extra {
-            assert!(got.contains(&(s.input_offset, s.value)), "partition {p}: {s:?} is no copy of a committed record");
+            assert!(
+                got.contains(&(s.input_offset, s.value)),
+                "partition {p}: {s:?} is no copy of a committed record"
+            );
         }
         aborted += extra.len();
     }
@@ -509,13 +527,27 @@ fn a_transactional_upstreams_open_and_aborted_transactions() {
     let lso = 51; // 0..50 and their commit marker
     let deadline = Instant::now() + Duration::from_secs(30);
     while committed_offset(&kafka, &spec.group, &input) != Some(lso) {
-        assert!(Instant::now() < deadline, "committed {:?}:\n{}", committed_offset(&kafka, &spec.group, &input), f.logs());
+        assert!(
+            Instant::now() < deadline,
+            "committed {:?}:\n{}",
+            committed_offset(&kafka, &spec.group, &input),
+            f.logs()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let ok = "result=\"ok\"";
     let checkpoints = metric(&f.scrape(), "kafka_dedup_checkpoints_total", &[ok]);
-    f.wait_metric("kafka_dedup_checkpoints_total", &[ok], checkpoints + 3.0, Duration::from_secs(30));
-    assert_eq!(metric(&f.scrape(), FORWARDED, &[]), 50.0, "nothing past the last stable offset");
+    f.wait_metric(
+        "kafka_dedup_checkpoints_total",
+        &[ok],
+        checkpoints + 3.0,
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        metric(&f.scrape(), FORWARDED, &[]),
+        50.0,
+        "nothing past the last stable offset"
+    );
     assert_eq!(committed_offset(&kafka, &spec.group, &input), Some(lso));
 
     held.abort_transaction(Duration::from_secs(30)).unwrap();
@@ -526,7 +558,12 @@ fn a_transactional_upstreams_open_and_aborted_transactions() {
     assert_eq!(end, 150 + 50 + 4);
     let deadline = Instant::now() + Duration::from_secs(60);
     while committed_offset(&kafka, &spec.group, &input) != Some(end) {
-        assert!(Instant::now() < deadline, "committed {:?}, end {end}:\n{}", committed_offset(&kafka, &spec.group, &input), f.logs());
+        assert!(
+            Instant::now() < deadline,
+            "committed {:?}, end {end}:\n{}",
+            committed_offset(&kafka, &spec.group, &input),
+            f.logs()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let lag = "kafka_dedup_consumer_lag_records";
@@ -542,7 +579,10 @@ fn a_transactional_upstreams_open_and_aborted_transactions() {
     assert_eq!(metric(&f.scrape(), FORWARDED, &[]), 150.0);
     assert!(f.terminate().success(), "{}", f.logs());
     for isolation in ["read_committed", "read_uncommitted"] {
-        let values: Vec<u64> = read_seen(&kafka, &output, 1, isolation)[&0].iter().map(|s| s.value).collect();
+        let values: Vec<u64> = read_seen(&kafka, &output, 1, isolation)[&0]
+            .iter()
+            .map(|s| s.value)
+            .collect();
         assert_eq!(values, (0..150).collect::<Vec<u64>>(), "{isolation}");
     }
 }
