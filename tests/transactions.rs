@@ -261,8 +261,8 @@ fn read_seen(kafka: &Broker, topic: &str, partitions: i32, isolation: &str) -> B
     out
 }
 
-/// Writes `values` to partition `p` of `topic` (key and value: the decimal text) through an
-/// idempotent producer, in order, and waits for them.
+/// Writes `values` to partition `p` of `topic` (key and value: the decimal text), in order, and
+/// waits for them.
 fn produce_values_to(kafka: &Broker, topic: &str, p: i32, values: &[u64]) {
     let records: Vec<(i32, u64)> = values.iter().map(|v| (p, *v)).collect();
     kafka.produce_values(topic, &records, Duration::ZERO);
@@ -344,29 +344,34 @@ fn a_read_committed_reader_never_sees_an_aborted_transaction() {
         let c = kafka.committed(&spec.group, &input, P);
         (0..P).all(|p| c[&p].0 == Some(at))
     };
-    let write = |range: std::ops::Range<u64>| {
-        for p in 0..P {
-            let base = p as u64 * 1_000_000;
-            produce_values_to(&kafka, &input, p, &with_replays(base + range.start..base + range.end));
-        }
+    // Both partitions' writes of `range` (with replays), interleaved, spread over `over`.
+    let write = |range: std::ops::Range<u64>, over: Duration| {
+        let per: Vec<Vec<u64>> = (0..P as u64)
+            .map(|p| with_replays(p * 1_000_000 + range.start..p * 1_000_000 + range.end))
+            .collect();
+        let records: Vec<(i32, u64)> = (0..per[0].len())
+            .flat_map(|i| per.iter().enumerate().map(move |(p, vs)| (p as i32, vs[i])))
+            .collect();
+        kafka.produce_values(&input, &records, over);
     };
 
     // Run A: 0..400 (520 records per partition with the replays) committed in a transaction,
-    // then 400..800; it aborts at its 1,000th acknowledgement: past the 800 first copies of
-    // phase one, so inside a transaction that began after a commit.
+    // then 400..800 over 3 s (checkpoints fall due while records are in flight); it aborts at its
+    // 1,500th acknowledgement: past the 800 first copies of phase one, so inside a transaction
+    // that began after a commit.
     let mut crashing = spec.clone();
     crashing
         .env
-        .push(("KAFKA_DEDUP_CRASH_AT".into(), "after-ack:1000".into()));
+        .push(("KAFKA_DEDUP_CRASH_AT".into(), "after-ack:1500".into()));
     let mut a = crashing.start(dir.path());
     a.wait_ready(Duration::from_secs(90));
-    write(0..400);
+    write(0..400, Duration::ZERO);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !committed_all(520) {
         assert!(Instant::now() < deadline, "run A committed nothing:\n{}", a.logs());
         std::thread::sleep(Duration::from_millis(50));
     }
-    write(400..800);
+    write(400..800, Duration::from_secs(3));
     let status = a.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", a.logs());
     assert!(a.logs().contains("crash point after-ack reached"), "{}", a.logs());
@@ -375,7 +380,7 @@ fn a_read_committed_reader_never_sees_an_aborted_transaction() {
     let mut slow = spec.clone();
     slow.interval = "1h";
     let mut b = slow.start(dir.path());
-    write(800..1000);
+    write(800..1000, Duration::ZERO);
     // Phase three's values are all in the log (read_uncommitted) before the SIGKILL, and none
     // is visible to a read_committed reader: the last stable offset holds them back.
     let phase_three = |seen: &BTreeMap<i32, Vec<Seen>>| -> usize {
