@@ -35,10 +35,12 @@
 //! [`status`] (`/readyz`), [`topics`] (topics deleted or recreated while running), [`inspect`]
 //! and [`migrate`] (store tools), [`audit`] (did it work: duplicates, lost records and order,
 //! read from the topics), [`demo`] and [`scenario`]
-//! (the seed scenario). The design: `docs/ARCHITECTURE.md`.
+//! (the seed scenario), [`connect`] (`check-config --connect`: what the brokers say). The
+//! design: `docs/ARCHITECTURE.md`.
 
 pub mod audit;
 pub mod config;
+pub mod connect;
 pub mod crash;
 pub mod demo;
 pub mod fingerprint;

@@ -44,7 +44,8 @@ fn a_lookup_flood_is_refused_past_the_queue_and_forwarding_goes_on() {
     let (answered, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let clients: Vec<_> = (0..64)
         .map(|i| {
-            let (stop, answered, refused, http) = (stop.clone(), answered.clone(), refused.clone(), filter.http.clone());
+            let (stop, answered, refused, http) =
+                (stop.clone(), answered.clone(), refused.clone(), filter.http.clone());
             std::thread::spawn(move || {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -65,7 +66,11 @@ fn a_lookup_flood_is_refused_past_the_queue_and_forwarding_goes_on() {
     let mut peak = 0;
     loop {
         peak = peak.max(rss_bytes(filter.pid()));
-        assert!(peak < RSS_BOUND, "RSS {peak} bytes during the flood:\n{}", filter.logs());
+        assert!(
+            peak < RSS_BOUND,
+            "RSS {peak} bytes during the flood:\n{}",
+            filter.logs()
+        );
         let forwarded = metric(&filter.scrape(), FORWARDED, &[]);
         if forwarded >= 20_000.0 && refused.load(Ordering::Relaxed) > 0 {
             break;

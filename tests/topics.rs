@@ -105,3 +105,86 @@ fn a_side_topic_deleted_and_recreated_is_named() {
 fn a_route_topic_deleted_and_recreated_is_named() {
     deleted_and_recreated(Kind::Route, tempfile::tempdir().unwrap().path());
 }
+
+/// Runs `kafka-dedup check-config --connect` on `toml`; (exit code, stderr).
+fn check_connect(dir: &Path, toml: &str) -> (Option<i32>, String) {
+    let path = dir.join("check.toml");
+    std::fs::write(&path, toml).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        .args(["check-config", "--connect", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A configuration for `broker` naming `input`, `output` and `extra` TOML in `[output]`.
+fn connect_toml(broker: &str, input: &str, output: &str, extra: &str) -> String {
+    format!(
+        "[kafka]\nbootstrap_servers = \"{broker}\"\n[input]\ntopic = \"{input}\"\ngroup_id = \"{}\"\n[output]\ntopic = \"{output}\"\n{extra}",
+        unique("check-group")
+    )
+}
+
+/// Issue 23 item 8: `check-config --connect` on topics that fit: exit 0, each check said.
+#[test]
+fn check_config_connect_passes_on_topics_that_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let [input, output, dups] = ["in", "out", "dups"].map(|t| unique(&format!("check-{t}")));
+    for t in [&input, &output, &dups] {
+        kafka().create_topic(t, 3);
+    }
+    let extra = format!("duplicates_topic = \"{dups}\"\n");
+    let (code, err) = check_connect(dir.path(), &connect_toml(&kafka().bootstrap, &input, &output, &extra));
+    assert_eq!(code, Some(0), "{err}");
+    for t in [&input, &output, &dups] {
+        assert!(
+            err.contains(&format!("ok: topic \"{t}\"")) && err.contains("3 partitions"),
+            "{err}"
+        );
+    }
+    assert!(err.contains("committed offsets fetched (0 of 3 partitions"), "{err}");
+    assert!(!err.contains("problem"), "{err}");
+    assert!(!err.contains("not checked"), "READ and WRITE checked: {err}");
+}
+
+/// Each problem named at once, exit 1: an output with fewer partitions than the input under
+/// `preserve`, a side topic that does not exist; a broker that does not answer; a configuration
+/// error is still exit 2, before anything connects.
+#[test]
+fn check_config_connect_names_each_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let [input, output, dups] = ["in", "out", "dups"].map(|t| unique(&format!("check-bad-{t}")));
+    kafka().create_topic(&input, 3);
+    kafka().create_topic(&output, 2);
+    let extra = format!("duplicates_topic = \"{dups}\"\n");
+    let (code, err) = check_connect(dir.path(), &connect_toml(&kafka().bootstrap, &input, &output, &extra));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "problem: output.topic \"{output}\" has 2 partitions, input.topic \"{input}\" 3"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "problem: topic \"{dups}\" (output.duplicates_topic) does not exist"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("2 problem(s) found"), "{err}");
+
+    let (code, err) = check_connect(dir.path(), &connect_toml("127.0.0.1:1", &input, &output, ""));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("problem: kafka.bootstrap_servers \"127.0.0.1:1\""),
+        "{err}"
+    );
+
+    let (code, err) = check_connect(
+        dir.path(),
+        &connect_toml(&kafka().bootstrap, &input, &output, "delivery = \"transactionl\"\n"),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("output.delivery"), "{err}");
+}
