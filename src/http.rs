@@ -57,11 +57,11 @@ impl StoreAccess {
         }
     }
 
-    /// `Ok` when `headers` may use the store routes, else the answer (401 or 403, with why).
-    fn check(&self, headers: &HeaderMap) -> Result<(), Response> {
+    /// `Ok` when `headers` may use the store routes, else the status (401 or 403) and why.
+    fn check(&self, headers: &HeaderMap) -> Result<(), (StatusCode, &'static str)> {
         match self {
             StoreAccess::Loopback => Ok(()),
-            StoreAccess::Closed => Err(error(
+            StoreAccess::Closed => Err((
                 StatusCode::FORBIDDEN,
                 "/store/* is served on a loopback http.listen only, unless http.store_token is set (README, \"Security\")",
             )),
@@ -74,7 +74,7 @@ impl StoreAccess {
                 if constant_time_eq(given.as_bytes(), token.as_bytes()) {
                     Ok(())
                 } else {
-                    Err(error(
+                    Err((
                         StatusCode::UNAUTHORIZED,
                         "/store/* needs Authorization: Bearer <http.store_token>",
                     ))
@@ -209,8 +209,8 @@ async fn ask<T>(
 
 /// `GET /store/stats`: `inspect stats --json` of the store on disk, plus the live partitions.
 async fn store_stats(State(s): State<HttpState>, headers: HeaderMap) -> Response {
-    if let Err(refused) = s.store_access.check(&headers) {
-        return refused;
+    if let Err((code, why)) = s.store_access.check(&headers) {
+        return error(code, why);
     }
     let Some(store) = s.status.store() else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "the store is not open yet");
@@ -231,8 +231,8 @@ async fn store_stats(State(s): State<HttpState>, headers: HeaderMap) -> Response
 /// that names no lookup (bad URL encoding included) is a 400 with the reason; so is a record that
 /// has no fingerprint (a deep or invalid JSON value, a null id, ...).
 async fn store_lookup(State(s): State<HttpState>, headers: HeaderMap, RawQuery(query): RawQuery) -> Response {
-    if let Err(refused) = s.store_access.check(&headers) {
-        return refused;
+    if let Err((code, why)) = s.store_access.check(&headers) {
+        return error(code, why);
     }
     let input = match LookupInput::from_query(query.as_deref().unwrap_or_default()) {
         Ok(i) => i,
@@ -271,15 +271,12 @@ mod tests {
         let t = StoreAccess::Token("s3cret".into());
         assert!(t.check(&bearer("Bearer s3cret")).is_ok());
         assert_eq!(
-            t.check(&bearer("Bearer s3cre")).unwrap_err().status(),
+            t.check(&bearer("Bearer s3cre")).unwrap_err().0,
             StatusCode::UNAUTHORIZED
         );
-        assert_eq!(
-            t.check(&HeaderMap::new()).unwrap_err().status(),
-            StatusCode::UNAUTHORIZED
-        );
+        assert_eq!(t.check(&HeaderMap::new()).unwrap_err().0, StatusCode::UNAUTHORIZED);
         let closed = StoreAccess::Closed.check(&bearer("Bearer s3cret")).unwrap_err();
-        assert_eq!(closed.status(), StatusCode::FORBIDDEN);
+        assert_eq!(closed.0, StatusCode::FORBIDDEN);
         assert!(StoreAccess::Loopback.check(&HeaderMap::new()).is_ok());
     }
 }

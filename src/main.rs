@@ -117,6 +117,7 @@ fn store_exit(e: &StoreError) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    kafka_dedup::crash::say_fatal_signals();
     match Cli::parse().command {
         Command::CheckConfig { config, connect } => check_config(&config, connect),
         Command::Run { config } => run(&config),

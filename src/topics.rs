@@ -145,6 +145,7 @@ fn describe(key: &str, topic: &str, c: &Change) -> String {
 /// Errors: the client cannot be created (the configuration was checked at start, so only a
 /// resource failure), in which case nothing is watched.
 pub fn watch(cfg: Arc<Config>, status: Arc<Status>, shutdown: Shutdown) -> Result<(), KafkaError> {
+    crate::crash::segv_point("segv");
     let client: BaseConsumer = kafka::reader_config(&cfg).create()?;
     let topics = watched(&cfg);
     let mut highest: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
@@ -185,10 +186,12 @@ mod tests {
         e.iter().copied().collect()
     }
 
-    /// Each row: the highest ends seen, the look now, the change expected.
+    /// A row: its name, the highest ends seen, the look now, the change expected.
+    type Row = (&'static str, BTreeMap<i32, i64>, Seen, Option<Change>);
+
     #[test]
     fn changes_follow_from_end_offsets_that_never_go_down() {
-        let rows: Vec<(&str, BTreeMap<i32, i64>, Seen, Option<Change>)> = vec![
+        let rows: Vec<Row> = vec![
             ("first look", ends(&[]), Seen::Ends(ends(&[(0, 5)])), None),
             ("first look, missing", ends(&[]), Seen::Missing, None),
             (

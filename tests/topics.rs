@@ -188,3 +188,20 @@ fn check_config_connect_names_each_problem() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("output.delivery"), "{err}");
 }
+
+/// A crash in native code (librdkafka's SIGSEGV of issue 23, simulated by the crash point `segv`
+/// on a thread of its own) says so on stderr and ends the process by that signal (exit 139).
+#[test]
+fn a_fatal_signal_is_not_silent() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("segv-in"), unique("segv-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.env.push((kafka_dedup::crash::ENV.into(), "segv".into()));
+    let mut f = spec.start(dir.path());
+    let status = f.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.signal(), Some(libc::SIGSEGV), "{status:?}\n{}", f.logs());
+    assert!(f.logs().contains("kafka-dedup: fatal signal SIGSEGV"), "{}", f.logs());
+}
