@@ -100,3 +100,77 @@ fn a_lookup_flood_is_refused_past_the_queue_and_forwarding_goes_on() {
     assert_eq!(out, 20_000, "every record forwarded once");
     assert!(filter.terminate().success(), "{}", filter.logs());
 }
+
+/// GET `path` from `addr` with `Authorization: Bearer token`; (status code, body).
+fn get_with_token(addr: &str, path: &str, token: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    )
+    .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    let code = buf.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (
+        code,
+        buf.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    )
+}
+
+/// With `http.store_token` set (by the environment, as a secret is), `/store/*` answer only a
+/// caller that sends it, even on a loopback address; `/metrics`, `/healthz` and `/readyz` need
+/// none; the token is not in the start-up log.
+#[test]
+fn store_routes_need_the_token_when_one_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("token-in"), unique("token-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.env
+        .push(("KAFKA_DEDUP__HTTP__STORE_TOKEN".into(), "s3cret-7f2a".into()));
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    for path in ["/store/lookup?value=1", "/store/stats"] {
+        let (code, body) = http_get(&filter.http, path).unwrap();
+        assert_eq!(code, 401, "{path}: {body}");
+        assert!(body.contains("http.store_token"), "{body}");
+        assert_eq!(get_with_token(&filter.http, path, "wrong").0, 401, "{path}");
+        let (code, body) = get_with_token(&filter.http, path, "s3cret-7f2a");
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+    for path in ["/metrics", "/healthz", "/readyz"] {
+        assert_eq!(http_get(&filter.http, path).map(|(c, _)| c), Some(200), "{path}");
+    }
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert!(!filter.logs().contains("s3cret-7f2a"), "the token was logged");
+}
+
+/// On `0.0.0.0` (the container image's address) without a token, `/store/*` answer 403 and the
+/// health and metrics routes stay open.
+#[test]
+fn store_routes_are_closed_on_all_interfaces_without_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("closed-in"), unique("closed-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    let port = free_port();
+    spec.env
+        .push(("KAFKA_DEDUP__HTTP__LISTEN".into(), format!("0.0.0.0:{port}")));
+    let mut filter = spec.start(dir.path());
+    filter.http = format!("127.0.0.1:{port}");
+    filter.wait_ready(Duration::from_secs(60));
+    for path in ["/store/lookup?value=1", "/store/stats"] {
+        let (code, body) = http_get(&filter.http, path).unwrap();
+        assert_eq!(code, 403, "{path}: {body}");
+        assert!(body.contains("loopback"), "{body}");
+    }
+    assert_eq!(http_get(&filter.http, "/metrics").map(|(c, _)| c), Some(200));
+    assert!(filter.terminate().success(), "{}", filter.logs());
+}
