@@ -534,6 +534,11 @@ pub struct HttpConfig {
     /// `host:port` for `/metrics`, `/healthz`, `/readyz` and `/store/...`. Empty: no HTTP server.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// A secret that `/store/stats` and `/store/lookup` require as `Authorization: Bearer TOKEN`.
+    /// Empty (the default): those routes answer only on a loopback `listen` address, and 403
+    /// elsewhere (`0.0.0.0`: the container image). A lookup tells whether a value was forwarded.
+    #[serde(default)]
+    pub store_token: String,
 }
 
 fn default_listen() -> String {
@@ -544,6 +549,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             listen: default_listen(),
+            store_token: String::new(),
         }
     }
 }
@@ -890,6 +896,9 @@ impl Config {
                 (k, PropertyValue::String(v))
             })
             .collect();
+        if !copy.http.store_token.is_empty() {
+            copy.http.store_token = "<redacted>".to_string();
+        }
         toml::to_string_pretty(&copy).unwrap_or_else(|e| format!("# cannot render configuration: {e}\n"))
     }
 }

@@ -79,6 +79,15 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
             let _ = http_stop_rx.await;
         })
         .await?;
+        {
+            // Topics deleted or created again while running: /readyz names them (issue 23).
+            let (cfg, status, shutdown) = (cfg.clone(), status.clone(), shutdown.clone());
+            std::thread::spawn(move || {
+                if let Err(e) = crate::topics::watch(cfg, status, shutdown) {
+                    warn!(error = %e, "topics are not watched for deletion");
+                }
+            });
+        }
         let signal_shutdown = shutdown.clone();
         tokio::spawn(async move {
             wait_for_signal().await;
@@ -162,6 +171,7 @@ async fn start_http(
     let state = HttpState {
         status: status.clone(),
         prometheus,
+        store_access: http::StoreAccess::of(&cfg.http.listen, &cfg.http.store_token),
     };
     Ok(Some(tokio::spawn(http::serve(listener, state, stop))))
 }

@@ -127,7 +127,7 @@ impl Filter {
         status: Arc<Status>,
         topics: TopicCounts,
     ) -> Result<Filter, RunError> {
-        let (live_tx, live) = mpsc::channel();
+        let (live_tx, live) = mpsc::sync_channel(crate::http::LIVE_QUEUE);
         status.set_live(live_tx);
         let (dtx, deliveries) = mpsc::channel();
         let producer: ThreadedProducer<DeliveryContext> =
