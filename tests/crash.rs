@@ -665,3 +665,69 @@ fn records_forwarded_across_buckets_before_a_crash_stay_inside_the_horizon() {
         "b and c re-taken, c's replay\n{scrape}"
     );
 }
+
+/// Issue 22 (low): a store snapshot that names the committed checkpoint but lists no generation
+/// (a damaged or hand-edited store) is a counted rebuild (`corrupt`), not a recovery worker that
+/// panics at every attempt. Run 1 forwards 0..100 and stops cleanly; the snapshot is rewritten
+/// with the same checkpoint and no generation; run 2 must rebuild from the output, drop the
+/// replays of 50..100 and forward 100..150.
+#[test]
+fn store_snapshot_without_generations_is_rebuilt() {
+    use kafka_dedup::store::{PartitionWrite, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("nogens-in"), unique("nogens-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    let first = values(0..100, 1);
+    let event_time = wall_ms();
+    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    wait_done(&spec, &input, 1, &filter);
+    assert!(filter.terminate().success(), "{}", filter.logs());
+
+    let store = Store::open_existing(&spec.store).unwrap();
+    let s = store.snapshot(0).unwrap().expect("a snapshot of partition 0");
+    assert!(!s.generations.is_empty());
+    store
+        .save(&[PartitionWrite {
+            partition: 0,
+            epoch: s.epoch,
+            ckpt: s.ckpt.clone(),
+            committed_offset: s.committed_offset,
+            out_covered: s.out_covered.clone(),
+            generations: Vec::new(),
+            clean: s.clean,
+            clock: s.clock,
+        }])
+        .unwrap();
+    drop(store);
+
+    let replays = values(50..100, 1);
+    let second = values(100..150, 1);
+    kafka().produce_values_at(&input, &replays, event_time);
+    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
+    let mut filter = spec.start(dir.path());
+    wait_done(&spec, &input, 1, &filter);
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(
+        metric(&scrape, REBUILDS, &["reason=\"corrupt\""]),
+        1.0,
+        "{scrape}\n{}",
+        filter.logs()
+    );
+    assert_eq!(
+        metric(&scrape, "kafka_dedup_recovery_panics_total", &[]),
+        0.0,
+        "{scrape}"
+    );
+    assert_eq!(metric(&scrape, DROPPED, &[]), 50.0, "{scrape}");
+    let all: Vec<_> = first
+        .iter()
+        .chain(replays.iter())
+        .chain(second.iter())
+        .copied()
+        .collect();
+    assert_once_in_order(&all, &output, 1, 150);
+}

@@ -178,6 +178,22 @@ pub enum Fatal {
         /// The input partitions lost.
         partitions: Vec<i32>,
     },
+    /// The recovery of a partition panicked `ownership::RECOVERY_PANICS_MAX` times in a row: a bug
+    /// that recurs at every attempt (issue 22). Retrying for ever would leave the partition
+    /// recovering, unnoticed; the process exits 1 with the panic's message instead.
+    #[error(
+        "recovery of partition {partition} panicked {panics} times in a row (a bug: please report it with the log; \
+         deleting the store directory makes the next start rebuild from the output topic, which helps if the \
+         store caused it): {error}"
+    )]
+    RecoveryPanicked {
+        /// The input partition.
+        partition: i32,
+        /// Panics in a row.
+        panics: u32,
+        /// The last panic's message.
+        error: String,
+    },
 }
 
 /// The identity a store must have to be used with `cfg`.
