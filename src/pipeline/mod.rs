@@ -232,7 +232,11 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     let result = stop(&consumer, result, &status);
     consumer.unsubscribe();
     drop(consumer);
-    store.remove_live_file();
+    if result.is_ok() {
+        // Every partition was handed over: its snapshot is complete. After an error the file
+        // stays, and `inspect` says the snapshots may lack what was forwarded since.
+        store.remove_live_file();
+    }
     result.map_err(RunError::from)
 }
 
@@ -299,9 +303,9 @@ fn open_store(cfg: &Config) -> Result<(Store, Option<StoreError>), RunError> {
         Opened::Created => info!(path = %cfg.store.path.display(), "new local store"),
         Opened::Existing => info!(path = %cfg.store.path.display(), "local store opened"),
     }
-    if !cfg.http.listen.is_empty() {
-        store.write_live_file(&cfg.http.listen);
-    }
+    // Written with or without an address: a file left behind says the store was not closed
+    // cleanly (`LIVE_FILE`).
+    store.write_live_file(&cfg.http.listen);
     Ok((store, None))
 }
 
