@@ -247,7 +247,7 @@ fn finish(
     } else {
         None
     };
-    let scanned = scan(env, reader, req, &out_parts, reread, &mut gens, clock)?;
+    let scanned = scan(env, reader, req, &out_parts, reread, &mut gens, (clock, Some(resume)))?;
     let clock = horizon::recovered(clock, scanned.clock_ms);
     if let Some(c) = clock {
         gens.set_current_bucket(horizon::bucket_of(c, horizon::interval_ms(env.cfg.checkpoint.interval)));
@@ -309,7 +309,7 @@ fn from_output(
         to: transaction_ends(env, &out_parts)?,
         wait_for_fence: false,
     };
-    let scanned = scan(env, reader, req, &out_parts, &reread, &mut gens, None)?;
+    let scanned = scan(env, reader, req, &out_parts, &reread, &mut gens, (None, committed))?;
     let clock = horizon::recovered(None, scanned.clock_ms);
     if let Some(c) = clock {
         gens.set_current_bucket(horizon::bucket_of(c, horizon::interval_ms(cfg.checkpoint.interval)));
@@ -767,7 +767,10 @@ struct Progress<'a> {
 /// at its output offset, so it and those after it go to the generation their record time
 /// belongs to, and the generations before drop out past the horizon as they did (issue 22: by
 /// output position alone, everything after the last checkpoint went into one generation, and
-/// the horizon widened).
+/// the horizon widened). One exception: a generation holding a record the partition takes again
+/// when it resumes (at or after the committed offset: the crashed owner's) is never rotated
+/// away; its re-take must be dropped whatever its age. Later records then stay in the current
+/// generation, as before.
 #[derive(Debug)]
 struct Rotation {
     /// The partition clock, ms since the Unix epoch: the checkpoint's, moved on by the records
@@ -777,21 +780,38 @@ struct Rotation {
     interval_ms: i64,
     /// `checkpoint.generations`.
     generations: u32,
+    /// The input offset from which the partition takes records again when it resumes (the
+    /// committed offset), if any: re-read records from it on (by provenance; all, without it)
+    /// pin their generation.
+    retake_from: Option<i64>,
+    /// The epoch of the oldest generation holding such a record, once one was read.
+    pinned: Option<u64>,
 }
 
 impl Rotation {
     /// Takes the record re-read at output `(q, o)` with effective time `t`
-    /// ([`horizon::reread_ms`]) before it is re-learned: rotates `gens` if it lies in the
-    /// current generation and moves the clock into a later bucket.
-    fn take(&mut self, gens: &mut Generations, q: i32, o: i64, t: Option<i64>) {
+    /// ([`horizon::reread_ms`]) and input offset `source` (provenance, if any) before it is
+    /// re-learned: rotates `gens` if it lies in the current generation and moves the clock into
+    /// a later bucket, as far as no pinned generation is dropped.
+    fn take(&mut self, gens: &mut Generations, q: i32, o: i64, t: Option<i64>, source: Option<i64>) {
         if gens.current().out_start.get(&q).is_some_and(|s| *s > o) {
             return; // a frozen generation's record: taken before the checkpoint
         }
-        let times = horizon::reread_advance(&mut self.clock, t, self.interval_ms, self.generations);
+        let mut times = horizon::reread_advance(&mut self.clock, t, self.interval_ms, self.generations);
+        let current = gens.current().epoch;
+        if let Some(pinned) = self.pinned {
+            // After `times` rotations the oldest live epoch is current + times + 1 - generations.
+            let room = (pinned + u64::from(self.generations)).saturating_sub(current + 1);
+            times = times.min(u32::try_from(room).unwrap_or(u32::MAX));
+        }
         if let (true, Some(c)) = (times > 0, self.clock) {
             let in_start = gens.current().in_start;
             let bucket = horizon::bucket_of(c, self.interval_ms);
             gens.rotate_to(times, bucket, in_start, [(q, o)].into_iter().collect());
+        }
+        let retaken = self.retake_from.is_some_and(|from| source.is_none_or(|s| s >= from));
+        if retaken && self.pinned.is_none() {
+            self.pinned = Some(gens.current().epoch);
         }
     }
 }
@@ -813,7 +833,8 @@ struct Scanned {
 
 /// Re-reads output partitions `out_parts` from `reread.from` to their end (or `reread.to`),
 /// re-learning fingerprints into `gens` (with `partitioning = "preserve"`, rotating them by
-/// record time from the partition clock `clock` the state was checkpointed with: [`Rotation`]).
+/// record time from the partition clock `clock` the state was checkpointed with, never away
+/// from records at or after `retake_from`: [`Rotation`]).
 /// Returns the end position per output partition, the number of records read and the newest
 /// effective time among them.
 fn scan(
@@ -823,7 +844,7 @@ fn scan(
     out_parts: &[i32],
     reread: &Reread,
     gens: &mut Generations,
-    clock: Option<i64>,
+    (clock, retake_from): (Option<i64>, Option<i64>),
 ) -> Result<Scanned, RecoveryError> {
     let (tpl, mut progress) = ranges(env, reader, out_parts, reread)?;
     if env.cfg.output.partitioning == Partitioning::Preserve {
@@ -835,6 +856,8 @@ fn scan(
             clock,
             interval_ms,
             generations: env.cfg.checkpoint.generations,
+            retake_from,
+            pinned: None,
         });
     }
     if progress.remaining.is_empty() {
@@ -967,7 +990,11 @@ impl Progress<'_> {
         if own {
             let t = horizon::reread_ms(m.timestamp().to_millis(), now_ms());
             if let Some(r) = self.rotation.as_mut() {
-                r.take(gens, q, o, t);
+                let source = named
+                    .as_ref()
+                    .filter(|s| s.partition == req.partition)
+                    .map(|s| s.offset);
+                r.take(gens, q, o, t, source);
             }
             // Global scope, filter stage: a record forwarded without fingerprint is known by its
             // stand-in (its provenance in the routed-from topic), which the output copy keeps.
@@ -1059,28 +1086,37 @@ mod tests {
 
     /// Issue 22 (low): re-read records go to the generation their record time belongs to, not
     /// only by output position. Interval 1 s, 2 generations; the checkpoint left epoch 6
-    /// (bucket 4, from output offset 0) and the current epoch 7 (bucket 5, from 10), clock 5.1 s.
-    /// Each row re-reads records (output offset, record time) and lists, per record, its
-    /// generation's age after the re-read (`None`: dropped out of the horizon), and the current
-    /// generation's bucket.
+    /// (bucket 4, from output offset 0) and the current epoch 7 (bucket 5, from 10), clock 5.1 s,
+    /// committed input offset 100. Each row re-reads records (output offset, record time, input
+    /// offset by provenance) and lists, per record, its generation's age after the re-read
+    /// (`None`: dropped out of the horizon), and the current generation's bucket.
     #[test]
     fn reread_records_go_to_the_generation_of_their_record_time() {
         type Row = (
             &'static str,
-            &'static [(i64, Option<i64>)],
+            &'static [(i64, Option<i64>, Option<i64>)],
             &'static [Option<usize>],
             i64,
         );
         #[rustfmt::skip]
-        let rows: [Row; 4] = [
+        let rows: [Row; 6] = [
             ("within the checkpoint's bucket: by output position, as before",
-                &[(5, Some(4_500)), (10, Some(5_300)), (11, Some(5_900))], &[Some(1), Some(0), Some(0)], 5),
-            ("two buckets on after the checkpoint: the generations rotate as they did, the old ones drop out",
-                &[(5, Some(4_500)), (10, Some(5_200)), (11, Some(6_100)), (12, Some(7_300))], &[None, None, Some(1), Some(0)], 7),
+                &[(5, Some(4_500), Some(50)), (10, Some(5_300), Some(90)), (11, Some(5_900), Some(91))],
+                &[Some(1), Some(0), Some(0)], 5),
+            ("two buckets on before the committed offset: the generations rotate as they did, the old ones drop out",
+                &[(5, Some(4_500), Some(50)), (10, Some(5_200), Some(90)), (11, Some(6_100), Some(91)), (12, Some(7_300), Some(92))],
+                &[None, None, Some(1), Some(0)], 7),
             ("a late event (an old stamp) after a rotation stays in the new generation",
-                &[(5, Some(4_500)), (10, Some(6_100)), (11, Some(1_000))], &[None, Some(0), Some(0)], 6),
+                &[(5, Some(4_500), Some(50)), (10, Some(6_100), Some(90)), (11, Some(1_000), Some(91))],
+                &[None, Some(0), Some(0)], 6),
             ("no usable stamps: by output position",
-                &[(10, None), (11, None)], &[Some(0), Some(0)], 5),
+                &[(10, None, Some(90)), (11, None, Some(91))], &[Some(0), Some(0)], 5),
+            ("records at or after the committed offset (taken again on resume) are never rotated away",
+                &[(5, Some(4_500), Some(50)), (10, Some(5_200), Some(100)), (11, Some(6_100), Some(101)), (12, Some(7_300), Some(102))],
+                &[None, Some(1), Some(0), Some(0)], 7),
+            ("without provenance every re-read record counts as taken again",
+                &[(10, Some(5_200), None), (11, Some(6_100), None), (12, Some(7_300), None)],
+                &[Some(1), Some(0), Some(0)], 7),
         ];
         for (case, records, ages, bucket) in rows {
             let mut gens = Generations::from_parts(
@@ -1095,14 +1131,18 @@ mod tests {
                 clock: Some(5_100),
                 interval_ms: 1_000,
                 generations: 2,
+                retake_from: Some(100),
+                pinned: None,
             };
-            for (o, t) in records {
-                rotation.take(&mut gens, 0, *o, *t);
+            for (o, t, source) in records {
+                rotation.take(&mut gens, 0, *o, *t, *source);
                 gens.relearn(*o as u128 + 1, 0, *o);
             }
+            // As `finish` does: the current generation takes the clock's bucket.
+            gens.set_current_bucket(crate::horizon::bucket_of(rotation.clock.unwrap(), 1_000));
             let got: Vec<Option<usize>> = records
                 .iter()
-                .map(|(o, _)| gens.lookup(*o as u128 + 1).map(|h| h.age))
+                .map(|(o, _, _)| gens.lookup(*o as u128 + 1).map(|h| h.age))
                 .collect();
             assert_eq!((got.as_slice(), gens.current().bucket), (ages, Some(bucket)), "{case}");
         }
