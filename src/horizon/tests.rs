@@ -603,8 +603,16 @@ fn the_span_covered_runs_from_the_oldest_bucket_to_the_clock() {
 /// (interval 1 s, 2 generations), one row per case.
 #[test]
 fn reread_advance_in_a_table() {
+    /// (case, clock before, record times, rotations per record, clock after).
+    type Row = (
+        &'static str,
+        Option<i64>,
+        &'static [Option<i64>],
+        &'static [u32],
+        Option<i64>,
+    );
     #[rustfmt::skip]
-    let rows: [(&str, Option<i64>, &[Option<i64>], &[u32], Option<i64>); 7] = [
+    let rows: [Row; 7] = [
         ("no clock: the first stamped record sets it", None, &[Some(5_500), Some(5_900)], &[0, 0], Some(5_900)),
         ("within the checkpoint's bucket: nothing rotates", Some(5_100), &[Some(5_000), Some(5_999)], &[0, 0], Some(5_999)),
         ("one bucket on, then another", Some(5_100), &[Some(6_200), Some(7_000)], &[1, 1], Some(7_000)),

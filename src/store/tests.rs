@@ -349,8 +349,10 @@ fn a_snapshot_that_cannot_be_loaded_is_corrupt_not_a_panic() {
             other => panic!("{other:?}"),
         }
     };
+    /// (case, the damage, what the refusal says).
+    type Row<'a> = (&'a str, &'a dyn Fn(&mut PartitionSnapshot), &'a str);
     #[rustfmt::skip]
-    let rows: [(&str, &dyn Fn(&mut PartitionSnapshot), &str); 3] = [
+    let rows: [Row; 3] = [
         ("no generation", &|s| s.generations.clear(), "lists no generation"),
         ("a count far beyond its chunks", &|s| s.generations[0].count = 1 << 40, "cannot fill 1 chunks"),
         ("a count that fits chunks that are not there", &|s| {
