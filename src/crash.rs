@@ -12,8 +12,9 @@
 //! (a copy was handed to the producer), `route-committed` (input offsets committed).
 //!
 //! Panic points ([`panic_point`]) panic instead of aborting, to test that a panic is caught:
-//! `recovery` (a recovery worker, before it reads anything; `recovery:2` the second attempt),
-//! `route` (the route stage of the global scope, as it starts). Signal point ([`segv_point`]):
+//! `recovery` (a recovery worker, before it reads anything; `recovery:2` the second attempt,
+//! `recovery:1+` every attempt), `route` (the route stage of the global scope, as it starts).
+//! `<point>:<n>+` fires the n-th time and every time after. Signal point ([`segv_point`]):
 //! `segv` (raises SIGSEGV on the topics watcher's thread as it starts, [`crate::topics::watch`]).
 //!
 //! [`say_fatal_signals`] makes a crash in native code say so on stderr before the process ends.
@@ -27,6 +28,8 @@ pub const ENV: &str = "KAFKA_DEDUP_CRASH_AT";
 struct Armed {
     point: String,
     nth: u64,
+    /// `<point>:<n>+`: every time from the n-th on.
+    onwards: bool,
     hits: AtomicU64,
 }
 
@@ -35,12 +38,14 @@ fn armed() -> &'static Option<Armed> {
     ARMED.get_or_init(|| {
         let v = std::env::var(ENV).ok()?;
         let (point, nth) = match v.split_once(':') {
-            Some((p, n)) => (p.to_string(), n.parse().unwrap_or(1)),
-            None => (v, 1),
+            Some((p, n)) => (p.to_string(), n.to_string()),
+            None => (v, "1".to_string()),
         };
+        let onwards = nth.ends_with('+');
         Some(Armed {
             point,
-            nth: nth.max(1),
+            nth: nth.trim_end_matches('+').parse().unwrap_or(1u64).max(1),
+            onwards,
             hits: AtomicU64::new(0),
         })
     })
@@ -48,9 +53,12 @@ fn armed() -> &'static Option<Armed> {
 
 /// True when `point` is armed and reached for the configured time.
 fn reached(point: &str) -> bool {
-    armed()
-        .as_ref()
-        .is_some_and(|a| a.point == point && a.hits.fetch_add(1, Ordering::Relaxed) + 1 == a.nth)
+    armed().as_ref().is_some_and(|a| {
+        a.point == point && {
+            let hit = a.hits.fetch_add(1, Ordering::Relaxed) + 1;
+            hit == a.nth || (a.onwards && hit > a.nth)
+        }
+    })
 }
 
 /// Aborts the process if `point` is armed and reached for the configured time.

@@ -196,5 +196,25 @@ pub fn reread_ms(ts: Option<i64>, now_ms: i64) -> Option<i64> {
     stamp_ms(ts, now_ms)
 }
 
+/// A recovery re-reading an output partition in order (`partitioning = "preserve"`: its input
+/// partition's forwarded records in input order) takes a record of effective time `t`
+/// ([`reread_ms`]): moves the partition clock `clock` (ms since the Unix epoch; `None`: not known)
+/// on as the record did when it was first taken, and returns how many times the generations
+/// rotated then (0 to `generations`), as [`advance`] counts them. A record without usable stamp
+/// (`t` is `None`) moves nothing (how far it moved the clock is not known); the clock unknown,
+/// the first stamped record sets it. The stuck-clock escape is left out (it can only have
+/// rotated more, which a recovery never needs to repeat to stay inside `H_min`). Saturating.
+pub fn reread_advance(clock: &mut Option<i64>, t: Option<i64>, interval_ms: i64, generations: u32) -> u32 {
+    let Some(t) = t else { return 0 };
+    let Some(c) = *clock else {
+        *clock = Some(t);
+        return 0;
+    };
+    let moved = c.max(t);
+    *clock = Some(moved);
+    let crossed = bucket_of(moved, interval_ms).saturating_sub(bucket_of(c, interval_ms));
+    crossed.clamp(0, i64::from(generations)) as u32
+}
+
 #[cfg(test)]
 mod tests;

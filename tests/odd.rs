@@ -254,3 +254,28 @@ fn a_recovery_worker_that_panics_is_retried() {
     assert!(logs.contains("recovery worker panicked"), "{logs}");
     assert_eq!(kafka().read_forwarded(&output, 1, &input)[&0], records);
 }
+
+/// Issue 22 (low): a recovery that panics at every attempt (a deterministic bug) is not retried
+/// for ever: after a few panics in a row the process exits 1 with an error that names the
+/// partition and the panic, and forwards nothing meanwhile.
+#[test]
+fn a_recovery_that_panics_at_every_attempt_exits_1() {
+    let records: Vec<Raw> = (0..3).map(|i| rec(&i.to_string(), &[])).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("panics-in"), unique("panics-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    kafka().produce_raw(&input, 0, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.env.push((kafka_dedup::crash::ENV.into(), "recovery:1+".into()));
+    let mut filter = spec.start(dir.path());
+    let status = filter.wait_exit(Duration::from_secs(60));
+    let logs = filter.logs();
+    assert_eq!(status.code(), Some(1), "{logs}");
+    assert!(
+        logs.contains("recovery of partition 0 panicked 3 times in a row"),
+        "{logs}"
+    );
+    assert!(logs.contains("panic point recovery reached"), "{logs}");
+    assert!(kafka().read_records(&output, 1).get(&0).is_none_or(|r| r.is_empty()));
+}

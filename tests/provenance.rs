@@ -257,3 +257,83 @@ fn provenance_the_input_does_not_confirm_is_ignored() {
     assert!(filter.terminate().success(), "{}", filter.logs());
     assert!(filter.logs().contains("holds no such record"), "{}", filter.logs());
 }
+
+/// Issue 22, item 6: a group without offsets whose newest provenance names an input record that
+/// retention deleted. The old group forwarded 0..60; 60..100 wait; DeleteRecords moves the
+/// input's log start to 70, past the newest record the output proves forwarded (offset 59). With
+/// `input.start = "latest"` the new group must resume at the log start (the next offset after 59
+/// is gone), forwarding the retained backlog 70..100, never skip it by falling back to
+/// `input.start`.
+#[test]
+fn a_group_without_offsets_resumes_at_the_log_start_when_retention_deleted_its_provenance() {
+    let kafka = kafka();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("retained-in"), unique("retained-out"));
+    kafka.create_topic(&input, 1);
+    kafka.create_topic(&output, 1);
+    kafka.produce_values(&input, &values(0..60), Duration::ZERO);
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut first = spec.start(dir.path());
+    wait_drained(&spec, 1, &[&first], Duration::from_secs(90), || first.logs());
+    assert!(first.terminate().success(), "{}", first.logs());
+
+    kafka.produce_values(&input, &values(60..100), Duration::ZERO);
+    kafka.delete_records(&input, 0, 70);
+    let mut renamed = spec.clone();
+    renamed.group = unique("retained");
+    renamed.store = dir.path().join("store-renamed");
+    renamed.env.push(("KAFKA_DEDUP__INPUT__START".into(), "latest".into()));
+    let mut again = renamed.start(dir.path());
+    wait_drained(&renamed, 1, &[&again], Duration::from_secs(90), || again.logs());
+    let scrape = again.scrape();
+    assert!(again.terminate().success(), "{}", again.logs());
+    assert_eq!(
+        metric(&scrape, FORWARDED, &[]),
+        30.0,
+        "the retained backlog 70..100:\n{scrape}\n{}",
+        again.logs()
+    );
+    assert_eq!(metric(&scrape, FROM_OUTPUT, &["reason=\"no_commit\""]), 1.0, "{scrape}");
+    let expected: Vec<u64> = (0..60).chain(70..100).collect();
+    assert_eq!(kafka.read_values(&output, 1)[&0], expected);
+    assert!(again.logs().contains("log start"), "{}", again.logs());
+}
+
+/// Issue 22 (low): with `partitioning = "key"` an output partition holds records of every input
+/// partition; recovery must learn only those whose provenance names the partition it recovers.
+/// Input partition 1 forwards `7`; the store is deleted, so the restart rebuilds both partitions
+/// from the output; then `7` arrives on input partition 0, a distinct event in the partition
+/// scope, and must be forwarded (not dropped as a replay of partition 1's record).
+#[test]
+fn key_partitioning_recovery_learns_only_the_partitions_own_records() {
+    let kafka = kafka();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("keyown-in"), unique("keyown-out"));
+    kafka.create_topic(&input, 2);
+    kafka.create_topic(&output, 2);
+    // One stamp for every record: the replay of 7 on partition 1 lies inside the horizon.
+    let t0 = now_ms();
+    kafka.produce_values_at(&input, &[(1, 7), (1, 8), (0, 1)], t0);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.env
+        .push(("KAFKA_DEDUP__OUTPUT__PARTITIONING".into(), "key".into()));
+    let mut first = spec.start(dir.path());
+    wait_drained(&spec, 2, &[&first], Duration::from_secs(90), || first.logs());
+    assert!(first.terminate().success(), "{}", first.logs());
+    std::fs::remove_dir_all(&spec.store).unwrap();
+
+    kafka.produce_values_at(&input, &[(0, 7), (1, 7)], t0);
+    let mut again = spec.start(dir.path());
+    wait_drained(&spec, 2, &[&again], Duration::from_secs(90), || again.logs());
+    let scrape = again.scrape();
+    assert!(again.terminate().success(), "{}", again.logs());
+    assert_eq!(
+        metric(&scrape, FORWARDED, &[]),
+        1.0,
+        "partition 0's 7 forwarded, partition 1's replay dropped:\n{scrape}\n{}",
+        again.logs()
+    );
+    let mut all: Vec<u64> = kafka.read_values(&output, 2).values().flatten().copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, [1, 7, 7, 8]);
+}

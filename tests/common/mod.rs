@@ -153,6 +153,41 @@ impl Broker {
         }
     }
 
+    /// Deletes the records of `topic`/`partition` before `before` (DeleteRecords: the log start
+    /// offset moves there, as retention moves it) and waits until the low watermark shows it.
+    pub fn delete_records(&self, topic: &str, partition: i32, before: i64) {
+        let admin: AdminClient<DefaultClientContext> = self.client().create().expect("admin client");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, partition, Offset::Offset(before))
+            .unwrap();
+        let res = rt
+            .block_on(admin.delete_records(
+                &tpl,
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            ))
+            .expect("delete_records request");
+        for e in res.elements() {
+            e.error()
+                .unwrap_or_else(|err| panic!("delete records of {topic}/{partition}: {err}"));
+        }
+        let consumer: BaseConsumer = self.client().create().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while consumer
+            .fetch_watermarks(topic, partition, Duration::from_secs(5))
+            .map_or(true, |(low, _)| low < before)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{topic}/{partition}: log start did not move to {before}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Committed offsets (and metadata) of `group` for `topic`'s partitions.
     pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, (Option<i64>, String)> {
         let mut c = self.client();
