@@ -669,7 +669,11 @@ mod tests {
             (&[1],       3, 2, Ok(vec![1])),
         ];
         for (requested, inputs, outputs, want) in rows {
-            assert_eq!(of(requested, inputs, outputs), want, "{requested:?} of {inputs} -> {outputs}");
+            assert_eq!(
+                of(requested, inputs, outputs),
+                want,
+                "{requested:?} of {inputs} -> {outputs}"
+            );
         }
     }
 }
