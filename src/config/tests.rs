@@ -339,12 +339,22 @@ fn syntax_errors_say_where_and_name_the_key() {
         let err = load(&text).unwrap_err();
         let shown = err.to_string();
         assert_eq!(err.key_name(), key, "{text}: {shown}");
-        assert!(shown.contains(at) && shown.contains("not valid TOML"), "{text}: {shown}");
+        assert!(
+            shown.contains(at) && shown.contains("not valid TOML"),
+            "{text}: {shown}"
+        );
         assert!(!shown.contains("(file)") && !shown.contains('\n'), "{text}: {shown}");
     }
     // A word TOML takes only in quotes is shown quoted.
-    let shown = load(&format!("{MINIMAL}[checkpoint]\ninterval = 20s # every 20 s\n")).unwrap_err().to_string();
-    assert!(shown.ends_with("(a text value, a duration included, is written in quotes: \"20s\")"), "{shown}");
-    let shown = load(&format!("{MINIMAL}[checkpoint]\ninterval = 20 s\n")).unwrap_err().to_string();
+    let shown = load(&format!("{MINIMAL}[checkpoint]\ninterval = 20s # every 20 s\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        shown.ends_with("(a text value, a duration included, is written in quotes: \"20s\")"),
+        "{shown}"
+    );
+    let shown = load(&format!("{MINIMAL}[checkpoint]\ninterval = 20 s\n"))
+        .unwrap_err()
+        .to_string();
     assert!(!shown.contains("in quotes"), "{shown}");
 }
