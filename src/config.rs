@@ -472,13 +472,23 @@ impl Default for FingerprintConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointConfig {
-    /// Time between checkpoints. The dedup horizon is `(generations - 1)` to `generations`
-    /// intervals; set it above the upstream's checkpoint interval plus its recovery time.
+    /// Time between checkpoints, and the length of a generation's bucket of record time. The
+    /// dedup horizon is `(generations - 1)` (H_min) to `generations` (H_max) intervals
+    /// ([`crate::horizon::bounds_ms`]); set it so that H_min exceeds the upstream's checkpoint
+    /// interval plus its recovery time. Default 1 min (README, "Configuration").
     #[serde(default = "default_interval", with = "humantime_serde")]
     pub interval: Duration,
     /// Fingerprint sets kept per partition: the current one and `generations - 1` previous ones.
+    /// Default 3: with the default interval, H_min 2 min and H_max 3 min.
     #[serde(default = "default_generations")]
     pub generations: u32,
+}
+
+impl CheckpointConfig {
+    /// The horizon in plain words ([`crate::horizon::in_words`]).
+    pub fn horizon_in_words(&self) -> String {
+        crate::horizon::in_words(crate::horizon::interval_ms(self.interval), self.generations)
+    }
 }
 
 /// Upper bound of `checkpoint.interval`.
@@ -486,12 +496,16 @@ const MAX_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Upper bound of `output.fence_wait`.
 const MAX_FENCE_WAIT: Duration = Duration::from_secs(3600);
 
+/// 1 min x 3 generations: H_min 2 min covers a Flink job checkpointing every 20-60 s that
+/// restarts in under a minute, and kafka-dedup's own restart after a SIGKILL (45 s session
+/// timeout, 10 s fence wait, the recovery) or a hand-over; a crash re-consumes at most about a
+/// minute of input, and a transaction stays open a minute (README, "Configuration").
 fn default_interval() -> Duration {
-    Duration::from_secs(20)
+    Duration::from_secs(60)
 }
 
 fn default_generations() -> u32 {
-    2
+    3
 }
 
 impl Default for CheckpointConfig {

@@ -156,7 +156,8 @@ fn audit(args: &AuditArgs) -> ExitCode {
     }
 }
 
-/// `check-config`: the effective configuration, secrets redacted, after its warnings.
+/// `check-config`: the horizon in plain words and the effective configuration, secrets
+/// redacted, after its warnings.
 fn check_config(config: &Path) -> ExitCode {
     let cfg = match load(config) {
         Ok(c) => c,
@@ -165,6 +166,8 @@ fn check_config(config: &Path) -> ExitCode {
     for w in cfg.kafka.warnings() {
         eprintln!("kafka-dedup: warning: {w}");
     }
+    // A comment, so that the output stays a valid configuration file.
+    println!("# horizon: {}", cfg.checkpoint.horizon_in_words());
     print!("{}", cfg.to_redacted_toml());
     ExitCode::SUCCESS
 }

@@ -655,8 +655,10 @@ mod tests {
                 _ => "other",
             })
         }
+        /// The partitions, or the error's kind.
+        type Want = Result<Vec<i32>, &'static str>;
         #[rustfmt::skip]
-        let rows: [(&[i32], usize, usize, Result<Vec<i32>, &str>); 10] = [
+        let rows: [(&[i32], usize, usize, Want); 10] = [
             (&[],        2, 2, Ok(vec![0, 1])),
             (&[],        2, 3, Ok(vec![0, 1])),
             (&[1, 0, 1], 2, 2, Ok(vec![0, 1])),

@@ -598,3 +598,26 @@ fn the_span_covered_runs_from_the_oldest_bucket_to_the_clock() {
         "the clock stands at the bucket's start"
     );
 }
+
+/// Issue 23, item 1: the horizon in the words `check-config` and the start-up log print.
+#[test]
+fn the_horizon_in_words() {
+    #[rustfmt::skip]
+    let rows: [(i64, u32, &str, &str); 5] = [
+        (60 * S,  3,  "2m",     "3m"),
+        (20 * S,  2,  "20s",    "40s"),
+        (S,       2,  "1s",     "2s"),
+        (90 * S,  4,  "4m 30s", "6m"),
+        (100,     2,  "100ms",  "200ms"),
+    ];
+    for (interval, generations, min, max) in rows {
+        assert_eq!(
+            in_words(interval, generations),
+            format!(
+                "a replay that arrives within {min} of its first copy is always dropped; \
+                 a repeat {max} or more after it is always forwarded"
+            ),
+            "{interval} ms x {generations}"
+        );
+    }
+}

@@ -252,8 +252,17 @@ fn findings_in_a_table() {
 /// provenance), and the first one's (output offset, earlier output offset, input offset, ms apart).
 #[test]
 fn repeats_outside_the_horizon_are_counted_and_clean() {
+    /// Name, input, output, repeats, and (output offset, earlier output offset, input offset,
+    /// ms apart) of the first.
+    type RepeatRow = (
+        &'static str,
+        Vec<(&'static str, i64)>,
+        Vec<Out>,
+        u64,
+        Option<(i64, i64, i64, i64)>,
+    );
     #[rustfmt::skip]
-    let rows: Vec<(&str, Vec<(&str, i64)>, Vec<Out>, u64, Option<(i64, i64, i64, i64)>)> = vec![
+    let rows: Vec<RepeatRow> = vec![
         ("a repeat H_max after its first copy forwarded",
             vec![("a", 0), ("b", 100), ("a", 2500)],
             vec![("a", 0, Some(0)), ("b", 100, Some(1)), ("a", 2500, Some(2))],
@@ -601,16 +610,17 @@ fn the_horizon_from_the_configuration() {
         Horizon {
             min_ms: 20_000,
             max_ms: 40_000
-        },
-        "the defaults"
+        }
     );
     assert_eq!(
         of("1m", 3),
         Horizon {
             min_ms: 120_000,
             max_ms: 180_000
-        }
+        },
+        "the defaults"
     );
+    assert_eq!(Horizon::of(&CheckpointConfig::default()), of("1m", 3), "the defaults");
     assert_eq!(
         of("1s", 1),
         Horizon {
