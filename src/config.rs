@@ -579,7 +579,9 @@ impl Config {
         Self::from_toml_str(&text, env)
     }
 
-    /// Parses TOML text plus environment overrides, then validates.
+    /// Parses TOML text plus environment overrides, then validates. Errors: a syntax error names
+    /// the key of its line with the line and column ([`ConfigError::Syntax`] when the line has
+    /// none); the others name their key.
     pub fn from_toml_str(
         text: &str,
         env: Option<std::collections::HashMap<String, String>>,
