@@ -31,6 +31,17 @@ pub enum ConfigError {
     /// A key holds a value of the wrong shape, is unknown, is missing, or fails validation.
     #[error("configuration key `{key}`: {reason}")]
     Key { key: String, reason: String },
+    /// The text is not valid TOML at a line that holds no key (a line with a key or a table
+    /// header is reported as [`ConfigError::Key`] of it, with the position in the reason).
+    #[error("not valid TOML at line {line}, column {column}: {reason}")]
+    Syntax {
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column (in characters) of the error.
+        column: usize,
+        /// toml's message.
+        reason: String,
+    },
 }
 
 impl ConfigError {
@@ -45,7 +56,7 @@ impl ConfigError {
     pub fn key_name(&self) -> Option<&str> {
         match self {
             ConfigError::Key { key, .. } => Some(key),
-            ConfigError::Read { .. } => None,
+            ConfigError::Read { .. } | ConfigError::Syntax { .. } => None,
         }
     }
 }
@@ -475,13 +486,23 @@ impl Default for FingerprintConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointConfig {
-    /// Time between checkpoints. The dedup horizon is `(generations - 1)` to `generations`
-    /// intervals; set it above the upstream's checkpoint interval plus its recovery time.
+    /// Time between checkpoints, and the length of a generation's bucket of record time. The
+    /// dedup horizon is `(generations - 1)` (H_min) to `generations` (H_max) intervals
+    /// ([`crate::horizon::bounds_ms`]); set it so that H_min exceeds the upstream's checkpoint
+    /// interval plus its recovery time. Default 1 min (README, "Configuration").
     #[serde(default = "default_interval", with = "humantime_serde")]
     pub interval: Duration,
     /// Fingerprint sets kept per partition: the current one and `generations - 1` previous ones.
+    /// Default 3: with the default interval, H_min 2 min and H_max 3 min.
     #[serde(default = "default_generations")]
     pub generations: u32,
+}
+
+impl CheckpointConfig {
+    /// The horizon in plain words ([`crate::horizon::in_words`]).
+    pub fn horizon_in_words(&self) -> String {
+        crate::horizon::in_words(crate::horizon::interval_ms(self.interval), self.generations)
+    }
 }
 
 /// Upper bound of `checkpoint.interval`.
@@ -489,12 +510,16 @@ const MAX_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Upper bound of `output.fence_wait`.
 const MAX_FENCE_WAIT: Duration = Duration::from_secs(3600);
 
+/// 1 min x 3 generations: H_min 2 min covers a Flink job checkpointing every 20-60 s that
+/// restarts in under a minute, and kafka-dedup's own restart after a SIGKILL (45 s session
+/// timeout, 10 s fence wait, the recovery) or a hand-over; a crash re-consumes at most about a
+/// minute of input, and a transaction stays open a minute (README, "Configuration").
 fn default_interval() -> Duration {
-    Duration::from_secs(20)
+    Duration::from_secs(60)
 }
 
 fn default_generations() -> u32 {
-    2
+    3
 }
 
 impl Default for CheckpointConfig {
@@ -574,14 +599,16 @@ impl Config {
         Self::from_toml_str(&text, env)
     }
 
-    /// Parses TOML text plus environment overrides, then validates.
+    /// Parses TOML text plus environment overrides, then validates. Errors: a syntax error names
+    /// the key of its line with the line and column ([`ConfigError::Syntax`] when the line has
+    /// none); the others name their key.
     pub fn from_toml_str(
         text: &str,
         env: Option<std::collections::HashMap<String, String>>,
     ) -> Result<Config, ConfigError> {
-        // Syntax errors first, with toml's line/column message.
+        // Syntax errors first, with where they are and the key of that line.
         if let Err(e) = text.parse::<toml::Table>() {
-            return Err(ConfigError::key("(file)", format!("not valid TOML: {}", e.message())));
+            return Err(syntax_error(text, e.span().map_or(0, |s| s.start), e.message()));
         }
         let mut environment = config::Environment::with_prefix(ENV_PREFIX)
             .prefix_separator("__")
@@ -927,6 +954,105 @@ fn explain(key: &str, reason: String) -> String {
         );
     }
     reason
+}
+
+/// The error for a TOML syntax error at byte `at` of `text` with toml's `message`: the 1-based
+/// line and column (in characters) of `at`, and the key of that line ([`key_of_line`]) when it
+/// has one. Messages are put on one line.
+fn syntax_error(text: &str, at: usize, message: &str) -> ConfigError {
+    let at = at.min(text.len());
+    let at = (0..=at).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = text[line_start..at].chars().count() + 1;
+    let reason = message.trim().replace('\n', "; ");
+    let table = text[..line_start].lines().rev().find_map(table_header);
+    let this = text[line_start..].lines().next().unwrap_or("");
+    match key_of_line(table.as_deref(), this) {
+        Some(key) => {
+            let hint = unquoted_text(this).map_or(String::new(), |v| {
+                format!(" (a text value, a duration included, is written in quotes: \"{v}\")")
+            });
+            ConfigError::key(
+                key,
+                format!("not valid TOML at line {line}, column {column}: {reason}{hint}"),
+            )
+        }
+        None => ConfigError::Syntax { line, column, reason },
+    }
+}
+
+/// The value of a `key = value` line when it is a word that TOML takes only in quotes
+/// (`interval = 20s`, `sasl.mechanism = PLAIN`): not a value as written, a string once quoted.
+fn unquoted_text(line: &str) -> Option<&str> {
+    let value = line.split_once('=')?.1.split('#').next()?.trim();
+    let word = !value.is_empty() && !value.contains(|c: char| c.is_whitespace() || "\"'[]{}".contains(c));
+    (word && format!("v = {value}").parse::<toml::Table>().is_err()).then_some(value)
+}
+
+/// The dotted key a TOML line names, as far as it can be read from a line that may not parse:
+/// a table header (`[kafka.properties]`, `[[x]]`, or one missing its `]`) names its table; a
+/// `key = value` line its key under `table` (the nearest header above, `None`: the root), each
+/// part unquoted (`"sasl.mechanism" = ...` under `[kafka.properties]` is
+/// `kafka.properties.sasl.mechanism`). `None` for a blank line, a comment, or text whose key
+/// cannot be read.
+fn key_of_line(table: Option<&str>, line: &str) -> Option<String> {
+    if let Some(header) = table_header(line) {
+        return Some(header);
+    }
+    let (lhs, _) = line.split_once('=')?;
+    let key = dotted(lhs)?;
+    Some(match table {
+        Some(t) if !t.is_empty() => format!("{t}.{key}"),
+        _ => key,
+    })
+}
+
+/// The table a header line opens (`[a.b]`, `[[a]]`, `[a` with its `]` missing), unquoted;
+/// `None` for any other line.
+fn table_header(line: &str) -> Option<String> {
+    let line = line.trim();
+    let inner = line.strip_prefix('[')?;
+    let inner = inner.strip_prefix('[').unwrap_or(inner);
+    let inner = inner.split('#').next().unwrap_or("").trim_end();
+    let inner = inner.trim_end_matches(']');
+    dotted(inner)
+}
+
+/// A dotted TOML key as written (`a.b`, `"a.b"`, `a . 'b'`) as one dotted name, quotes removed;
+/// `None` when it is empty or holds anything else.
+fn dotted(text: &str) -> Option<String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let bare = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let mut parts = Vec::new();
+    let mut rest = text;
+    loop {
+        rest = rest.trim_start();
+        let part;
+        if let Some(q) = rest.chars().next().filter(|c| *c == '"' || *c == '\'') {
+            let end = rest[1..].find(q)? + 1;
+            part = &rest[1..end];
+            rest = &rest[end + 1..];
+        } else {
+            let end = rest.find(|c: char| !bare(c)).unwrap_or(rest.len());
+            if end == 0 {
+                return None;
+            }
+            part = &rest[..end];
+            rest = &rest[end..];
+        }
+        parts.push(part);
+        rest = rest.trim_start();
+        match rest.strip_prefix('.') {
+            Some(r) => rest = r,
+            None if rest.is_empty() => return Some(parts.join(".")),
+            None => return None,
+        }
+    }
 }
 
 /// The values an enum key accepts, as serde spells them.

@@ -138,6 +138,22 @@ pub fn bounds_ms(interval_ms: i64, generations: u32) -> (i64, i64) {
     (interval_ms.saturating_mul(g - 1), interval_ms.saturating_mul(g))
 }
 
+/// The horizon of `interval_ms` and `generations` in plain words, as `check-config` and the
+/// start-up log print it: for 1 min and 3, "a replay that arrives within 2m of its first copy is
+/// always dropped; a repeat 3m or more after it is always forwarded" (H_min and H_max of
+/// [`bounds_ms`], in humantime's form; on the partition clock, which for a caught-up partition
+/// of records stamped when produced is the wall clock: README "The guarantee").
+pub fn in_words(interval_ms: i64, generations: u32) -> String {
+    let (min, max) = bounds_ms(interval_ms, generations);
+    let text = |ms: i64| humantime::format_duration(std::time::Duration::from_millis(ms.max(0) as u64)).to_string();
+    format!(
+        "a replay that arrives within {} of its first copy is always dropped; a repeat {} or more after it is \
+         always forwarded",
+        text(min),
+        text(max)
+    )
+}
+
 /// Takes a record with timestamp `ts` (ms since the Unix epoch, as the consumer returns it) at
 /// wall-clock time `now_ms`: advances `clock` and returns how many times the generations rotate
 /// before the record is looked up (0 to `generations`). The new current generation's bucket is

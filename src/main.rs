@@ -162,8 +162,9 @@ fn audit(args: &AuditArgs) -> ExitCode {
     }
 }
 
-/// `check-config`: the effective configuration, secrets redacted, after its warnings; with
-/// `connect`, then what the brokers say ([`kafka_dedup::connect`]): exit 1 with each problem.
+/// `check-config`: the horizon in plain words and the effective configuration, secrets
+/// redacted, after its warnings; with `connect`, then what the brokers say
+/// ([`kafka_dedup::connect`]): exit 1 with each problem.
 fn check_config(config: &Path, connect: bool) -> ExitCode {
     let cfg = match load(config) {
         Ok(c) => c,
@@ -172,6 +173,8 @@ fn check_config(config: &Path, connect: bool) -> ExitCode {
     for w in cfg.kafka.warnings() {
         eprintln!("kafka-dedup: warning: {w}");
     }
+    // A comment, so that the output stays a valid configuration file.
+    println!("# horizon: {}", cfg.checkpoint.horizon_in_words());
     print!("{}", cfg.to_redacted_toml());
     if !connect {
         return ExitCode::SUCCESS;

@@ -62,6 +62,9 @@ pub enum ServiceError {
 pub fn run(cfg: Config) -> Result<(), ServiceError> {
     let cfg = Arc::new(cfg);
     info!(config = %cfg.to_redacted_toml().replace('\n', " "), version = env!("CARGO_PKG_VERSION"), "starting kafka-dedup");
+    let interval_ms = crate::horizon::interval_ms(cfg.checkpoint.interval);
+    let (h_min_ms, h_max_ms) = crate::horizon::bounds_ms(interval_ms, cfg.checkpoint.generations);
+    info!(h_min_ms, h_max_ms, "horizon: {}", cfg.checkpoint.horizon_in_words());
     for w in cfg.kafka.warnings() {
         warn!("{w}");
     }

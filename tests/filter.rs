@@ -377,8 +377,13 @@ fn bad_configs_exit_2_naming_the_key() {
             "checkpoint.interval",
         ),
         (
-            good.replace("[checkpoint]", "[checkpoint]\ngenerations = 0"),
+            good.replace("generations = 2", "generations = 0"),
             "checkpoint.generations",
+        ),
+        // Issue 23, item 6: a TOML syntax error names the key of its line (and says where, below).
+        (
+            good.replace("interval = \"1s\"", "interval = 1s"),
+            "checkpoint.interval",
         ),
     ];
     for (i, (text, key)) in cases.iter().enumerate() {
@@ -399,6 +404,12 @@ fn bad_configs_exit_2_naming_the_key() {
             .output()
             .unwrap();
         assert_eq!(check.status.code(), Some(2));
+        if text.contains("interval = 1s") {
+            assert!(
+                stderr.contains("not valid TOML at line ") && stderr.contains(", column "),
+                "{stderr}"
+            );
+        }
     }
     // An output topic that does not exist: refused before consuming, exit 2.
     let missing = good.replace(&format!("topic = \"{output}\""), "topic = \"no-such-topic-kd\"");
@@ -431,6 +442,29 @@ fn bad_configs_exit_2_naming_the_key() {
     assert!(
         printed.contains("generations = 2") && printed.contains(&input),
         "{printed}"
+    );
+    // Issue 23, item 1: the horizon in plain words.
+    assert!(
+        printed.contains(
+            "a replay that arrives within 1s of its first copy is always dropped; \
+             a repeat 2s or more after it is always forwarded"
+        ),
+        "{printed}"
+    );
+    // Issue 23, item 6: a second `run` on a store in use is told what to do.
+    let identity = kafka_dedup::pipeline::identity_of(&kafka_dedup::config::Config::load(&path).unwrap());
+    let (held, _) = kafka_dedup::store::Store::open_for_run(&spec.store, &identity).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    drop(held);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("in use") && stderr.contains("give each instance its own `store.path`"),
+        "{stderr}"
     );
 }
 

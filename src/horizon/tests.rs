@@ -627,3 +627,26 @@ fn reread_advance_in_a_table() {
         assert_eq!((got.as_slice(), clock), (want, end), "{case}");
     }
 }
+
+/// Issue 23, item 1: the horizon in the words `check-config` and the start-up log print.
+#[test]
+fn the_horizon_in_words() {
+    #[rustfmt::skip]
+    let rows: [(i64, u32, &str, &str); 5] = [
+        (60 * S,  3,  "2m",     "3m"),
+        (20 * S,  2,  "20s",    "40s"),
+        (S,       2,  "1s",     "2s"),
+        (90 * S,  4,  "4m 30s", "6m"),
+        (100,     2,  "100ms",  "200ms"),
+    ];
+    for (interval, generations, min, max) in rows {
+        assert_eq!(
+            in_words(interval, generations),
+            format!(
+                "a replay that arrives within {min} of its first copy is always dropped; \
+                 a repeat {max} or more after it is always forwarded"
+            ),
+            "{interval} ms x {generations}"
+        );
+    }
+}

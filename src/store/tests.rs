@@ -365,3 +365,21 @@ fn a_snapshot_that_cannot_be_loaded_is_corrupt_not_a_panic() {
         assert!(reason.contains(why), "{case}: {reason}");
     }
 }
+
+/// Issue 23, item 6: a second `run` on a store in use is told what to do (give each instance its
+/// own `store.path`), not how to ask the running one.
+#[test]
+fn a_second_run_is_told_to_give_each_instance_its_own_store_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open_for_run(dir.path(), &identity()).unwrap();
+    store.write_live_file("127.0.0.1:9999");
+    let msg = Store::open_for_run(dir.path(), &identity())
+        .err()
+        .expect("locked")
+        .to_string();
+    assert!(
+        msg.contains("in use by a running kafka-dedup") && msg.contains("give each instance its own `store.path`"),
+        "{msg}"
+    );
+    assert!(!msg.contains("ask it over HTTP"), "{msg}");
+}

@@ -391,6 +391,9 @@ pub struct FilterSpec {
     /// Extra TOML appended to the generated configuration (whole sections).
     pub extra: String,
     pub interval: &'static str,
+    /// `checkpoint.generations` (default 2: with `interval` 1 s, H_min 1 s and H_max 2 s, the
+    /// horizon the tests' timelines are written for; the product's default is 3).
+    pub generations: u32,
     /// `output.fence_wait` (default 1 s).
     pub fence_wait: &'static str,
     /// `output.provenance` (on, the product's default; tests about running without it turn it
@@ -407,7 +410,7 @@ pub struct FilterSpec {
 impl FilterSpec {
     /// Defaults for a test on the suite's Apache Kafka: librdkafka's session timeout (45 s; a
     /// member that stops cleanly leaves the group at once, only a killed one waits it out: see
-    /// [`Self::killable`]), checkpoint every 1 s, fence wait 1 s, provenance on.
+    /// [`Self::killable`]), checkpoint every 1 s with 2 generations, fence wait 1 s, provenance on.
     pub fn new(input: &str, output: &str, dir: &Path) -> Self {
         Self::on(Broker::kafka(), input, output, dir)
     }
@@ -423,6 +426,7 @@ impl FilterSpec {
             store: dir.join("store"),
             extra: String::new(),
             interval: "1s",
+            generations: 2,
             fence_wait: "1s",
             provenance: true,
             session_timeout_ms: None,
@@ -474,6 +478,7 @@ provenance = {provenance}
 {fingerprint}
 [checkpoint]
 interval = "{interval}"
+generations = {generations}
 
 [store]
 path = "{store}"
@@ -495,6 +500,7 @@ listen = "127.0.0.1:{port}"
             output = self.output,
             fingerprint = self.fingerprint,
             interval = self.interval,
+            generations = self.generations,
             store = self.store.display(),
             extra = self.extra,
         )
