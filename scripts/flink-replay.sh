@@ -15,8 +15,8 @@
 #   --kills N           SIGKILLs of the job's JVM (default 3)
 #   --checkpoint S      the job's checkpoint interval, seconds (default 5)
 #   --every-ms MS       one integer every MS ms (default 5), over --partitions P (default 2)
-#   --dedup-interval D  kafka-dedup's checkpoint.interval (default 10s) and
-#   --dedup-generations G  checkpoint.generations (default 3): H_min = (G-1) x D = 20 s, above the
+#   --dedup-interval D  kafka-dedup's checkpoint.interval (default 40s) and
+#   --dedup-generations G  checkpoint.generations (default 3): H_min = (G-1) x D = 80 s, above the
 #                       job's checkpoint interval plus its restart time
 #   --broker HOST:PORT  use that broker (and its topics get unique names) instead of starting one
 #   --bin PATH          the kafka-dedup binary (default: `cargo build` debug, or --release)
@@ -36,7 +36,7 @@ log() { echo "[flink-replay] $(date +%H:%M:%S) $*" >&2; }
 source scripts/brokers.sh
 
 guarantee=both kills=3 checkpoint=5 every_ms=5 partitions=2 broker="" bin="" release=0 dir=""
-dedup_interval=10s dedup_generations=3 audit=0
+dedup_interval=40s dedup_generations=3 audit=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --guarantee) guarantee="$2"; shift ;;
@@ -253,7 +253,8 @@ for r in "${readers[@]}"; do report+=("${r%%=*}=$run/${r%%=*}.records"); done
 recovered=alo.out
 [ "$guarantee" = exactly-once ] && recovered=eo.out-ru
 [ "$guarantee" = both ] && recovered=alo.out,eo.out-ru
-"${tool_java[@]}" report --count-file "$count" --kills "$run/kills" --recovered "$recovered" "${report[@]}"
+"${tool_java[@]}" report --count-file "$count" --kills "$run/kills" --recovered "$recovered" \
+  --checkpoint-ms "$((checkpoint * 1000))" "${report[@]}"
 echo
 echo "job checkpoints every ${checkpoint}s; kafka-dedup checkpoint.interval $dedup_interval x $dedup_generations generations; one integer every ${every_ms} ms over $partitions partitions; kafka-dedup: $bin"
 
