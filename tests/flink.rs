@@ -16,7 +16,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::process::Command;
 use std::time::Instant;
 
@@ -38,7 +38,14 @@ fn flink_job_killed_three_times_replays_and_kafka_dedup_forwards_each_integer_on
     let started = Instant::now();
     let run = Command::new("scripts/flink-replay.sh")
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["--broker", &broker.bootstrap, "--guarantee", "at-least-once", "--kills", "3"])
+        .args([
+            "--broker",
+            &broker.bootstrap,
+            "--guarantee",
+            "at-least-once",
+            "--kills",
+            "3",
+        ])
         .args(["--checkpoint", "2", "--every-ms", "20", "--partitions", "2"])
         .args(["--dedup-interval", "40s", "--dedup-generations", "3"])
         .args(["--bin", env!("CARGO_BIN_EXE_kafka-dedup")])
@@ -75,14 +82,26 @@ fn flink_job_killed_three_times_replays_and_kafka_dedup_forwards_each_integer_on
         );
         replays += out.len() - seen.len();
     }
-    assert!(replays > 0, "the job's output holds no replays: the kills did not land between checkpoints");
+    assert!(
+        replays > 0,
+        "the job's output holds no replays: the kills did not land between checkpoints"
+    );
 
     // kafka-dedup's output: every integer exactly once, in input order, per partition.
-    let expected: BTreeMap<i32, Vec<u64>> = input.clone();
-    for (p, values) in &expected {
-        assert_eq!(
-            &dedup[p], values,
-            "partition {p}: kafka-dedup's output is not the input, once and in order"
+    for (p, values) in &input {
+        let out = &dedup[p];
+        let distinct: HashSet<u64> = out.iter().copied().collect();
+        let first_difference = values.iter().zip(out).position(|(a, b)| a != b);
+        assert!(
+            out == values,
+            "partition {p}: kafka-dedup's output is not the input once and in order: {} records for {} \
+             integers, {} duplicates, {} missing, first difference at position {first_difference:?} \
+             (output there: {:?})",
+            out.len(),
+            values.len(),
+            out.len() - distinct.len(),
+            values.iter().filter(|v| !distinct.contains(v)).count(),
+            first_difference.map(|i| &out[i..out.len().min(i + 8)]),
         );
     }
     println!("{produced} integers; the job's output held {replays} replays; kafka-dedup's output each once, in order");
