@@ -337,19 +337,22 @@ public final class Main {
      */
     private static void report(Map<String, String> opt, List<String> specs) throws Exception {
         long expected = Long.parseLong(Files.readString(Paths.get(need(opt, "count-file"))).trim());
-        // Per kill: {kill time, time of the checkpoint restored, caught up again}. The steady
-        // latency leaves out the integers produced from one checkpoint interval before the
-        // restored checkpoint (an exactly-once sink commits a checkpoint's transaction after the
-        // checkpoint completes: a kill soon after it leaves that transaction to the relaunch) to
-        // the moment the job had caught up.
+        // Per kill: {start, kill time... see below}. The steady latency leaves out the integers
+        // produced from one checkpoint interval before the restored checkpoint completed (an
+        // exactly-once sink commits a checkpoint's transaction after the checkpoint completes: a
+        // kill soon after it leaves that transaction to the relaunch), or the oldest replayed
+        // integer if older, to the moment the job had caught up. d = {kill, start, caught up}.
         long interval = Long.parseLong(opt.getOrDefault("checkpoint-ms", "0"));
         List<long[]> down = new ArrayList<>();
+        Map<long[], Long> restored = new java.util.IdentityHashMap<>();
         String killFile = opt.get("kills");
         if (killFile != null && Files.exists(Paths.get(killFile))) {
             for (String l : Files.readAllLines(Paths.get(killFile))) {
                 if (!l.isBlank()) {
                     String[] f = l.trim().split(" ");
-                    down.add(new long[] {Long.parseLong(f[0]), Long.parseLong(f[1]) - interval, Long.parseLong(f[0])});
+                    long[] d = {Long.parseLong(f[0]), Long.parseLong(f[1]) - interval, Long.parseLong(f[0])};
+                    down.add(d);
+                    restored.put(d, Long.parseLong(f[1]));
                 }
             }
         }
@@ -369,13 +372,21 @@ public final class Main {
                 long caught = recs.stream().filter(r -> r.received > d[0] && r.received - r.timestamp < 1000)
                         .mapToLong(Rec::received).min().orElse(Long.MAX_VALUE);
                 d[2] = Math.max(d[2], caught);
+                // A kill while the job works through a backlog goes back further than the
+                // checkpoint's completion says (its barrier left the source earlier): from the
+                // oldest integer replayed after the kill.
+                Set<Long> before = recs.stream().filter(r -> r.received <= d[0]).map(Rec::value)
+                        .collect(Collectors.toSet());
+                recs.stream().filter(r -> r.received > d[0] && before.contains(r.value)).mapToLong(Rec::timestamp)
+                        .min().ifPresent(t -> d[1] = Math.min(d[1], t));
             }
         }
         PrintWriter out = new PrintWriter(System.out, true);
         out.printf("%d integers produced, %d kills%n", expected, down.size());
         for (long[] d : down) {
-            out.printf("  kill at %s: restored a checkpoint taken %d ms before it; caught up %d ms after it%n",
-                    java.time.Instant.ofEpochMilli(d[0]), d[0] - d[1] - interval, d[2] - d[0]);
+            out.printf("  kill at %s: restored a checkpoint completed %d ms before it; left out of the steady "
+                    + "latency: integers produced from %d ms before it to %d ms after it (caught up)%n",
+                    java.time.Instant.ofEpochMilli(d[0]), d[0] - restored.get(d), d[0] - d[1], d[2] - d[0]);
         }
         out.println();
         out.printf("%-12s %8s %8s %6s %7s %6s | %-26s | %-17s%n", "", "", "", "", "", "",
@@ -420,7 +431,8 @@ public final class Main {
         out.println("(dups: records - distinct; order: first copies below an earlier first copy in their partition;");
         out.println(" latency: produce time to the reader's first receipt of each integer; steady: without the");
         out.println(" integers produced from one checkpoint interval before the checkpoint each kill went back to");
-        out.println(" until the job had caught up: a record reached its output within 1 s of being produced)");
+        out.println(" (or the oldest integer replayed, if older) until the job had caught up: a record reached its");
+        out.println(" output within 1 s of being produced)");
         for (Map.Entry<String, List<Rec>> e : all.entrySet()) {
             out.printf("%nAround each kill, partition 0 of %s (received before | after the SIGKILL):%n", e.getKey());
             List<Rec> p0 = e.getValue().stream().filter(r -> r.partition == 0).collect(Collectors.toList());
