@@ -20,7 +20,7 @@ use super::produce::{encode_opaque, send, Added, DeliveryEvent, Destination, Ref
 use super::route::{route, Policy, Route};
 use super::{Fatal, RunError, Shutdown, TopicCounts, KAFKA_TIMEOUT};
 use crate::config::{Config, OnMissing};
-use crate::fingerprint::{Fingerprint, Fingerprinter, Unfingerprintable};
+use crate::fingerprint::{stand_in_at, Fingerprint, Fingerprinter, Unfingerprintable};
 use crate::generations::{now_ms, Generation};
 use crate::horizon;
 use crate::inspect::live::{LiveRequest, PartitionView};
@@ -149,7 +149,7 @@ impl Filter {
             policy: Policy::of(&cfg),
             fingerprinter: match &cfg.input.routed_from {
                 Some(topic) => Fingerprinter::new(cfg.fingerprint.source.clone()).with_stand_in(topic),
-                None => Fingerprinter::new(cfg.fingerprint.source.clone()),
+                None => Fingerprinter::new(cfg.fingerprint.source.clone()).with_stand_in(&cfg.input.topic),
             },
             producer: Arc::new(producer),
             side_producer,
@@ -219,9 +219,11 @@ impl Filter {
         let routed = self.cfg.input.routed_from.is_some();
         consumed(run, msg, self.topics.input, routed, &self.totals);
         take_time(run, msg, &self.cfg, offset);
-        // Global scope, filter stage: a record without fingerprint is known by its provenance.
+        // A record without fingerprint is known by its provenance: its own coordinates, or, in
+        // the filter stage of the global scope, the input record its routed copy names.
         let stand_in = match &fp {
-            Err(_) if self.policy.on_missing == OnMissing::Forward => self.fingerprinter.stand_in(msg),
+            Err(_) if self.policy.on_missing == OnMissing::Forward && routed => self.fingerprinter.stand_in(msg),
+            Err(_) if self.policy.on_missing == OnMissing::Forward => Some(stand_in_at(msg.topic(), p, offset)),
             _ => None,
         };
         let known = fp.as_ref().ok().copied().or(stand_in);

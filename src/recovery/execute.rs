@@ -870,8 +870,8 @@ impl Progress<'_> {
                 return;
             }
         }
-        // Global scope, filter stage: a record forwarded without fingerprint is known by its
-        // stand-in (its provenance in the routed-from topic), which the output copy keeps.
+        // A record forwarded without fingerprint is known by its stand-in (the input record its
+        // provenance names), which the pipeline learned when it forwarded it.
         let known = env
             .fingerprinter
             .fingerprint(m)
