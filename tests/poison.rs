@@ -91,3 +91,204 @@ fn a_tombstone_forwarded_before_a_crash_is_not_forwarded_again() {
     let (code, said) = audit(&spec, dir.path());
     assert_eq!(code, Some(0), "{said}");
 }
+
+const REFUSED: &str = "kafka_dedup_output_refused_total";
+const SKIPPED: &str = "kafka_dedup_records_skipped_total";
+
+/// Writes `records` to `topic`, partition by partition, with a producer that takes records up to
+/// the broker's default limit (librdkafka's own default, 1,000,000 bytes, is lower).
+fn produce_large(topic: &str, records: &[(i32, Raw)]) {
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    let mut c = kafka().client();
+    c.set("message.max.bytes", "1100000");
+    let producer: ThreadedProducer<_> = c.create().unwrap();
+    for (p, r) in records {
+        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(*p);
+        if let Some(k) = &r.key {
+            rec = rec.key(k.as_slice());
+        }
+        if let Some(v) = &r.value {
+            rec = rec.payload(v.as_slice());
+        }
+        producer.send(rec).map_err(|(e, _)| e).unwrap();
+        producer.flush(Duration::from_secs(30)).unwrap();
+    }
+}
+
+/// Small records `name-0 .. name-{n-1}` on every one of `partitions` partitions.
+fn small(name: &str, n: usize, partitions: i32) -> Vec<(i32, Raw)> {
+    (0..n)
+        .flat_map(|i| (0..partitions).map(move |p| (p, raw(None, Some(&format!("{name}-{p}-{i}")), &[]))))
+        .collect()
+}
+
+/// The texts of what was forwarded to `output` from `input`, per partition.
+fn forwarded(output: &str, input: &str, partitions: i32) -> std::collections::BTreeMap<i32, Vec<Option<String>>> {
+    kafka()
+        .read_forwarded(output, partitions, input)
+        .into_iter()
+        .map(|(p, rs)| (p, texts(&rs)))
+        .collect()
+}
+
+/// Issue 22, item 8 (first half): a record of 1,040,000 bytes, which the input took under the
+/// broker's default limit (1,048,588), fits the output (same default) with its provenance header:
+/// librdkafka's own producer default (`message.max.bytes` 1,000,000) refused it, which stopped
+/// every partition. Forwarded now, with everything around it.
+#[test]
+fn a_record_the_input_took_fits_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("big-in"), unique("big-out"));
+    kafka().create_topic(&input, 3);
+    kafka().create_topic(&output, 3);
+    let big = "x".repeat(1_040_000);
+    let mut records = small("a", 2, 3);
+    records.push((0, raw(None, Some(&big), &[])));
+    records.extend(small("b", 2, 3));
+    produce_large(&input, &records);
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(FORWARDED, &[], records.len() as f64, Duration::from_secs(60));
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let out = forwarded(&output, &input, 3);
+    assert_eq!(out[&0].len(), 5);
+    assert_eq!(out[&0][2].as_ref().map(String::len), Some(1_040_000));
+}
+
+/// Issue 22, item 8 (second half), and issue 23, item 3: the output topic's own
+/// `max.message.bytes` is lower than the input's, and a record on partition 0 exceeds it. Only
+/// partition 0 halts: the others run on, the process stays up, the refusal is counted and
+/// `/readyz` names the partition and the reason, with the ways past. One of them,
+/// `input.skip = "0:2"`, lets exactly that record past at the next start (counted, logged);
+/// nothing else of partition 0 is lost or repeated.
+#[test]
+fn a_record_over_the_outputs_limit_halts_only_its_partition_until_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("limit-in"), unique("limit-out"));
+    kafka().create_topic(&input, 3);
+    kafka().create_topic_with(&output, 3, &[("max.message.bytes", "100000")]);
+    let big = "y".repeat(150_000);
+    let mut records = small("a", 2, 3);
+    records.push((0, raw(None, Some(&big), &[])));
+    records.extend(small("b", 2, 3));
+    produce_large(&input, &records);
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    // Partitions 1 and 2 forward all their 4 records, partition 0 the 2 before the big one.
+    filter.wait_metric(FORWARDED, &[], 10.0, Duration::from_secs(60));
+    filter.wait_metric(REFUSED, &["partition=\"0\""], 1.0, Duration::from_secs(60));
+    let (code, body) = http_get(&filter.http, "/readyz").unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("halted") && body.contains("offset 2") && body.contains("input.skip"),
+        "{body}"
+    );
+    // The other partitions are committed to their end; partition 0 up to the refused record.
+    let ends = [(0, 2), (1, 4), (2, 4)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &ends, Duration::from_secs(60), || filter.logs());
+    assert!(filter.running(), "{}", filter.logs());
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(kafka().committed(&spec.group, &input, 3)[&0].0, Some(2));
+
+    let mut skipping = spec.clone();
+    skipping.env.push(("KAFKA_DEDUP__INPUT__SKIP".into(), "0:2".into()));
+    let mut filter = skipping.start(dir.path());
+    let five = [(0, 5), (1, 4), (2, 4)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &five, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(metric(&scrape, SKIPPED, &["partition=\"0\""]), 1.0, "{scrape}");
+    assert!(filter.logs().contains("input.skip"), "{}", filter.logs());
+    let out = forwarded(&output, &input, 3);
+    let want = |p: i32| -> Vec<Option<String>> {
+        ["a-{p}-0", "a-{p}-1", "b-{p}-0", "b-{p}-1"]
+            .iter()
+            .map(|t| Some(t.replace("{p}", &p.to_string())))
+            .collect()
+    };
+    for p in 0..3 {
+        assert_eq!(out[&p], want(p), "partition {p}");
+    }
+}
+
+/// Issue 22, item 8 and issue 23, item 3 with `fingerprint.dead_letter_topic` set: the record the
+/// output refuses for its size goes there, with the reason `too_large` and its provenance, and
+/// its partition runs on; counted, nothing halts.
+#[test]
+fn a_record_over_the_outputs_limit_goes_to_the_dead_letter_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output, dlq) = (unique("dl-in"), unique("dl-out"), unique("dl-dlq"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic_with(&output, 1, &[("max.message.bytes", "100000")]);
+    kafka().create_topic(&dlq, 1);
+    let big = "z".repeat(150_000);
+    let mut records = small("a", 2, 1);
+    records.push((0, raw(None, Some(&big), &[])));
+    records.extend(small("b", 2, 1));
+    produce_large(&input, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.fingerprint = format!("[fingerprint]\nsource = \"value\"\ndead_letter_topic = \"{dlq}\"\n");
+    let mut filter = spec.start(dir.path());
+    let five = [(0, 5)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &five, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(
+        metric(&scrape, REFUSED, &["partition=\"0\"", "action=\"dead_letter\""]),
+        1.0,
+        "{scrape}"
+    );
+    assert_eq!(
+        forwarded(&output, &input, 1)[&0],
+        [
+            Some("a-0-0".into()),
+            Some("a-0-1".into()),
+            Some("b-0-0".into()),
+            Some("b-0-1".into())
+        ]
+    );
+    let dead = kafka().read_records(&dlq, 1);
+    assert_eq!(dead[&0].len(), 1);
+    assert_eq!(dead[&0][0].value.as_ref().map(Vec::len), Some(150_000));
+    assert_eq!(dead[&0][0].header("kafka-dedup.reason"), Some(Some(&b"too_large"[..])));
+}
+
+/// Issue 23, item 3: `on_missing = "fail"` stops on a record without fingerprint and says how to
+/// get past it; `input.skip` names it, and the next start lets exactly that record past (to the
+/// dead-letter topic when one is set; here none: dropped, logged and counted).
+#[test]
+fn a_record_that_stops_the_filter_can_be_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("fail-in"), unique("fail-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    let records = vec![
+        raw(None, Some("v1"), &[]),
+        raw(None, None, &[]),
+        raw(None, Some("v2"), &[]),
+    ];
+    kafka().produce_raw(&input, 0, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.fingerprint = "[fingerprint]\nsource = \"value\"\non_missing = \"fail\"\n".into();
+    let mut filter = spec.start(dir.path());
+    let status = filter.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "{}", filter.logs());
+    let logs = filter.logs();
+    assert!(
+        logs.contains("partition 0 offset 1") && logs.contains("input.skip = \"0:1\""),
+        "{logs}"
+    );
+
+    let mut skipping = spec.clone();
+    skipping.env.push(("KAFKA_DEDUP__INPUT__SKIP".into(), "0:1".into()));
+    let mut filter = skipping.start(dir.path());
+    let three = [(0, 3)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &three, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(metric(&scrape, SKIPPED, &["partition=\"0\""]), 1.0, "{scrape}");
+    assert_eq!(
+        forwarded(&output, &input, 1)[&0],
+        [Some("v1".to_string()), Some("v2".to_string())]
+    );
+}

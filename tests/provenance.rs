@@ -149,9 +149,7 @@ fn key_partitioning_on_a_broker_that_drops_metadata() {
     kafka.create_topic(&input, 1);
     kafka.create_topic(&output, 3);
     kafka.produce_values(&input, &values(0..300), Duration::ZERO);
-    let mut spec = FilterSpec::new(&input, &output, dir.path())
-        
-        .killable();
+    let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
     spec.interval = "1h";
     spec.env
         .push(("KAFKA_DEDUP__OUTPUT__PARTITIONING".into(), "key".into()));

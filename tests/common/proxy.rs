@@ -218,12 +218,20 @@ impl ProxiedBroker {
             if let Ok(Some(status)) = broker.child.try_wait() {
                 panic!("the broker exited ({status}):\n{}", broker.logs());
             }
-            assert!(Instant::now() < deadline, "the broker did not start:\n{}", broker.logs());
+            assert!(
+                Instant::now() < deadline,
+                "the broker did not start:\n{}",
+                broker.logs()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         let consumer: rdkafka::consumer::BaseConsumer = broker.broker().client().create().unwrap();
         while rdkafka::consumer::Consumer::fetch_metadata(&consumer, None, Duration::from_secs(2)).is_err() {
-            assert!(Instant::now() < deadline, "the broker does not answer:\n{}", broker.logs());
+            assert!(
+                Instant::now() < deadline,
+                "the broker does not answer:\n{}",
+                broker.logs()
+            );
         }
         broker
     }
