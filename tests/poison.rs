@@ -292,3 +292,48 @@ fn a_record_that_stops_the_filter_can_be_skipped() {
         [Some("v1".to_string()), Some("v2".to_string())]
     );
 }
+
+/// Issue 22, item 9: an output partition offline (its leader down on librdkafka's mock cluster)
+/// leaves that partition's records unacknowledged for as long as it lasts (the output's producer
+/// waits: nothing may be lost or reordered). The periodic checkpoint must still commit the
+/// partitions that are done: partition 0's committed offset reaches its end while partition 1's
+/// stays where its output stopped acknowledging. Once the leader is back, everything is
+/// committed and the output holds every record once, in order.
+#[test]
+fn an_offline_output_partition_does_not_freeze_the_other_partitions_checkpoints() {
+    use rdkafka::mocking::{MockCluster, MockCoordinator};
+    let cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext> = MockCluster::new(2).unwrap();
+    cluster.create_topic("in", 2, 1).unwrap();
+    cluster.create_topic("out", 2, 1).unwrap();
+    cluster.partition_leader("in", 0, Some(1)).unwrap();
+    cluster.partition_leader("in", 1, Some(1)).unwrap();
+    cluster.partition_leader("out", 0, Some(1)).unwrap();
+    cluster.partition_leader("out", 1, Some(2)).unwrap();
+    let broker = Broker::at(cluster.bootstrap_servers());
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
+    spec.session_timeout_ms = Some(6000);
+    cluster.coordinator(MockCoordinator::Group(spec.group.clone()), 1).unwrap();
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    let values = |range: std::ops::Range<u64>| -> Vec<(i32, u64)> { range.map(|v| ((v % 2) as i32, v)).collect() };
+    broker.produce_values("in", &values(0..200), Duration::ZERO);
+    let half = [(0, 100), (1, 100)].into_iter().collect();
+    broker.wait_committed(&spec.group, "in", &half, Duration::from_secs(60), || filter.logs());
+
+    cluster.broker_down(2).unwrap();
+    broker.produce_values("in", &values(200..400), Duration::ZERO);
+    let p0_done = [(0, 200)].into_iter().collect();
+    broker.wait_committed(&spec.group, "in", &p0_done, Duration::from_secs(30), || filter.logs());
+    let c = broker.committed(&spec.group, "in", 2);
+    assert_eq!(c[&1].0, Some(100), "partition 1 waits for its output: {c:?}");
+    assert!(filter.running(), "{}", filter.logs());
+
+    cluster.broker_up(2).unwrap();
+    let ends = [(0, 200), (1, 200)].into_iter().collect();
+    broker.wait_committed(&spec.group, "in", &ends, Duration::from_secs(60), || filter.logs());
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let out = broker.read_values("out", 2);
+    let v = kafka_dedup::scenario::verify(&values(0..400), &out);
+    assert!(v.ok() && v.output_records == 400, "{v:?}");
+}
