@@ -313,7 +313,9 @@ fn an_offline_output_partition_does_not_freeze_the_other_partitions_checkpoints(
     let dir = tempfile::tempdir().unwrap();
     let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
     spec.session_timeout_ms = Some(6000);
-    cluster.coordinator(MockCoordinator::Group(spec.group.clone()), 1).unwrap();
+    cluster
+        .coordinator(MockCoordinator::Group(spec.group.clone()), 1)
+        .unwrap();
     let mut filter = spec.start(dir.path());
     filter.wait_ready(Duration::from_secs(60));
     let values = |range: std::ops::Range<u64>| -> Vec<(i32, u64)> { range.map(|v| ((v % 2) as i32, v)).collect() };
@@ -336,4 +338,49 @@ fn an_offline_output_partition_does_not_freeze_the_other_partitions_checkpoints(
     let out = broker.read_values("out", 2);
     let v = kafka_dedup::scenario::verify(&values(0..400), &out);
     assert!(v.ok() && v.output_records == 400, "{v:?}");
+}
+
+/// Issue 22, "Low": a lost assignment (session timeout) of a halted partition whose only
+/// unacknowledged record is the refused one, which is not in the producer, has nothing to drop:
+/// released without commit, and the process runs on (it exited, `AssignmentLost`, because the
+/// refused record counted as in flight). The process is stopped (SIGSTOP) past its 6 s session
+/// timeout, then continued: the group gives it the partition back, which halts again at the same
+/// record.
+#[test]
+fn a_lost_assignment_of_a_halted_partition_does_not_stop_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("lost-in"), unique("lost-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic_with(&output, 1, &[("max.message.bytes", "100000")]);
+    let mut records = small("a", 1, 1);
+    records.push((0, raw(None, Some(&"w".repeat(150_000)), &[])));
+    produce_large(&input, &records);
+    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(REFUSED, &["partition=\"0\""], 1.0, Duration::from_secs(60));
+    filter.signal(libc::SIGSTOP);
+    // The stimulus, not a wait for an event: stopped for longer than the session timeout (6 s).
+    std::thread::sleep(Duration::from_secs(9));
+    filter.signal(libc::SIGCONT);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let relearned = |logs: &str| logs.matches("partition running").count() >= 2 && logs.contains("assignment lost");
+    while !relearned(&filter.logs()) {
+        assert!(filter.running(), "kafka-dedup exited:\n{}", filter.logs());
+        assert!(std::time::Instant::now() < deadline, "{}", filter.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Owned again, it meets the record again and halts again.
+    while !http_get(&filter.http, "/readyz").is_some_and(|(_, body)| body.contains("halted")) {
+        assert!(filter.running(), "kafka-dedup exited:\n{}", filter.logs());
+        assert!(std::time::Instant::now() < deadline, "{}", filter.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(filter.logs().contains("releasing without commit"), "{}", filter.logs());
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(
+        kafka().committed(&spec.group, &input, 1)[&0].0,
+        Some(1),
+        "committed up to the refused record:\n{}",
+        filter.logs()
+    );
 }
