@@ -459,6 +459,46 @@ pub type Reader = BaseConsumer<ReaderContext>;
 mod tests {
     use super::*;
 
+    /// Issue 22, item 8: the output's producer fits the output topic's `max.message.bytes`
+    /// (less the batch framing) unless `[kafka.properties]` sets the limits; the producers'
+    /// default takes what a broker at its default takes, plus the headers' room.
+    #[test]
+    fn the_output_producer_fits_the_output_topics_limit() {
+        let cfg = |props: &str| {
+            Config::from_toml_str(
+                &format!("[kafka.properties]\n{props}\n[input]\ntopic = \"i\"\n[output]\ntopic = \"o\"\n"),
+                Some(Default::default()),
+            )
+            .unwrap()
+        };
+        let fitted = |props: &str, limit: Option<usize>| {
+            let cfg = cfg(props);
+            let mut c = producer_config(&cfg);
+            fit_to_output(&mut c, &cfg, limit);
+            (
+                c.get("message.max.bytes").map(str::to_string),
+                c.get("batch.size").map(str::to_string),
+            )
+        };
+        let s = |v: &str| Some(v.to_string());
+        #[rustfmt::skip]
+        let rows = [
+            ("", None, (s("1049100"), None)),
+            ("", Some(BROKER_MESSAGE_MAX_BYTES), (s("1048332"), s("1000000"))),
+            ("", Some(100_000), (s("99744"), s("99744"))),
+            ("", Some(500), (s("1000"), s("1000"))),
+            ("\"message.max.bytes\" = 5000000", Some(100_000), (s("5000000"), s("99744"))),
+            ("\"batch.size\" = 16384", Some(100_000), (s("99744"), s("16384"))),
+        ];
+        for (props, limit, want) in rows {
+            assert_eq!(fitted(props, limit), want, "{props} {limit:?}");
+        }
+        assert_eq!(
+            side_producer_config(&cfg("")).get("message.timeout.ms"),
+            Some(SIDE_MESSAGE_TIMEOUT_MS)
+        );
+    }
+
     /// Vectors of Kafka's `UtilsTest.testMurmur2` (Java client).
     #[test]
     fn murmur2_matches_the_java_client() {
