@@ -322,7 +322,8 @@ fn bad_configs_name_the_key() {
 /// Issue 23, item 3: `input.skip` entries, one row per form; a bad entry exits 2 naming the key.
 #[test]
 fn skip_entries_are_partition_offset_pairs() {
-    let rows: [(&str, Option<&[(i32, i64)]>); 7] = [
+    type Row<'a> = (&'a str, Option<&'a [(i32, i64)]>);
+    let rows: [Row<'_>; 7] = [
         ("", Some(&[])),
         ("0:1042", Some(&[(0, 1042)])),
         (" 3:7 , 0:1042,", Some(&[(0, 1042), (3, 7)])),
