@@ -32,6 +32,11 @@ use crate::telemetry::{self, Totals};
 
 /// How often gauges are refreshed and the idle warning is considered.
 const GAUGE_EVERY: Duration = Duration::from_secs(1);
+/// How long the start waits for the output topic's `max.message.bytes`
+/// ([`kafka::topic_max_message_bytes`]): a broker answers DescribeConfigs in milliseconds; one
+/// that does not implement it (librdkafka's mock cluster) never answers, and the producer then
+/// keeps its default limit.
+const DESCRIBE_CONFIGS_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long an instance owns no partition before it says so, and how often it repeats it.
 const IDLE_WARN_AFTER: Duration = Duration::from_secs(60);
 /// See [`IDLE_WARN_AFTER`].
@@ -133,7 +138,7 @@ impl Filter {
         let (live_tx, live) = mpsc::channel();
         status.set_live(live_tx);
         let (dtx, deliveries) = mpsc::channel();
-        let limit = match kafka::topic_max_message_bytes(&cfg, &cfg.output.topic, KAFKA_TIMEOUT) {
+        let limit = match kafka::topic_max_message_bytes(&cfg, &cfg.output.topic, DESCRIBE_CONFIGS_TIMEOUT) {
             Ok(limit) => limit,
             Err(e) => {
                 warn!(topic = %cfg.output.topic, error = %e, "cannot read the output topic's max.message.bytes; the producer keeps its own limit");
