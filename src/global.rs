@@ -14,7 +14,10 @@
 //! 2. the **filter stage** is today's filter ([`crate::pipeline::run_filter`]) with
 //!    [`Config::filter_stage`]: it reads the route topic in the group `<input.group_id>-global`.
 //!    A record without fingerprint is known there by its provenance
-//!    ([`Fingerprinter::stand_in`]), so a second copy of it is dropped too.
+//!    ([`Fingerprinter::stand_in`]), so a second copy of it is dropped too. A copy the route stage
+//!    made again (after a crash, a lost assignment, a hand-over that timed out) is dropped there
+//!    whatever its age: [`copy_fate`] compares its provenance with the [`HighWater`] marks of its
+//!    route partition.
 //!
 //! [`crate::service::run`] starts both, sharing the metrics and the HTTP endpoint; the route
 //! stage counts [`RECORDS_ROUTED`].
@@ -45,6 +48,66 @@ use crate::status::Status;
 /// to the route topic, counted when the route topic acknowledged the copy (a record copied again
 /// after a crash counts again). Only in the global scope.
 pub const RECORDS_ROUTED: &str = "kafka_dedup_records_routed_total";
+
+/// `kafka_dedup_route_copies_dropped_total`: copies the filter stage of the global scope dropped
+/// because the route stage had copied their input record before ([`copy_fate`]: its offset at or
+/// below the high-water mark of its input partition), whatever the time since the first copy.
+/// Only in the global scope. Also counted in `records_consumed`, not in `duplicates_dropped`.
+pub const ROUTE_COPIES_DROPPED: &str = "kafka_dedup_route_copies_dropped_total";
+
+/// The filter stage's high-water marks of one route partition: per input partition (of
+/// `input.topic`), the highest input offset whose copy it took (forwarded, dropped or copied
+/// aside), by the copy's provenance header. Kept in the checkpoint (offset metadata, `hw`) and
+/// rebuilt from the output on recovery ([`crate::recovery`]).
+pub type HighWater = BTreeMap<i32, i64>;
+
+/// What the filter stage makes of a routed copy, by its provenance ([`copy_fate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyFate {
+    /// Not copied before: looked up by fingerprint as usual, and its offset becomes its input
+    /// partition's mark once taken ([`note_taken`]).
+    New,
+    /// Its input record was copied to this route partition before and taken: dropped, whatever
+    /// its fingerprint's age.
+    Recopy,
+    /// No provenance of `input.topic` (or no fingerprint, nor stand-in: a record without identity
+    /// follows `on_missing` as before): looked up by fingerprint as usual.
+    Unknown,
+}
+
+/// The fate of a routed copy whose provenance is `source` (input partition, offset; `None`
+/// without one), given the route partition's marks `high_water`.
+///
+/// The rule (docs/GLOBAL_SCOPE.md, "Re-copies"): the route stage copies each input partition in
+/// input order with one idempotent producer (no gap, no reordering within a route partition), and
+/// it resumes an input partition only at an offset whose every earlier copy was acknowledged. So
+/// when a route partition holds a copy of input offset `h` of partition `p`, it already holds
+/// every earlier record of `p` that routes to it, before that copy: a copy of an offset at or
+/// below `h` met later is a second copy (a re-copy after a crash, or a late copy of a previous
+/// owner) and is dropped. Nothing else is: a first copy always comes above every mark of its
+/// input partition.
+pub fn copy_fate(high_water: &HighWater, source: Option<(i32, i64)>) -> CopyFate {
+    match source {
+        None => CopyFate::Unknown,
+        Some((p, offset)) if high_water.get(&p).is_some_and(|h| offset <= *h) => CopyFate::Recopy,
+        Some(_) => CopyFate::New,
+    }
+}
+
+/// Raises the mark of `source`'s input partition to its offset (a copy taken).
+pub fn note_taken(high_water: &mut HighWater, source: Option<(i32, i64)>) {
+    if let Some((p, offset)) = source {
+        let h = high_water.entry(p).or_insert(offset);
+        *h = (*h).max(offset);
+    }
+}
+
+/// Raises every mark of `into` to the one of `from` (the checkpoint's, the output's re-read).
+pub fn merge_high_water(into: &mut HighWater, from: &HighWater) {
+    for (p, o) in from {
+        note_taken(into, Some((*p, *o)));
+    }
+}
 
 /// How long one poll waits for a record.
 const POLL_WAIT: Duration = Duration::from_millis(100);
@@ -487,6 +550,12 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
     );
     let routed = metrics::counter!(RECORDS_ROUTED);
     routed.increment(0);
+    metrics::describe_counter!(
+        ROUTE_COPIES_DROPPED,
+        metrics::Unit::Count,
+        "Copies the filter stage dropped as the route stage's second copies of an input record (global scope)."
+    );
+    metrics::counter!(ROUTE_COPIES_DROPPED).increment(0);
     status.set_route_partitions(&[], &[]);
     crate::crash::panic_point("route");
     let Some(route_partitions) = wait_for_topics(&cfg, &shutdown)? else {
@@ -647,6 +716,43 @@ mod tests {
         for (case, fingerprint, input, n, want) in rows {
             assert_eq!(route_partition(fingerprint, input, n), want, "{case}");
         }
+    }
+
+    /// The re-copy rule, one row per case: marks, provenance, the fate.
+    #[test]
+    fn copy_fate_in_a_table() {
+        let marks: HighWater = [(0, 100), (2, 7)].into_iter().collect();
+        #[rustfmt::skip]
+        let rows: [(&str, Option<(i32, i64)>, CopyFate); 8] = [
+            ("no provenance", None, CopyFate::Unknown),
+            ("above the mark: a first copy", Some((0, 101)), CopyFate::New),
+            ("far above the mark (records routed elsewhere between)", Some((0, 5_000)), CopyFate::New),
+            ("at the mark: the same record again", Some((0, 100)), CopyFate::Recopy),
+            ("below the mark: a re-copy after a crash", Some((0, 42)), CopyFate::Recopy),
+            ("another partition's mark does not count", Some((2, 42)), CopyFate::New),
+            ("below another partition's mark", Some((2, 0)), CopyFate::Recopy),
+            ("a partition without a mark", Some((1, 0)), CopyFate::New),
+        ];
+        for (case, source, want) in rows {
+            assert_eq!(copy_fate(&marks, source), want, "{case}");
+        }
+    }
+
+    /// A taken copy raises its partition's mark, never lowers it; merging keeps the higher mark.
+    #[test]
+    fn marks_only_rise() {
+        let mut marks = HighWater::new();
+        note_taken(&mut marks, Some((0, 10)));
+        note_taken(&mut marks, Some((0, 5))); // a late copy taken (not one the rule drops)
+        note_taken(&mut marks, None);
+        assert_eq!(marks, [(0, 10)].into_iter().collect());
+        merge_high_water(&mut marks, &[(0, 3), (1, 9)].into_iter().collect());
+        assert_eq!(marks, [(0, 10), (1, 9)].into_iter().collect());
+        // The route stage's order: a re-copy of 4..=10 after 10 was taken is dropped whole,
+        // and the next first copy is not.
+        let fates: Vec<CopyFate> = (4..=11).map(|o| copy_fate(&marks, Some((0, o)))).collect();
+        assert_eq!(fates[..7], [CopyFate::Recopy; 7]);
+        assert_eq!(fates[7], CopyFate::New);
     }
 
     /// Every copy of an event meets in one partition, through whichever input partition it came;

@@ -354,6 +354,77 @@ fn three_instances_one_killed_one_joining() {
     );
 }
 
+/// Issue 22 item 1: with records stamped when produced, the other instances keep every route
+/// partition's clock moving while a killed instance's input partitions wait for the session
+/// timeout; the new owner's second copies of what the killed one copied since its last commit
+/// arrive past H_max (interval 1 s, 2 generations: 2 s; the session 6 s) and, by fingerprint
+/// alone, would be forwarded again. The filter stage drops them by provenance: each value once,
+/// with input flowing on every partition for more than 3 x H_max after the kill.
+#[test]
+fn copies_made_again_after_a_kill_past_the_horizon_are_dropped() {
+    const VALUES: u64 = 12_000;
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let topics = Topics::new("global-recopy");
+    let mut spec = global(&topics, dir.path()).killable();
+    spec.interval = "1s";
+    let replica = |name: &str| {
+        let mut s = if name == "a" { spec.clone() } else { spec.survivor() };
+        s.store = dir.path().join(format!("store-{name}"));
+        s
+    };
+    let mut a = replica("a").start(dir.path());
+    let b = replica("b").start(dir.path());
+    let c = replica("c").start(dir.path());
+    // Distinct values, stamped when produced, over 40 s on every partition.
+    let writer = {
+        let input = topics.input.clone();
+        std::thread::spawn(move || {
+            let all: Vec<(i32, u64)> = (0..VALUES).map(|v| ((v % 3) as i32, v)).collect();
+            kafka().produce_values(&input, &all, Duration::from_secs(40));
+            Instant::now()
+        })
+    };
+    // A copies one input partition (or more) before it is killed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&a.scrape(), ROUTED, &[]) < 600.0 {
+        assert!(Instant::now() < deadline, "A routes nothing:\n{}", a.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    a.kill9();
+    let killed = Instant::now();
+    let written = writer.join().unwrap();
+    assert!(
+        written.duration_since(killed) > Duration::from_secs(6),
+        "input flowed {:?} after the kill, not more than 3 x H_max",
+        written.duration_since(killed)
+    );
+    wait_both_drained(&spec, &topics.route, &[&b, &c]);
+    let copied_twice = counts(&topics.route).values().filter(|n| **n > 1).count();
+    let dropped: f64 = [&b, &c]
+        .iter()
+        .map(|f| metric(&f.scrape(), "kafka_dedup_route_copies_dropped_total", &[]))
+        .sum();
+    for mut f in [b, c] {
+        assert!(f.terminate().success(), "{}", f.logs());
+    }
+    assert!(copied_twice > 0, "the kill left no copy to make again");
+    let n = counts(&topics.output);
+    let twice: Vec<_> = n.iter().filter(|(_, c)| **c > 1).map(|(v, _)| *v).collect();
+    let missing = (0..VALUES).filter(|v| !n.contains_key(v)).count();
+    assert!(
+        twice.is_empty() && missing == 0,
+        "{} values forwarded twice (first: {:?}) of {copied_twice} copied twice, {missing} missing",
+        twice.len(),
+        &twice[..twice.len().min(5)]
+    );
+    eprintln!(
+        "killed with copies since its last commit: {copied_twice} copied twice, {dropped} dropped by provenance, \
+         done in {:?}",
+        started.elapsed()
+    );
+}
+
 /// The route topic must exist: `run` exits 2 naming the key and the command that creates it
 /// (kafka-dedup creates no topics).
 #[test]

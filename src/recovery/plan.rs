@@ -409,6 +409,7 @@ mod tests {
             clean,
             out_end,
             clock: None,
+            hw: Default::default(),
         })
     }
 
