@@ -288,6 +288,9 @@ mod tests {
         let s = m(1000, 1).encode();
         assert!(s.len() <= MAX_METADATA_BYTES, "{}", s.len());
         let back = CheckpointMeta::decode(&s).unwrap();
-        assert!(back.hw.is_empty() && back.gens.is_empty() && back.elided == Some(1), "{s}");
+        assert!(
+            back.hw.is_empty() && back.gens.is_empty() && back.elided == Some(1),
+            "{s}"
+        );
     }
 }

@@ -510,6 +510,137 @@ fn a_route_topic_outage_pauses_the_route_stage_without_leaving_the_group() {
     assert!(n.values().all(|c| *c == 1), "each once: {n:?}");
 }
 
+/// Issue 22 item 4, on librdkafka's mock cluster (retention 5 MB per partition): the route stage
+/// copies 100 records and stops (committed 100); while it is down 6 MB more arrive and retention
+/// deletes the oldest, the committed offset included. Restarted with `input.start = "latest"`,
+/// it must resume at the oldest record left, not jump to the end (`input.start` applies only
+/// where nothing is committed). Its lag is exported per input partition
+/// (`kafka_dedup_route_lag_records`) and reaches 0.
+#[test]
+fn the_route_stage_resumes_at_the_log_start_when_retention_deleted_its_committed_offset() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::mocking::MockCluster;
+    let cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext> = MockCluster::new(1).unwrap();
+    for (topic, partitions) in [("in", 1), ("route", 2), ("out", 2)] {
+        cluster.create_topic(topic, partitions, 1).unwrap();
+    }
+    let broker = Broker::at(cluster.bootstrap_servers());
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
+    spec.session_timeout_ms = Some(6000);
+    spec.fingerprint = "[fingerprint]\nsource = \"value\"\nscope = \"global\"\nroute_topic = \"route\"\n".into();
+    spec.env.push((
+        "KAFKA_DEDUP__KAFKA__PROPERTIES__STATISTICS_INTERVAL_MS".to_string(),
+        "500".to_string(),
+    ));
+    broker.produce_values("in", &(0..100).map(|v| (0, v)).collect::<Vec<_>>(), Duration::ZERO);
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(60));
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(broker.committed(&spec.group, "in", 1)[&0].0, Some(100));
+    spec.env
+        .push(("KAFKA_DEDUP__INPUT__START".to_string(), "latest".to_string()));
+
+    let big: Vec<Raw> = (0..600u32)
+        .map(|i| raw(None, Some(&format!("{i:>10000}")), &[]))
+        .collect();
+    broker.produce_raw("in", 0, &big);
+    let reader: BaseConsumer = broker.client().create().unwrap();
+    let (low, high) = reader.fetch_watermarks("in", 0, Duration::from_secs(10)).unwrap();
+    assert!(
+        low > 100,
+        "retention moved the log start past the committed offset: {low}..{high}"
+    );
+
+    let mut again = spec.start(dir.path());
+    again.wait_metric(FORWARDED, &[], (high - low) as f64, Duration::from_secs(60));
+    // The route stage's lag is exported, and reaches 0 once everything is committed.
+    let lag = "kafka_dedup_route_lag_records{partition=\"0\"} ";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let scrape = again.scrape();
+        if scrape.lines().any(|l| l.strip_prefix(lag) == Some("0")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "route lag not 0:\n{scrape}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(again.terminate().success(), "{}", again.logs());
+    assert_eq!(broker.committed(&spec.group, "in", 1)[&0].0, Some(high));
+}
+
+/// Issue 22 item 3, on librdkafka's mock cluster: the route topic's broker down, instance A holds
+/// copies it cannot deliver when B joins and takes a partition; A's hand-over times out
+/// (`output.handover_timeout` 2 s). A must purge them and exit 1 (as the filter does), not keep a
+/// producer that retries them for ever and lands them after B's copies. With the broker back, B
+/// copies everything once more and the output holds each value once.
+#[test]
+fn a_route_hand_over_that_times_out_purges_and_exits() {
+    use rdkafka::mocking::{MockCluster, MockCoordinator};
+    let cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext> = MockCluster::new(2).unwrap();
+    for (topic, broker) in [("in", 1), ("route", 2), ("out", 1)] {
+        cluster.create_topic(topic, 2, 1).unwrap();
+        for p in 0..2 {
+            cluster.partition_leader(topic, p, Some(broker)).unwrap();
+        }
+    }
+    let broker = Broker::at(cluster.bootstrap_servers());
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
+    spec.session_timeout_ms = Some(6000);
+    spec.fingerprint = "[fingerprint]\nsource = \"value\"\nscope = \"global\"\nroute_topic = \"route\"\n".into();
+    spec.env
+        .push(("KAFKA_DEDUP__OUTPUT__HANDOVER_TIMEOUT".to_string(), "2s".to_string()));
+    for group in [spec.group.clone(), format!("{}-global", spec.group)] {
+        cluster.coordinator(MockCoordinator::Group(group), 1).unwrap();
+    }
+    let replica = |name: &str| {
+        let mut s = spec.clone();
+        s.store = dir.path().join(format!("store-{name}"));
+        s
+    };
+    let mut a = replica("a").start(dir.path());
+    a.wait_ready(Duration::from_secs(60));
+    let records: Vec<(i32, u64)> = (0..1000).map(|v| ((v % 2) as i32, v)).collect();
+    broker.produce_values("in", &records[..500], Duration::ZERO);
+    a.wait_metric(FORWARDED, &[], 500.0, Duration::from_secs(60));
+    cluster.broker_down(2).unwrap();
+    // Copies A cannot deliver: A fetches these within its fetch wait (100 ms), long before B
+    // (a process to start, a group to join) takes a partition from it.
+    broker.produce_values("in", &records[500..], Duration::ZERO);
+    let mut b = replica("b").start(dir.path());
+    let status = a.wait_exit(Duration::from_secs(60));
+    let logs = a.logs();
+    assert_eq!(status.code(), Some(1), "{logs}");
+    assert!(
+        logs.contains("route stage: hand-over with copies not acknowledged; dropping them from the producer"),
+        "{logs}"
+    );
+    cluster.broker_up(2).unwrap();
+    broker.wait_committed(
+        &spec.group,
+        "in",
+        &[(0, 500), (1, 500)].into(),
+        Duration::from_secs(120),
+        || b.logs(),
+    );
+    let route_ends = broker.end_offsets("route", 2);
+    broker.wait_committed(
+        &format!("{}-global", spec.group),
+        "route",
+        &route_ends,
+        Duration::from_secs(120),
+        || b.logs(),
+    );
+    assert!(b.terminate().success(), "{}", b.logs());
+    let mut n = BTreeMap::new();
+    for v in broker.read_values("out", 2).into_values().flatten() {
+        *n.entry(v).or_insert(0) += 1;
+    }
+    assert_eq!(n.len(), 1000, "every value");
+    assert!(n.values().all(|c| *c == 1), "each once: {n:?}");
+}
+
 /// A stage that panics stops the process (exit 1), its partner included: the filter stage does
 /// not run on alone with the route stage gone.
 #[test]
