@@ -641,6 +641,88 @@ fn a_route_hand_over_that_times_out_purges_and_exits() {
     assert!(n.values().all(|c| *c == 1), "each once: {n:?}");
 }
 
+/// The input partitions the route stage owns, from `/readyz` (`route_partitions`).
+fn route_owned(f: &FilterProcess) -> Vec<i64> {
+    http_get(&f.http, "/readyz")
+        .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
+        .and_then(|v| {
+            v["route_partitions"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|p| p.as_i64()).collect())
+        })
+        .unwrap_or_default()
+}
+
+/// Waits (up to 90 s) until `f`'s log holds `line`.
+fn wait_log(f: &FilterProcess, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !f.logs().contains(line) {
+        assert!(Instant::now() < deadline, "no {line:?}:\n{}", f.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Issue 22 item 5, on librdkafka's mock cluster: librdkafka keeps a partition's pause across
+/// assignments. A's route stage backs off (the route topic's broker down, its producer's queue
+/// full: every input partition paused); B joins and takes a partition (revoked from A while
+/// paused); the broker comes back and A's back-off ends; B stops and the partition returns to A
+/// after the back-off. A must copy it (every assignment is resumed), not leave it paused for
+/// ever.
+#[test]
+fn a_partition_revoked_while_backed_off_and_assigned_again_is_resumed() {
+    use rdkafka::mocking::{MockCluster, MockCoordinator};
+    let cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext> = MockCluster::new(2).unwrap();
+    for (topic, broker) in [("in", 1), ("route", 2), ("out", 1)] {
+        cluster.create_topic(topic, 2, 1).unwrap();
+        for p in 0..2 {
+            cluster.partition_leader(topic, p, Some(broker)).unwrap();
+        }
+    }
+    let broker = Broker::at(cluster.bootstrap_servers());
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
+    spec.session_timeout_ms = Some(6000);
+    spec.fingerprint = "[fingerprint]\nsource = \"value\"\nscope = \"global\"\nroute_topic = \"route\"\n".into();
+    spec.env.push((
+        "KAFKA_DEDUP__KAFKA__PROPERTIES__QUEUE_BUFFERING_MAX_MESSAGES".to_string(),
+        "100".to_string(),
+    ));
+    for group in [spec.group.clone(), format!("{}-global", spec.group)] {
+        cluster.coordinator(MockCoordinator::Group(group), 1).unwrap();
+    }
+    let replica = |name: &str| {
+        let mut s = spec.clone();
+        s.store = dir.path().join(format!("store-{name}"));
+        s
+    };
+    let mut a = replica("a").start(dir.path());
+    let values = |from: u64, n: u64, p: i32| (from..from + n).map(|v| (p, v)).collect::<Vec<_>>();
+    broker.produce_values("in", &[values(0, 10, 0), values(10, 10, 1)].concat(), Duration::ZERO);
+    a.wait_metric(FORWARDED, &[], 20.0, Duration::from_secs(60));
+    cluster.broker_down(2).unwrap();
+    broker.produce_values("in", &values(100, 300, 0), Duration::ZERO);
+    wait_log(&a, "input partitions paused until it drains");
+    let mut b = replica("b").start(dir.path());
+    wait_log(&a, "route stage: partitions revoked");
+    cluster.broker_up(2).unwrap();
+    wait_log(&a, "input partitions resumed");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while route_owned(&b).is_empty() {
+        assert!(Instant::now() < deadline, "B's route stage owns nothing:\n{}", b.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(b.terminate().success(), "{}", b.logs());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while route_owned(&a).len() < 2 {
+        assert!(Instant::now() < deadline, "A did not get both partitions back:\n{}", a.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    broker.produce_values("in", &[values(1000, 100, 0), values(2000, 100, 1)].concat(), Duration::ZERO);
+    let ends = broker.end_offsets("in", 2);
+    broker.wait_committed(&spec.group, "in", &ends, Duration::from_secs(60), || a.logs());
+    assert!(a.terminate().success(), "{}", a.logs());
+}
+
 /// A stage that panics stops the process (exit 1), its partner included: the filter stage does
 /// not run on alone with the route stage gone.
 #[test]
