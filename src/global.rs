@@ -840,8 +840,8 @@ mod tests {
     fn copy_fate_in_a_table() {
         let marks: HighWater = [(0, 100), (2, 7)].into_iter().collect();
         #[rustfmt::skip]
-        let rows: [(&str, Option<(i32, i64)>, CopyFate); 8] = [
-            ("no provenance", None, CopyFate::Unknown),
+        let rows = [
+            ("no provenance", None::<(i32, i64)>, CopyFate::Unknown),
             ("above the mark: a first copy", Some((0, 101)), CopyFate::New),
             ("far above the mark (records routed elsewhere between)", Some((0, 5_000)), CopyFate::New),
             ("at the mark: the same record again", Some((0, 100)), CopyFate::Recopy),

@@ -714,10 +714,18 @@ fn a_partition_revoked_while_backed_off_and_assigned_again_is_resumed() {
     assert!(b.terminate().success(), "{}", b.logs());
     let deadline = Instant::now() + Duration::from_secs(60);
     while route_owned(&a).len() < 2 {
-        assert!(Instant::now() < deadline, "A did not get both partitions back:\n{}", a.logs());
+        assert!(
+            Instant::now() < deadline,
+            "A did not get both partitions back:\n{}",
+            a.logs()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
-    broker.produce_values("in", &[values(1000, 100, 0), values(2000, 100, 1)].concat(), Duration::ZERO);
+    broker.produce_values(
+        "in",
+        &[values(1000, 100, 0), values(2000, 100, 1)].concat(),
+        Duration::ZERO,
+    );
     let ends = broker.end_offsets("in", 2);
     broker.wait_committed(&spec.group, "in", &ends, Duration::from_secs(60), || a.logs());
     assert!(a.terminate().success(), "{}", a.logs());
