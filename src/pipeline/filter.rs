@@ -22,10 +22,12 @@ use super::{Fatal, RunError, Shutdown, TopicCounts, KAFKA_TIMEOUT};
 use crate::config::{Config, OnMissing};
 use crate::fingerprint::{stand_in_at, Fingerprint, Fingerprinter, Unfingerprintable};
 use crate::generations::{now_ms, Generation};
+use crate::global::{self, CopyFate};
 use crate::horizon;
 use crate::inspect::live::{LiveRequest, PartitionView};
 use crate::kafka;
 use crate::partition::{Partition, Running, Target};
+use crate::provenance::Provenance;
 use crate::status::Status;
 use crate::store::{Store, StoreError};
 use crate::telemetry::{self, Totals};
@@ -254,11 +256,27 @@ impl Filter {
             _ => None,
         };
         let known = fp.as_ref().ok().copied().or(stand_in);
+        // Global scope, filter stage: the input record the route stage copied, by provenance. A
+        // copy it made again (after a crash, a late copy of a previous owner) is dropped whatever
+        // its age; a record without identity follows `on_missing` as before.
+        let source = self
+            .cfg
+            .input
+            .routed_from
+            .as_deref()
+            .and_then(|t| Provenance::of(msg, t))
+            .map(|s| (s.partition, s.offset));
+        if global::copy_fate(&run.high_water, known.and(source)) == CopyFate::Recopy {
+            metrics::counter!(global::ROUTE_COPIES_DROPPED).increment(1);
+            run.inflight.take(offset, Target::None);
+            return Ok(Handled::Done);
+        }
         let hit = known.and_then(|f| run.gens.lookup(f.0));
         let decided = route(&self.policy, p, offset, fp, stand_in, hit);
         count(run, &decided, &self.totals);
         let Some((to, learn)) = destination(&self.cfg, p, offset, &decided)? else {
             run.inflight.take(offset, Target::None);
+            global::note_taken(&mut run.high_water, source);
             return Ok(Handled::Done);
         };
         let (topic, target) = (to.topic, to.target);
@@ -298,6 +316,7 @@ impl Filter {
                 // A side copy, or a record too large for the output: the record stays taken and
                 // unacknowledged (nothing is committed past it) and the partition halts until the
                 // copy is taken.
+                global::note_taken(&mut run.high_water, source);
                 self.halt(p, seq, offset, *copy, &error);
                 return Ok(Handled::Done);
             }
@@ -311,6 +330,7 @@ impl Filter {
                 });
             }
         }
+        global::note_taken(&mut run.high_water, source);
         // Only once the producer accepted it: a refused record must not suppress itself.
         if let Some(fp) = learn {
             run.gens.insert(fp.0, Some(offset));

@@ -17,6 +17,7 @@ use super::plan::{
 use super::{check, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest, REQUEST_TIMEOUT};
 use crate::config::{Delivery, Partitioning, Start};
 use crate::generations::{now_ms, Generation, Generations, Positions};
+use crate::global::{merge_high_water, note_taken, HighWater};
 use crate::horizon;
 use crate::kafka;
 use crate::metadata::new_checkpoint_id;
@@ -59,6 +60,7 @@ pub fn execute(
                             resume,
                             ckpt,
                             clock,
+                            high_water: meta_high_water(&facts),
                         };
                         // A snapshot taken at exactly the committed offset proves the commit is
                         // kafka-dedup's own: never asked whether it is behind.
@@ -87,6 +89,7 @@ pub fn execute(
                     resume,
                     ckpt: new_checkpoint_id(),
                     clock,
+                    high_water: meta_high_water(&facts),
                 };
                 let reread = Reread {
                     from,
@@ -111,6 +114,7 @@ pub fn execute(
                     resume,
                     ckpt: new_checkpoint_id(),
                     clock: meta_clock(&facts),
+                    high_water: meta_high_water(&facts),
                 };
                 return finish(env, reader, req, start, &reread, untrusted(&facts));
             }
@@ -121,6 +125,11 @@ pub fn execute(
 /// The partition clock the committed metadata carries, if any.
 fn meta_clock(facts: &Facts) -> Option<i64> {
     facts.meta.as_ref().and_then(|m| m.clock)
+}
+
+/// The high-water marks the committed metadata carries (global scope, filter stage), if any.
+fn meta_high_water(facts: &Facts) -> HighWater {
+    facts.meta.as_ref().map(|m| m.hw.clone()).unwrap_or_default()
 }
 
 /// The output partitions whose records partition `p`'s generations hold: `p` itself
@@ -194,6 +203,7 @@ fn fresh(
         scanned: 0,
         since: req.since,
         clock: None,
+        high_water: HighWater::new(),
     })
 }
 
@@ -213,6 +223,8 @@ struct Loaded {
     ckpt: String,
     /// The partition clock the checkpoint carried (snapshot or metadata), if any.
     clock: Option<i64>,
+    /// The high-water marks the checkpoint carried (global scope, filter stage).
+    high_water: HighWater,
 }
 
 /// Waits for the fence if the plan says so, then re-reads the output into `start`'s generations.
@@ -234,6 +246,7 @@ fn finish(
         resume,
         ckpt,
         clock,
+        mut high_water,
     } = start;
     check(&req.cancel)?;
     if reread.wait_for_fence {
@@ -248,6 +261,7 @@ fn finish(
         None
     };
     let scanned = scan(env, reader, req, &out_parts, reread, &mut gens, (clock, Some(resume)))?;
+    merge_high_water(&mut high_water, &scanned.high_water);
     let clock = horizon::recovered(clock, scanned.clock_ms);
     if let Some(c) = clock {
         gens.set_current_bucket(horizon::bucket_of(c, horizon::interval_ms(env.cfg.checkpoint.interval)));
@@ -282,6 +296,7 @@ fn finish(
         scanned: scanned.records,
         since: req.since,
         clock,
+        high_water,
     })
 }
 
@@ -345,6 +360,7 @@ fn from_output(
         scanned: scanned.records,
         since: req.since,
         clock,
+        high_water: scanned.high_water,
     })
 }
 
@@ -758,6 +774,9 @@ struct Progress<'a> {
     /// `partitioning = "preserve"`: the rotations the re-read records caused when they were
     /// taken ([`Rotation`]); `None` with `"key"` (records by output position only).
     rotation: Option<Rotation>,
+    /// Global scope, filter stage, `preserve` partitioning: the high-water marks the records
+    /// read prove ([`Progress::record`]).
+    high_water: HighWater,
 }
 
 /// A re-read in output order (`partitioning = "preserve"`: the output partition holds its input
@@ -829,6 +848,8 @@ struct Scanned {
     newest_digest: BTreeMap<i32, u128>,
     /// The newest effective time among the records read ([`horizon::reread_ms`]).
     clock_ms: Option<i64>,
+    /// The high-water marks the records read prove (see [`Progress::high_water`]).
+    high_water: HighWater,
 }
 
 /// Re-reads output partitions `out_parts` from `reread.from` to their end (or `reread.to`),
@@ -905,6 +926,7 @@ fn ranges<'a>(
         newest_digest: BTreeMap::new(),
         clock_ms: None,
         rotation: None,
+        high_water: HighWater::new(),
     };
     for q in out_parts {
         let (low, high) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
@@ -956,6 +978,7 @@ impl Progress<'_> {
             newest: self.newest,
             newest_digest: self.newest_digest,
             clock_ms: self.clock_ms,
+            high_water: self.high_water,
         }
     }
 
@@ -1007,6 +1030,15 @@ impl Progress<'_> {
                 gens.relearn(fp.0, q, o);
             }
             self.clock_ms = horizon::recovered(self.clock_ms, t);
+        }
+        // Global scope, filter stage: the route stage's provenance (the input record it copied)
+        // raises its input partition's mark. Only with `preserve` partitioning: the output
+        // partition then holds this route partition's records alone, forwarded in order by the
+        // gapless producer, so every record taken before this one was taken indeed (in `key`
+        // partitioning another output partition may have lost a record sent before it).
+        if let (Some(routed_from), Partitioning::Preserve) = (&env.cfg.input.routed_from, env.cfg.output.partitioning) {
+            let source = Provenance::of(m, routed_from).map(|s| (s.partition, s.offset));
+            note_taken(&mut self.high_water, source);
         }
         if let Some(source) = named.filter(|s| s.partition == req.partition) {
             if self.newest.get(&q).is_none_or(|n| source.offset > *n) {

@@ -98,6 +98,10 @@ pub struct Recovered {
     /// the checkpoint's, moved on by the newest timestamp among the re-read output records;
     /// `None` when neither is known (the first record taken sets it).
     pub clock: Option<i64>,
+    /// Global scope, filter stage: the high-water marks to continue ([`crate::global::HighWater`]):
+    /// the committed metadata's, raised by the provenance of the re-read output records
+    /// (`preserve` partitioning only); empty otherwise.
+    pub high_water: crate::global::HighWater,
     /// When the partition was assigned (for the recovery's duration).
     pub since: Instant,
 }

@@ -473,6 +473,7 @@ mod tests {
             clean,
             out_end,
             clock: None,
+            hw: Default::default(),
         })
     }
 
