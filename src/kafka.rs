@@ -12,7 +12,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::BaseProducer;
 
-use crate::config::{Config, ConfigError, Delivery};
+use crate::config::{Config, ConfigError, Delivery, GroupProtocol};
 
 /// Properties kafka-dedup sets itself, whatever `[kafka.properties]` says, and why.
 pub const ENFORCED: &[(&str, &str)] = &[
@@ -137,7 +137,9 @@ pub const METADATA_REFRESH_MS: &str = "30000";
 /// The group consumer of the input topic.
 ///
 /// Defaults (overridable): `partition.assignment.strategy=cooperative-sticky` (a rebalance moves
-/// only the partitions that change owner), `isolation.level=read_committed` (librdkafka default,
+/// only the partitions that change owner; with `group.protocol = "consumer"` not set: the broker
+/// assigns, incrementally, and librdkafka refuses the property, [`GroupProtocol`]),
+/// `isolation.level=read_committed` (librdkafka default,
 /// stated), `statistics.interval.ms=5000` (consumer lag metric), `fetch.wait.max.ms=100`
 /// (librdkafka's is 500): a partition resumed after its recovery joins the consumer's fetches only
 /// when the fetch in flight returns, and a broker holds a fetch of caught-up partitions that long;
@@ -151,7 +153,9 @@ pub fn consumer_config(cfg: &Config) -> ClientConfig {
     if !cfg.input.group_instance_id.is_empty() {
         c.set("group.instance.id", &cfg.input.group_instance_id);
     }
-    set_default(&mut c, "partition.assignment.strategy", "cooperative-sticky");
+    if cfg.kafka.group_protocol() == GroupProtocol::Classic {
+        set_default(&mut c, "partition.assignment.strategy", "cooperative-sticky");
+    }
     set_default(&mut c, "isolation.level", "read_committed");
     set_default(&mut c, "statistics.interval.ms", "5000");
     set_default(&mut c, "fetch.wait.max.ms", "100");
@@ -243,9 +247,13 @@ pub fn reader_config(cfg: &Config) -> ClientConfig {
     c.set("enable.auto.offset.store", "false");
     c.set("enable.partition.eof", "true");
     c.set("auto.offset.reset", "earliest");
-    // Rebalance and statistics settings make no sense here.
+    // Rebalance and statistics settings make no sense here: the reader never joins the group
+    // (it assigns partitions itself and only fetches the group's offsets, which any protocol's
+    // group answers), so it keeps librdkafka's classic protocol whatever the group consumer's.
     c.remove("statistics.interval.ms");
     c.remove("group.instance.id");
+    c.remove("group.protocol");
+    c.remove("group.remote.assignor");
     c
 }
 
@@ -450,6 +458,67 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    /// Issue 21, item 3: `group.protocol = "consumer"` (KIP-848). The consumer kafka-dedup builds
+    /// from the configuration is created by librdkafka (as `run` and `check-config` do, without
+    /// connecting), and a property that protocol refuses is a configuration error naming it.
+    /// Each row: the `[kafka.properties]`, then `Ok(())` or the key of the error.
+    #[test]
+    fn group_protocols_and_the_properties_they_refuse() {
+        let rows: &[(&str, Result<(), &str>)] = &[
+            ("", Ok(())),
+            (
+                "\"group.protocol\" = \"classic\"\n\"session.timeout.ms\" = 6000\n\"heartbeat.interval.ms\" = 500",
+                Ok(()),
+            ),
+            (
+                "\"group.protocol\" = \"classic\"\n\"partition.assignment.strategy\" = \"range\"",
+                Ok(()),
+            ),
+            ("\"group.protocol\" = \"consumer\"", Ok(())),
+            ("\"group.protocol\" = \"CONSUMER\"", Ok(())),
+            (
+                "\"group.protocol\" = \"consumer\"\n\"group.remote.assignor\" = \"range\"",
+                Ok(()),
+            ),
+            (
+                "\"group.protocol\" = \"consumer\"\n\"session.timeout.ms\" = 6000",
+                Err("kafka.properties.session.timeout.ms"),
+            ),
+            (
+                "\"group.protocol\" = \"consumer\"\n\"heartbeat.interval.ms\" = 500",
+                Err("kafka.properties.heartbeat.interval.ms"),
+            ),
+            (
+                "\"group.protocol\" = \"consumer\"\n\"partition.assignment.strategy\" = \"cooperative-sticky\"",
+                Err("kafka.properties.partition.assignment.strategy"),
+            ),
+            (
+                "\"group.protocol\" = \"consumer\"\n\"group.protocol.type\" = \"consumer\"",
+                Err("kafka.properties.group.protocol.type"),
+            ),
+        ];
+        for (props, expected) in rows {
+            let text = format!("[kafka.properties]\n{props}\n[input]\ntopic = \"in\"\n[output]\ntopic = \"out\"\n");
+            let got = Config::from_toml_str(&text, Some(Default::default())).and_then(|cfg| {
+                check_clients(&cfg)?;
+                Ok(cfg)
+            });
+            match (expected, &got) {
+                (Ok(()), Ok(cfg)) => {
+                    let consumer = consumer_config(cfg);
+                    let classic = !props.to_ascii_lowercase().contains("\"consumer\"");
+                    let strategy = consumer.get("partition.assignment.strategy");
+                    assert_eq!(strategy.is_some(), classic, "{props}: {strategy:?}");
+                }
+                (Err(key), Err(e)) => {
+                    assert_eq!(e.key_name(), Some(*key), "{props}: {e}");
+                    assert!(e.to_string().contains("group.protocol"), "{props}: says why: {e}");
+                }
+                _ => panic!("{props}: expected {expected:?}, got {:?}", got.map(drop)),
+            }
+        }
     }
 
     #[test]
