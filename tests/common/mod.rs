@@ -47,9 +47,8 @@ pub struct Sasl {
 
 /// The suite's SASL_SSL listener (`KAFKA_DEDUP_TEST_SASL_*`).
 pub fn sasl() -> Sasl {
-    let var = |k: &str| {
-        std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set: run the tests through scripts/test.sh"))
-    };
+    let var =
+        |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set: run the tests through scripts/test.sh"));
     Sasl {
         bootstrap: var("KAFKA_DEDUP_TEST_SASL_BROKER"),
         ca: var("KAFKA_DEDUP_TEST_SASL_CA").into(),
@@ -365,6 +364,10 @@ pub struct FilterSpec {
     /// `session.timeout.ms`; `None` (the default): librdkafka's default, 45 s. [`Self::killable`]
     /// sets 6 s.
     pub session_timeout_ms: Option<u32>,
+    /// `group.protocol = "consumer"` (KIP-848; default: librdkafka's classic). The broker then
+    /// sets the session timeout and the heartbeat (6 s and 1 s on the suite's broker,
+    /// scripts/kafka-broker.sh) and librdkafka refuses them, so neither is written.
+    pub consumer_protocol: bool,
     pub fingerprint: String,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
@@ -392,6 +395,7 @@ impl FilterSpec {
             fence_wait: "1s",
             provenance: true,
             session_timeout_ms: None,
+            consumer_protocol: false,
             fingerprint: "[fingerprint]\nsource = \"value\"\n".into(),
             env: Vec::new(),
         }
@@ -402,6 +406,12 @@ impl FilterSpec {
     /// (`cooperative-sticky`).
     pub fn killable(mut self) -> Self {
         self.session_timeout_ms = Some(6000);
+        self
+    }
+
+    /// With `group.protocol = "consumer"` (see [`Self::consumer_protocol`]).
+    pub fn with_consumer_protocol(mut self) -> Self {
+        self.consumer_protocol = true;
         self
     }
 
@@ -425,7 +435,7 @@ impl FilterSpec {
             r#"[kafka]
 bootstrap_servers = "{broker}"
 [kafka.properties]
-{session}"heartbeat.interval.ms" = 500
+{membership}
 
 [input]
 topic = "{input}"
@@ -451,10 +461,15 @@ listen = "127.0.0.1:{port}"
             broker = self.broker.bootstrap,
             fence_wait = self.fence_wait,
             provenance = self.provenance,
-            session = self
-                .session_timeout_ms
-                .map(|ms| format!("\"session.timeout.ms\" = {ms}\n"))
-                .unwrap_or_default(),
+            membership = if self.consumer_protocol {
+                "\"group.protocol\" = \"consumer\"".to_string()
+            } else {
+                let session = self
+                    .session_timeout_ms
+                    .map(|ms| format!("\"session.timeout.ms\" = {ms}\n"))
+                    .unwrap_or_default();
+                format!("{session}\"heartbeat.interval.ms\" = 500")
+            },
             input = self.input,
             group = self.group,
             instance = self.instance,

@@ -1,0 +1,172 @@
+//! Issue 21, items 3 to 5: consumer groups on Apache Kafka. The KIP-848 `consumer` group
+//! protocol (scale-out, a rolling switch from the classic protocol), static membership, and
+//! partitions added while running. Each instance is the binary as its own process with its own
+//! store directory, on the suite's broker.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use kafka_dedup::scenario;
+
+const FORWARDED: &str = "kafka_dedup_records_forwarded_total";
+
+/// An instance of `spec` with its own store directory.
+fn replica(spec: &FilterSpec, dir: &Path, name: &str) -> FilterSpec {
+    let mut s = spec.clone();
+    s.store = dir.join(format!("store-{name}"));
+    s
+}
+
+/// Reads `output` and checks it holds each of the `distinct` events of `written` once, in order,
+/// in its input partition.
+fn verify_output(written: &[(i32, u64)], output: &str, partitions: i32, distinct: u64) {
+    let out = kafka().read_values(output, partitions);
+    let v = scenario::verify(written, &out);
+    assert!(v.ok(), "{v:?}");
+    assert_eq!(v.output_records, distinct, "{v:?}");
+}
+
+/// Writes `s`'s records to `input` over `duration`, on a thread of its own.
+fn write_in_background(records: &[(i32, u64)], input: &str, duration: Duration) -> std::thread::JoinHandle<()> {
+    let (records, input) = (records.to_vec(), input.to_string());
+    std::thread::spawn(move || kafka().produce_values(&input, &records, duration))
+}
+
+/// Waits until `f` owns partitions and is ready (every one of them recovered and running).
+fn wait_owning(f: &mut FilterProcess, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        f.wait_ready(deadline.saturating_duration_since(Instant::now()));
+        if !f.owned().is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "owns nothing after {timeout:?}:\n{}",
+            f.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The log lines of each process that say what it was given and gave up, for a failure message.
+fn ownership_lines(processes: &[(&str, &FilterProcess)]) -> String {
+    processes
+        .iter()
+        .map(|(name, f)| {
+            let lines: Vec<String> = f
+                .logs()
+                .lines()
+                .filter(|l| {
+                    l.contains("partition assigned")
+                        || l.contains("partition released")
+                        || l.contains("lost")
+                        || l.contains("ERROR")
+                })
+                .map(|l| l.chars().take(260).collect())
+                .collect();
+            format!("{name}:\n{}", lines.join("\n"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Item 3: `group.protocol = "consumer"` (KIP-848). Three instances, 12,000 records with
+/// replays on 6 partitions; one instance is killed with SIGKILL (the broker's 6 s session
+/// expires it), another stopped gracefully, and a new one joins: the output holds every event
+/// once, in order.
+#[test]
+fn the_consumer_protocol_scales_out_with_a_kill_a_stop_and_a_join() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("kip848-in"), unique("kip848-out"));
+    kafka().create_topic(&input, 6);
+    kafka().create_topic(&output, 6);
+    let spec = FilterSpec::new(&input, &output, dir.path()).with_consumer_protocol();
+    let s = scenario::replay_scenario(12_000, 6, 150, 48);
+    let writer = write_in_background(&s.records, &input, Duration::from_secs(20));
+    let mut a = replica(&spec, dir.path(), "a").start(dir.path());
+    let mut b = replica(&spec, dir.path(), "b").start(dir.path());
+    let mut c = replica(&spec, dir.path(), "c").start(dir.path());
+    for f in [&mut a, &mut b, &mut c] {
+        f.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(60));
+    }
+    a.kill9();
+    b.wait_metric(FORWARDED, &[], 1500.0, Duration::from_secs(60));
+    assert!(b.terminate().success(), "{}", b.logs());
+    let mut d = replica(&spec, dir.path(), "d").start(dir.path());
+    writer.join().unwrap();
+    wait_drained(&spec, 6, &[&c, &d], Duration::from_secs(120), || {
+        ownership_lines(&[("A", &a), ("B", &b), ("C", &c), ("D", &d)])
+    });
+    assert!(c.terminate().success(), "{}", c.logs());
+    assert!(d.terminate().success(), "{}", d.logs());
+    verify_output(&s.records, &output, 6, 12_000);
+}
+
+/// Item 3: a running group switches from the classic protocol to `consumer`, one member at a
+/// time (each stopped gracefully and started again with the new protocol, as a rolling update
+/// does), while records keep arriving: nothing is lost or forwarded twice. Kafka 4 refuses to
+/// convert the classic group while a classic member remains (librdkafka's cooperative-sticky
+/// assignor puts user data into every assignment: KAFKA-18134), so the members switched first
+/// wait, not ready and owning nothing, while the classic ones carry every partition; once the
+/// last classic member leaves, the group becomes a consumer group and all three take part
+/// (README, "Running N replicas").
+#[test]
+fn a_rolling_switch_from_classic_to_consumer_loses_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("switch-in"), unique("switch-out"));
+    kafka().create_topic(&input, 6);
+    kafka().create_topic(&output, 6);
+    let classic = FilterSpec::new(&input, &output, dir.path());
+    let s = scenario::replay_scenario(12_000, 6, 150, 49);
+    let writer = write_in_background(&s.records, &input, Duration::from_secs(30));
+    let names = ["a", "b", "c"];
+    let mut members: Vec<FilterProcess> = names
+        .iter()
+        .map(|n| replica(&classic, dir.path(), n).start(dir.path()))
+        .collect();
+    for f in members.iter_mut() {
+        f.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(60));
+    }
+    for (i, name) in names.iter().enumerate() {
+        if i == names.len() - 1 {
+            // The last classic member carries every partition; the switched ones wait.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while members[i].owned().len() < 6 {
+                assert!(Instant::now() < deadline, "{}", ownership_lines(&[("C", &members[i])]));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            for f in &members[..i] {
+                let (code, body) = loop {
+                    if let Some(answer) = http_get(&f.http, "/readyz") {
+                        break answer;
+                    }
+                    assert!(Instant::now() < deadline, "/readyz never answered:\n{}", f.logs());
+                    std::thread::sleep(Duration::from_millis(100));
+                };
+                assert_eq!(code, 503, "{body}");
+                assert!(body.contains("waiting for a partition assignment"), "{body}");
+            }
+        }
+        assert!(members[i].terminate().success(), "{}", members[i].logs());
+        members[i] = replica(&classic, dir.path(), name)
+            .with_consumer_protocol()
+            .start(dir.path());
+    }
+    // The group is a consumer group now: every member takes part.
+    for f in members.iter_mut() {
+        wait_owning(f, Duration::from_secs(60));
+    }
+    writer.join().unwrap();
+    let live: Vec<&FilterProcess> = members.iter().collect();
+    wait_drained(&classic, 6, &live, Duration::from_secs(120), || {
+        ownership_lines(&[("A", &members[0]), ("B", &members[1]), ("C", &members[2])])
+    });
+    for f in members.iter_mut() {
+        assert!(f.terminate().success(), "{}", f.logs());
+    }
+    verify_output(&s.records, &output, 6, 12_000);
+}
