@@ -47,8 +47,9 @@ pub struct Sasl {
 
 /// The suite's SASL_SSL listener (`KAFKA_DEDUP_TEST_SASL_*`).
 pub fn sasl() -> Sasl {
-    let var =
-        |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set: run the tests through scripts/test.sh"));
+    let var = |k: &str| {
+        std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set: run the tests through scripts/test.sh"))
+    };
     Sasl {
         bootstrap: var("KAFKA_DEDUP_TEST_SASL_BROKER"),
         ca: var("KAFKA_DEDUP_TEST_SASL_CA").into(),
