@@ -170,3 +170,76 @@ fn a_rolling_switch_from_classic_to_consumer_loses_and_duplicates_nothing() {
     }
     verify_output(&s.records, &output, 6, 12_000);
 }
+
+/// Adds partitions to `topic` (CreatePartitions) up to `total` and waits until its metadata
+/// shows them.
+fn add_partitions(topic: &str, total: usize) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewPartitions};
+    use rdkafka::client::DefaultClientContext;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let admin: AdminClient<DefaultClientContext> = kafka().client().create().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let results = rt
+        .block_on(admin.create_partitions(&[NewPartitions::new(topic, total)], &options))
+        .expect("create_partitions request");
+    for r in results {
+        r.unwrap_or_else(|(t, e)| panic!("create partitions of {t}: {e}"));
+    }
+    let consumer: BaseConsumer = kafka().client().create().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)).unwrap();
+        if md.topics().iter().any(|t| t.name() == topic && t.partitions().len() == total) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{topic} did not grow to {total} partitions");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Item 5: partitions added to the input (and, first, to the output) with CreatePartitions while
+/// the filter runs. The same process is assigned the new input partition (the classic protocol
+/// at its next metadata refresh, at most 30 s; the consumer protocol when the broker sees the
+/// new partition), recovers it and forwards its records, replays dropped, in order, to the new
+/// output partition; nothing of the old partitions is lost or repeated.
+fn partitions_added_while_running(spec_of: impl Fn(FilterSpec) -> FilterSpec) {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("grow-in"), unique("grow-out"));
+    kafka().create_topic(&input, 2);
+    kafka().create_topic(&output, 2);
+    let spec = spec_of(FilterSpec::new(&input, &output, dir.path()));
+    let before = scenario::replay_scenario(1_000, 2, 150, 71);
+    kafka().produce_values(&input, &before.records, Duration::ZERO);
+    let mut filter = spec.start(dir.path());
+    let pid = filter.pid();
+    wait_drained(&spec, 2, &[&filter], Duration::from_secs(60), || filter.logs());
+
+    add_partitions(&output, 3);
+    add_partitions(&input, 3);
+    // Events 1,000.. over the three partitions, with replays inside each.
+    let after: Vec<(i32, u64)> = scenario::replay_scenario(1_500, 3, 150, 72)
+        .records
+        .into_iter()
+        .map(|(p, v)| (p, v + 1_000))
+        .collect();
+    kafka().produce_values(&input, &after, Duration::ZERO);
+    wait_drained(&spec, 3, &[&filter], Duration::from_secs(90), || filter.logs());
+    assert!(filter.running() && filter.pid() == pid, "the same process");
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let written: Vec<(i32, u64)> = before.records.iter().chain(&after).copied().collect();
+    verify_output(&written, &output, 3, 2_500);
+}
+
+#[test]
+fn partitions_added_while_running_are_filtered_with_the_classic_protocol() {
+    partitions_added_while_running(|spec| spec);
+}
+
+#[test]
+fn partitions_added_while_running_are_filtered_with_the_consumer_protocol() {
+    partitions_added_while_running(FilterSpec::with_consumer_protocol);
+}
