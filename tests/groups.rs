@@ -243,3 +243,138 @@ fn partitions_added_while_running_are_filtered_with_the_classic_protocol() {
 fn partitions_added_while_running_are_filtered_with_the_consumer_protocol() {
     partitions_added_while_running(FilterSpec::with_consumer_protocol);
 }
+
+/// Waits until `f` is ready and owns exactly `partitions`.
+fn wait_owning_exactly(f: &mut FilterProcess, partitions: &[i32], timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        f.wait_ready(deadline.saturating_duration_since(Instant::now()));
+        if f.owned() == partitions {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "owns {:?}, expected {partitions:?}:\n{}",
+            f.owned(),
+            f.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// What `f` logged about partitions given or taken after byte `mark` of its log.
+fn ownership_changes_since(f: &FilterProcess, mark: usize) -> Vec<String> {
+    f.logs()[mark..]
+        .lines()
+        .filter(|l| l.contains("partition assigned") || l.contains("partition released"))
+        .map(String::from)
+        .collect()
+}
+
+/// Item 4: static membership (`input.group_instance_id`, classic protocol, librdkafka's 45 s
+/// session). Two members own two partitions each while records arrive. Member A is stopped
+/// gracefully and started again, then killed and started again, each time inside the session:
+/// it gets its own partitions back, and member B neither gives nor gets a partition (nothing in
+/// its log, the same partitions in `/readyz`). After the graceful stop (a clean hand-over) A
+/// recovers without waiting for the fence; after the kill it waits `output.fence_wait` for each
+/// partition (the rebalance that would have delayed it by a session timeout never happens). The
+/// output holds every event once, in order.
+#[test]
+fn a_static_member_restarted_inside_the_session_gets_its_partitions_back_without_a_rebalance() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("static-in"), unique("static-out"));
+    kafka().create_topic(&input, 4);
+    kafka().create_topic(&output, 4);
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut a_spec = replica(&spec, dir.path(), "a");
+    a_spec.instance = "a".into();
+    let mut b_spec = replica(&spec, dir.path(), "b");
+    b_spec.instance = "b".into();
+    let s = scenario::replay_scenario(8_000, 4, 150, 81);
+    let writer = write_in_background(&s.records, &input, Duration::from_secs(30));
+    let mut a = a_spec.start(dir.path());
+    a.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(60));
+    let mut b = b_spec.start(dir.path());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while a.owned().len() != 2 || b.owned().len() != 2 {
+        assert!(Instant::now() < deadline, "{}", ownership_lines(&[("A", &a), ("B", &b)]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    b.wait_ready(Duration::from_secs(60));
+    let (a_owns, b_owns) = (a.owned(), b.owned());
+
+    // A graceful restart.
+    let mark = b.logs().len();
+    assert!(a.terminate().success(), "{}", a.logs());
+    let mut a = a_spec.start(dir.path());
+    wait_owning_exactly(&mut a, &a_owns, Duration::from_secs(40));
+    assert_eq!(ownership_changes_since(&b, mark), Vec::<String>::new(), "B was not rebalanced");
+    assert_eq!(b.owned(), b_owns);
+    assert!(!a.logs().contains("fence wait over"), "a clean hand-over needs no fence:\n{}", a.logs());
+
+    // A kill and a restart.
+    a.wait_metric(FORWARDED, &[], 50.0, Duration::from_secs(60));
+    let mark = b.logs().len();
+    a.kill9();
+    let mut a = a_spec.start(dir.path());
+    wait_owning_exactly(&mut a, &a_owns, Duration::from_secs(40));
+    assert_eq!(ownership_changes_since(&b, mark), Vec::<String>::new(), "B was not rebalanced");
+    assert_eq!(b.owned(), b_owns);
+    let fenced = a.logs().matches("fence wait over").count();
+    assert_eq!(fenced, a_owns.len(), "after a kill each partition waits for the fence:\n{}", a.logs());
+
+    writer.join().unwrap();
+    wait_drained(&spec, 4, &[&a, &b], Duration::from_secs(120), || {
+        ownership_lines(&[("A", &a), ("B", &b)])
+    });
+    assert!(a.terminate().success(), "{}", a.logs());
+    assert!(b.terminate().success(), "{}", b.logs());
+    verify_output(&s.records, &output, 4, 8_000);
+}
+
+/// Item 4, the fence: a static member killed with records in flight comes back at once (no
+/// session timeout before its partition is assigned again), so only `output.fence_wait` keeps
+/// its predecessor's records from landing after the re-read. The test's own broker, behind a
+/// proxy that holds the killed member's produce requests and delivers them 4 s into the new
+/// incarnation's 10 s fence wait (as `crash::the_fence_waits_out_a_killed_owners_records_in_flight`
+/// does for a dynamic member): the output holds each record once.
+#[test]
+fn the_fence_holds_for_a_static_member_back_at_once_after_a_kill() {
+    let own = common::proxy::ProxiedBroker::start();
+    let broker = own.broker();
+    let dir = tempfile::tempdir().unwrap();
+    broker.create_topic("in", 1);
+    broker.create_topic("out", 1);
+    let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
+    spec.instance = "a".into();
+    spec.fence_wait = "10s";
+    let written: Vec<(i32, u64)> = (0..500).map(|v| (0, v)).collect();
+    broker.produce_values("in", &written[..300], Duration::ZERO);
+    let mut first = spec.start(dir.path());
+    first.wait_metric(FORWARDED, &[], 300.0, Duration::from_secs(60));
+    assert!(own.proxy.hold_producers() >= 1, "the filter's producer connection is held");
+    broker.produce_values("in", &written[300..], Duration::ZERO);
+    first.wait_metric("kafka_dedup_records_consumed_total", &[], 500.0, Duration::from_secs(60));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while own.proxy.held_produce_requests() == 0 {
+        assert!(Instant::now() < deadline, "no produce request held:\n{}", first.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    first.kill9();
+
+    let started = Instant::now();
+    let mut second = spec.start(dir.path());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !second.logs().contains("partition assigned") {
+        assert!(Instant::now() < deadline, "never assigned:\n{}", second.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Static membership: back well inside librdkafka's 45 s session, with no timeout waited.
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+    std::thread::sleep(Duration::from_secs(4));
+    own.proxy.release();
+    wait_drained(&spec, 1, &[&second], Duration::from_secs(120), || second.logs());
+    assert!(second.terminate().success(), "{}", second.logs());
+    let v = scenario::verify(&written, &broker.read_values("out", 1));
+    assert!(v.ok() && v.output_records == 500, "{v:?}\n{}", second.logs());
+}
