@@ -378,3 +378,55 @@ fn the_fence_holds_for_a_static_member_back_at_once_after_a_kill() {
     let v = scenario::verify(&written, &broker.read_values("out", 1));
     assert!(v.ok() && v.output_records == 500, "{v:?}\n{}", second.logs());
 }
+
+/// Item 4 with `group.protocol = "consumer"`. A graceful restart inside the session gets the
+/// partitions back (librdkafka leaves with the static member epoch, -2, which keeps the
+/// assignment for the instance id). After a kill, Kafka keeps the instance id for the dead
+/// member until its session expires (KIP-848 fences the *new* member: UNRELEASED_INSTANCE_ID,
+/// which librdkafka makes a fatal error): a restart inside the broker's session (6 s on the
+/// suite's broker, 45 s by default) exits 1 naming it, having forwarded nothing; restarted again
+/// as an orchestrator does, it gets in once the session expired. The output is exact.
+#[test]
+fn with_the_consumer_protocol_a_killed_static_member_is_refused_until_its_session_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("static848-in"), unique("static848-out"));
+    kafka().create_topic(&input, 2);
+    kafka().create_topic(&output, 2);
+    let mut spec = FilterSpec::new(&input, &output, dir.path()).with_consumer_protocol();
+    spec.instance = "a".into();
+    let values: Vec<(i32, u64)> = (0..600).map(|v| ((v % 2) as i32, v)).collect();
+    kafka().produce_values(&input, &values[..200], Duration::ZERO);
+    let mut a = spec.start(dir.path());
+    wait_drained(&spec, 2, &[&a], Duration::from_secs(60), || a.logs());
+    assert!(a.terminate().success(), "{}", a.logs());
+    kafka().produce_values(&input, &values[200..400], Duration::ZERO);
+    let mut a = spec.start(dir.path());
+    wait_drained(&spec, 2, &[&a], Duration::from_secs(60), || a.logs());
+
+    a.kill9();
+    let killed = Instant::now();
+    kafka().produce_values(&input, &values[400..], Duration::ZERO);
+    let mut again = spec.start(dir.path());
+    let status = again.wait_exit(Duration::from_secs(30));
+    let logs = again.logs();
+    assert_eq!(status.code(), Some(1), "{logs}");
+    assert!(logs.contains("UnreleasedInstanceId"), "{logs}");
+    assert!(!logs.contains("partition assigned"), "{logs}");
+    // Restarted as an orchestrator does, until one start stays up.
+    let later = loop {
+        let mut f = spec.start(dir.path());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while f.running() && f.owned().is_empty() {
+            assert!(Instant::now() < deadline, "{}", f.logs());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if f.running() {
+            break f;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(30), "refused for 30 s:\n{}", f.logs());
+    };
+    let mut later = later;
+    wait_drained(&spec, 2, &[&later], Duration::from_secs(60), || later.logs());
+    assert!(later.terminate().success(), "{}", later.logs());
+    verify_output(&values, &output, 2, 600);
+}
