@@ -430,3 +430,40 @@ fn with_the_consumer_protocol_a_killed_static_member_is_refused_until_its_sessio
     assert!(later.terminate().success(), "{}", later.logs());
     verify_output(&values, &output, 2, 600);
 }
+
+/// Item 3, the global scope (`fingerprint.scope = "global"`) with `group.protocol = "consumer"`:
+/// both of its group consumers (the route stage's in `input.group_id`, the filter stage's in
+/// `<group_id>-global`) use the protocol. Two instances; 1,000 distinct values, then the last 200
+/// written again to another partition than their first copy: each value is forwarded once.
+#[test]
+fn the_global_scope_runs_with_the_consumer_protocol() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, route, output) = (unique("g848-in"), unique("g848-route"), unique("g848-out"));
+    for topic in [&input, &route, &output] {
+        kafka().create_topic(topic, 3);
+    }
+    let mut spec = FilterSpec::new(&input, &output, dir.path()).with_consumer_protocol();
+    spec.fingerprint = format!("[fingerprint]\nsource = \"value\"\nscope = \"global\"\nroute_topic = \"{route}\"\n");
+    let first: Vec<(i32, u64)> = (0..1_000).map(|v| ((v % 3) as i32, v)).collect();
+    let replays: Vec<(i32, u64)> = (800..1_000).map(|v| (((v + 1) % 3) as i32, v)).collect();
+    let ts = wall_ms();
+    kafka().produce_values_at(&input, &first, ts);
+    kafka().produce_values_at(&input, &replays, ts);
+    let mut a = replica(&spec, dir.path(), "a").start(dir.path());
+    let mut b = replica(&spec, dir.path(), "b").start(dir.path());
+    let logs = || ownership_lines(&[("A", &a), ("B", &b)]);
+    // The route stage drains the input, then the filter stage the route topic.
+    wait_drained(&spec, 3, &[], Duration::from_secs(120), logs);
+    let mut stage = spec.clone();
+    stage.input = route.clone();
+    stage.group = format!("{}-global", spec.group);
+    wait_drained(&stage, 3, &[&a, &b], Duration::from_secs(120), logs);
+    assert!(a.terminate().success(), "{}", a.logs());
+    assert!(b.terminate().success(), "{}", b.logs());
+    let mut seen = std::collections::BTreeMap::new();
+    for v in kafka().read_values(&output, 3).into_values().flatten() {
+        *seen.entry(v).or_insert(0) += 1;
+    }
+    assert_eq!(seen.len(), 1_000, "every value forwarded");
+    assert!(seen.values().all(|n| *n == 1), "each once: {seen:?}");
+}
