@@ -193,7 +193,11 @@ fn add_partitions(topic: &str, total: usize) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)).unwrap();
-        if md.topics().iter().any(|t| t.name() == topic && t.partitions().len() == total) {
+        if md
+            .topics()
+            .iter()
+            .any(|t| t.name() == topic && t.partitions().len() == total)
+        {
             return;
         }
         assert!(Instant::now() < deadline, "{topic} did not grow to {total} partitions");
@@ -297,7 +301,11 @@ fn a_static_member_restarted_inside_the_session_gets_its_partitions_back_without
     let mut b = b_spec.start(dir.path());
     let deadline = Instant::now() + Duration::from_secs(60);
     while a.owned().len() != 2 || b.owned().len() != 2 {
-        assert!(Instant::now() < deadline, "{}", ownership_lines(&[("A", &a), ("B", &b)]));
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            ownership_lines(&[("A", &a), ("B", &b)])
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     b.wait_ready(Duration::from_secs(60));
@@ -308,9 +316,17 @@ fn a_static_member_restarted_inside_the_session_gets_its_partitions_back_without
     assert!(a.terminate().success(), "{}", a.logs());
     let mut a = a_spec.start(dir.path());
     wait_owning_exactly(&mut a, &a_owns, Duration::from_secs(40));
-    assert_eq!(ownership_changes_since(&b, mark), Vec::<String>::new(), "B was not rebalanced");
+    assert_eq!(
+        ownership_changes_since(&b, mark),
+        Vec::<String>::new(),
+        "B was not rebalanced"
+    );
     assert_eq!(b.owned(), b_owns);
-    assert!(!a.logs().contains("fence wait over"), "a clean hand-over needs no fence:\n{}", a.logs());
+    assert!(
+        !a.logs().contains("fence wait over"),
+        "a clean hand-over needs no fence:\n{}",
+        a.logs()
+    );
 
     // A kill and a restart.
     a.wait_metric(FORWARDED, &[], 50.0, Duration::from_secs(60));
@@ -318,10 +334,19 @@ fn a_static_member_restarted_inside_the_session_gets_its_partitions_back_without
     a.kill9();
     let mut a = a_spec.start(dir.path());
     wait_owning_exactly(&mut a, &a_owns, Duration::from_secs(40));
-    assert_eq!(ownership_changes_since(&b, mark), Vec::<String>::new(), "B was not rebalanced");
+    assert_eq!(
+        ownership_changes_since(&b, mark),
+        Vec::<String>::new(),
+        "B was not rebalanced"
+    );
     assert_eq!(b.owned(), b_owns);
     let fenced = a.logs().matches("fence wait over").count();
-    assert_eq!(fenced, a_owns.len(), "after a kill each partition waits for the fence:\n{}", a.logs());
+    assert_eq!(
+        fenced,
+        a_owns.len(),
+        "after a kill each partition waits for the fence:\n{}",
+        a.logs()
+    );
 
     writer.join().unwrap();
     wait_drained(&spec, 4, &[&a, &b], Duration::from_secs(120), || {
@@ -352,9 +377,17 @@ fn the_fence_holds_for_a_static_member_back_at_once_after_a_kill() {
     broker.produce_values("in", &written[..300], Duration::ZERO);
     let mut first = spec.start(dir.path());
     first.wait_metric(FORWARDED, &[], 300.0, Duration::from_secs(60));
-    assert!(own.proxy.hold_producers() >= 1, "the filter's producer connection is held");
+    assert!(
+        own.proxy.hold_producers() >= 1,
+        "the filter's producer connection is held"
+    );
     broker.produce_values("in", &written[300..], Duration::ZERO);
-    first.wait_metric("kafka_dedup_records_consumed_total", &[], 500.0, Duration::from_secs(60));
+    first.wait_metric(
+        "kafka_dedup_records_consumed_total",
+        &[],
+        500.0,
+        Duration::from_secs(60),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     while own.proxy.held_produce_requests() == 0 {
         assert!(Instant::now() < deadline, "no produce request held:\n{}", first.logs());
@@ -423,7 +456,11 @@ fn with_the_consumer_protocol_a_killed_static_member_is_refused_until_its_sessio
         if f.running() {
             break f;
         }
-        assert!(killed.elapsed() < Duration::from_secs(30), "refused for 30 s:\n{}", f.logs());
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "refused for 30 s:\n{}",
+            f.logs()
+        );
     };
     let mut later = later;
     wait_drained(&spec, 2, &[&later], Duration::from_secs(60), || later.logs());
