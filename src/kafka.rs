@@ -373,6 +373,44 @@ pub fn key_placed_in(key: &[u8], partition: i32, partitions: usize) -> bool {
     java as i32 == partition || librdkafka as i32 == partition
 }
 
+/// The generation (classic group protocol) or member epoch (KIP-848) librdkafka holds for the
+/// group consumer `consumer`: above 0 once the group coordinator has accepted it as a member, 0
+/// or -1 before, and after it left or was fenced. `None` when librdkafka has no group metadata
+/// (a consumer without `group.id`). With `group.protocol = "consumer"` this is how kafka-dedup
+/// knows it joined when the group gives it no partition: librdkafka 2.12 calls no rebalance
+/// callback for an assignment that stays empty. Read from librdkafka's serialized consumer group
+/// metadata ([`generation_of`]).
+pub fn member_epoch<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<i32> {
+    use rdkafka::bindings as rd;
+    // SAFETY: the metadata is created from the live client and destroyed here; the buffer
+    // librdkafka writes is read within its `size` and freed with librdkafka's allocator.
+    unsafe {
+        let md = rd::rd_kafka_consumer_group_metadata(consumer.client().native_ptr());
+        if md.is_null() {
+            return None;
+        }
+        let (mut buf, mut size) = (std::ptr::null_mut(), 0usize);
+        let error = rd::rd_kafka_consumer_group_metadata_write(md, &mut buf, &mut size);
+        rd::rd_kafka_consumer_group_metadata_destroy(md);
+        if !error.is_null() {
+            rd::rd_kafka_error_destroy(error);
+            return None;
+        }
+        let epoch = generation_of(std::slice::from_raw_parts(buf as *const u8, size));
+        rd::rd_kafka_mem_free(std::ptr::null_mut(), buf);
+        epoch
+    }
+}
+
+/// The generation id in librdkafka's serialized consumer group metadata (format v2 of
+/// `rd_kafka_consumer_group_metadata_write`, librdkafka 2.12: the 7 bytes `CGMDv2:`, then the
+/// generation as a native-endian `i32`, then the group id, member id and instance id). `None`
+/// for any other format.
+pub fn generation_of(serialized: &[u8]) -> Option<i32> {
+    let rest = serialized.strip_prefix(b"CGMDv2:")?;
+    Some(i32::from_ne_bytes(rest.get(..4)?.try_into().ok()?))
+}
+
 /// Context of the consumers that read to the end of partitions (recovery, tests): the
 /// end-of-partition events they ask for are not errors and are not logged as such.
 pub struct ReaderContext;
@@ -519,6 +557,33 @@ mod tests {
                 _ => panic!("{props}: expected {expected:?}, got {:?}", got.map(drop)),
             }
         }
+    }
+
+    /// The generation read back from librdkafka's own serialization, and other formats refused.
+    #[test]
+    fn the_generation_is_read_from_librdkafkas_group_metadata() {
+        use rdkafka::bindings as rd;
+        for generation in [-1, 0, 1, 7, i32::MAX] {
+            // SAFETY: the strings outlive the call; the metadata and the buffer are freed here.
+            let bytes = unsafe {
+                let (group, member, instance) = (c"g", c"m-1", c"pod-0");
+                let md = rd::rd_kafka_consumer_group_metadata_new_with_genid(
+                    group.as_ptr(),
+                    generation,
+                    member.as_ptr(),
+                    instance.as_ptr(),
+                );
+                let (mut buf, mut size) = (std::ptr::null_mut(), 0usize);
+                assert!(rd::rd_kafka_consumer_group_metadata_write(md, &mut buf, &mut size).is_null());
+                rd::rd_kafka_consumer_group_metadata_destroy(md);
+                let bytes = std::slice::from_raw_parts(buf as *const u8, size).to_vec();
+                rd::rd_kafka_mem_free(std::ptr::null_mut(), buf);
+                bytes
+            };
+            assert_eq!(generation_of(&bytes), Some(generation));
+        }
+        assert_eq!(generation_of(b"CGMDv1:\x01\0\0\0g\0"), None);
+        assert_eq!(generation_of(b"CGMDv2:\x01"), None);
     }
 
     #[test]
