@@ -535,16 +535,15 @@ fn transactional_mode_runs_with_the_consumer_protocol() {
     verify_output(&s.records, &output, 2, 1_000);
 }
 
-/// Item 3: with `group.protocol = "consumer"`, a member that the group gives no partition (more
-/// members than partitions) is ready, owning nothing, as with the classic protocol (README,
-/// "Health"): a rolling update waits for readiness.
-#[test]
-fn with_the_consumer_protocol_a_member_without_partitions_is_ready() {
+/// Item 3: a member that the group gives no partition (more members than partitions) is ready,
+/// owning nothing, with either protocol (README, "Health"): a rolling update waits for
+/// readiness.
+fn a_member_without_partitions_is_ready(spec_of: impl Fn(FilterSpec) -> FilterSpec) {
     let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("idle848-in"), unique("idle848-out"));
+    let (input, output) = (unique("idle-in"), unique("idle-out"));
     kafka().create_topic(&input, 1);
     kafka().create_topic(&output, 1);
-    let spec = FilterSpec::new(&input, &output, dir.path()).with_consumer_protocol();
+    let spec = spec_of(FilterSpec::new(&input, &output, dir.path()));
     let mut a = replica(&spec, dir.path(), "a").start(dir.path());
     wait_owning(&mut a, Duration::from_secs(60));
     let mut b = replica(&spec, dir.path(), "b").start(dir.path());
@@ -553,4 +552,14 @@ fn with_the_consumer_protocol_a_member_without_partitions_is_ready() {
     assert_eq!(a.owned(), vec![0]);
     assert!(b.terminate().success(), "{}", b.logs());
     assert!(a.terminate().success(), "{}", a.logs());
+}
+
+#[test]
+fn with_the_consumer_protocol_a_member_without_partitions_is_ready() {
+    a_member_without_partitions_is_ready(FilterSpec::with_consumer_protocol);
+}
+
+#[test]
+fn with_the_classic_protocol_a_member_without_partitions_is_ready() {
+    a_member_without_partitions_is_ready(|spec| spec);
 }
