@@ -43,7 +43,8 @@ RUN apt-get update \
 COPY --from=build /out/kafka-dedup /usr/local/bin/kafka-dedup
 COPY deploy/kafka-dedup.toml /etc/kafka-dedup/kafka-dedup.toml
 # Every configuration key can be set here or at `docker run -e` (KAFKA_DEDUP__SECTION__KEY).
-# The HTTP endpoint listens on all interfaces so that Prometheus and the probes reach it.
+# The HTTP endpoint listens on all interfaces so that Prometheus and the probes reach it; there
+# /store/* answer 403 unless KAFKA_DEDUP__HTTP__STORE_TOKEN is set (README, "Security").
 ENV KAFKA_DEDUP__STORE__PATH=/var/lib/kafka-dedup \
     KAFKA_DEDUP__HTTP__LISTEN=0.0.0.0:9464 \
     RUST_LOG=info

@@ -1,4 +1,4 @@
-# Sourced by scripts/test.sh, scripts/bench.sh and scripts/mutants.sh (which define `log` first):
+# Sourced by scripts/test.sh, scripts/bench.sh, scripts/mutants.sh and scripts/flink-replay.sh (which define `log` first):
 # where things are cached, the install of Apache Kafka's jars, and brokers started on free
 # loopback ports in a temporary directory, all stopped (and the directory removed) when the
 # script exits.
@@ -43,6 +43,25 @@ install_kafka() {
     "-DoutputDirectory=$KAFKA_LIBS")
   "${copy[@]}" -o >/dev/null 2>&1 || "${copy[@]}"
   touch "$KAFKA_LIBS/.complete"
+}
+
+# install_flink: the Flink job of examples/flink-replay (scripts/flink-replay.sh, tests/flink.rs)
+# built by Maven with its jars (Flink 2.2, its Kafka connector, about 85 MB) copied into
+# $FLINK_REPLAY_LIBS, once per version of the example's pom.xml and sources (Maven's own cache
+# ~/.m2 keeps the downloads). Offline first, so a warm machine asks no registry.
+install_flink() {
+  local src=examples/flink-replay hash
+  hash="$(cat "$src/pom.xml" $(find "$src/src" -type f | sort) | sha256sum | cut -c1-12)"
+  export FLINK_REPLAY_LIBS="$CACHE/flink-replay-$hash/libs"
+  [ -f "$FLINK_REPLAY_LIBS/.complete" ] && return 0
+  install_packages openjdk-17-jdk-headless maven
+  log "building examples/flink-replay with its jars into $FLINK_REPLAY_LIBS (Maven; once per version)"
+  rm -rf "$CACHE/flink-replay-$hash"
+  local build=(mvn -q -B -f "$src/pom.xml" package dependency:copy-dependencies -DincludeScope=runtime
+    "-Dflink.out=$CACHE/flink-replay-$hash/build" "-DoutputDirectory=$FLINK_REPLAY_LIBS")
+  "${build[@]}" -o >/dev/null 2>&1 || "${build[@]}"
+  cp "$CACHE/flink-replay-$hash/build/flink-replay.jar" "$FLINK_REPLAY_LIBS/"
+  touch "$FLINK_REPLAY_LIBS/.complete"
 }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }

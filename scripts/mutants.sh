@@ -6,7 +6,7 @@
 #   scripts/mutants.sh unit [FILE...]   each mutant against the unit tests (`cargo test --lib`):
 #                                       about half a minute a mutant on 2 cores
 #   scripts/mutants.sh full [FILE...]   each mutant against the unit tests and the fault-injection
-#                                       and crash tests (mock cluster + tansu, started here; not the
+#                                       and crash tests (mock cluster + Apache Kafka, started here; not the
 #                                       random chaos test): a few minutes a mutant
 #
 # FILE defaults to the safety modules. Results go to mutants.out/ (cargo-mutants' own layout:
@@ -53,10 +53,9 @@ case "$mode" in
   full)
     # shellcheck source=scripts/brokers.sh
     source scripts/brokers.sh
-    install_tansu
-    start_broker tansu "$TANSU" sqlite://tansu.db
-    export KAFKA_DEDUP_TEST_BROKER="127.0.0.1:$BROKER_PORT"
-    export KAFKA_DEDUP_TEST_TANSU="$TANSU"
+    install_kafka
+    start_kafka kafka
+    export KAFKA_DEDUP_TEST_BROKER="127.0.0.1:$KAFKA_PORT" KAFKA_LIBS
     # shellcheck disable=SC2086
     cargo mutants --no-shuffle --timeout 900 "${args[@]}" ${CARGO_MUTANTS_ARGS:-} -- \
       --lib --test mock --test crash -- --skip chaos

@@ -22,6 +22,7 @@ source scripts/brokers.sh
 
 install_packages build-essential pkg-config libssl-dev zlib1g-dev python3 prometheus openjdk-17-jre-headless maven openssl
 install_kafka
+install_flink  # examples/flink-replay, for tests/flink.rs
 
 if [ -z "${KAFKA_DEDUP_TEST_BROKER:-}" ]; then
   start_kafka kafka sasl

@@ -31,6 +31,17 @@ pub enum ConfigError {
     /// A key holds a value of the wrong shape, is unknown, is missing, or fails validation.
     #[error("configuration key `{key}`: {reason}")]
     Key { key: String, reason: String },
+    /// The text is not valid TOML at a line that holds no key (a line with a key or a table
+    /// header is reported as [`ConfigError::Key`] of it, with the position in the reason).
+    #[error("not valid TOML at line {line}, column {column}: {reason}")]
+    Syntax {
+        /// 1-based line of the error.
+        line: usize,
+        /// 1-based column (in characters) of the error.
+        column: usize,
+        /// toml's message.
+        reason: String,
+    },
 }
 
 impl ConfigError {
@@ -45,7 +56,7 @@ impl ConfigError {
     pub fn key_name(&self) -> Option<&str> {
         match self {
             ConfigError::Key { key, .. } => Some(key),
-            ConfigError::Read { .. } => None,
+            ConfigError::Read { .. } | ConfigError::Syntax { .. } => None,
         }
     }
 }
@@ -464,9 +475,14 @@ impl OnMissing {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FingerprintConfig {
-    /// `value | key | key_value | header:NAME | json:/POINTER`.
+    /// `value | key | key_value | header:NAME | json:/POINTER`, or a list of them (one identity
+    /// of several parts, [`Source::Composite`]). Use [`Self::identity`], which folds `ignore` in.
     #[serde(default = "default_source")]
     pub source: Source,
+    /// JSON members (RFC 6901 pointers from the document's root) left out of every json part of
+    /// `source` before it is fingerprinted, e.g. `["/processed_at"]` ([`Source::Ignoring`]).
+    #[serde(default)]
+    pub ignore: Vec<String>,
     /// See [`OnMissing`].
     #[serde(default = "default_on_missing")]
     pub on_missing: OnMissing,
@@ -482,6 +498,14 @@ pub struct FingerprintConfig {
     /// other configured topic, and keep its partition count.
     #[serde(default)]
     pub route_topic: String,
+}
+
+impl FingerprintConfig {
+    /// The identity records are fingerprinted by: `source`, with `ignore` folded in. Valid once
+    /// [`Config::validate`] passed (an invalid `ignore` gives the source alone here).
+    pub fn identity(&self) -> Source {
+        Source::ignoring(self.source.clone(), &self.ignore).unwrap_or_else(|_| self.source.clone())
+    }
 }
 
 /// Which records' replays are caught (`fingerprint.scope`).
@@ -513,6 +537,7 @@ impl Default for FingerprintConfig {
     fn default() -> Self {
         FingerprintConfig {
             source: default_source(),
+            ignore: Vec::new(),
             on_missing: default_on_missing(),
             dead_letter_topic: String::new(),
             scope: default_scope(),
@@ -525,13 +550,23 @@ impl Default for FingerprintConfig {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CheckpointConfig {
-    /// Time between checkpoints. The dedup horizon is `(generations - 1)` to `generations`
-    /// intervals; set it above the upstream's checkpoint interval plus its recovery time.
+    /// Time between checkpoints, and the length of a generation's bucket of record time. The
+    /// dedup horizon is `(generations - 1)` (H_min) to `generations` (H_max) intervals
+    /// ([`crate::horizon::bounds_ms`]); set it so that H_min exceeds the upstream's checkpoint
+    /// interval plus its recovery time. Default 1 min (README, "Configuration").
     #[serde(default = "default_interval", with = "humantime_serde")]
     pub interval: Duration,
     /// Fingerprint sets kept per partition: the current one and `generations - 1` previous ones.
+    /// Default 3: with the default interval, H_min 2 min and H_max 3 min.
     #[serde(default = "default_generations")]
     pub generations: u32,
+}
+
+impl CheckpointConfig {
+    /// The horizon in plain words ([`crate::horizon::in_words`]).
+    pub fn horizon_in_words(&self) -> String {
+        crate::horizon::in_words(crate::horizon::interval_ms(self.interval), self.generations)
+    }
 }
 
 /// Upper bound of `checkpoint.interval`.
@@ -539,12 +574,16 @@ const MAX_INTERVAL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// Upper bound of `output.fence_wait`.
 const MAX_FENCE_WAIT: Duration = Duration::from_secs(3600);
 
+/// 1 min x 3 generations: H_min 2 min covers a Flink job checkpointing every 20-60 s that
+/// restarts in under a minute, and kafka-dedup's own restart after a SIGKILL (45 s session
+/// timeout, 10 s fence wait, the recovery) or a hand-over; a crash re-consumes at most about a
+/// minute of input, and a transaction stays open a minute (README, "Configuration").
 fn default_interval() -> Duration {
-    Duration::from_secs(20)
+    Duration::from_secs(60)
 }
 
 fn default_generations() -> u32 {
-    2
+    3
 }
 
 impl Default for CheckpointConfig {
@@ -584,6 +623,11 @@ pub struct HttpConfig {
     /// `host:port` for `/metrics`, `/healthz`, `/readyz` and `/store/...`. Empty: no HTTP server.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// A secret that `/store/stats` and `/store/lookup` require as `Authorization: Bearer TOKEN`.
+    /// Empty (the default): those routes answer only on a loopback `listen` address, and 403
+    /// elsewhere (`0.0.0.0`: the container image). A lookup tells whether a value was forwarded.
+    #[serde(default)]
+    pub store_token: String,
 }
 
 fn default_listen() -> String {
@@ -594,6 +638,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             listen: default_listen(),
+            store_token: String::new(),
         }
     }
 }
@@ -618,14 +663,16 @@ impl Config {
         Self::from_toml_str(&text, env)
     }
 
-    /// Parses TOML text plus environment overrides, then validates.
+    /// Parses TOML text plus environment overrides, then validates. Errors: a syntax error names
+    /// the key of its line with the line and column ([`ConfigError::Syntax`] when the line has
+    /// none); the others name their key.
     pub fn from_toml_str(
         text: &str,
         env: Option<std::collections::HashMap<String, String>>,
     ) -> Result<Config, ConfigError> {
-        // Syntax errors first, with toml's line/column message.
+        // Syntax errors first, with where they are and the key of that line.
         if let Err(e) = text.parse::<toml::Table>() {
-            return Err(ConfigError::key("(file)", format!("not valid TOML: {}", e.message())));
+            return Err(syntax_error(text, e.span().map_or(0, |s| s.start), e.message()));
         }
         let mut environment = config::Environment::with_prefix(ENV_PREFIX)
             .prefix_separator("__")
@@ -657,6 +704,9 @@ impl Config {
         self.validate_topics()?;
         self.validate_checkpoint()?;
         self.validate_delivery()?;
+        if let Err(e) = Source::ignoring(self.fingerprint.source.clone(), &self.fingerprint.ignore) {
+            return Err(ConfigError::key("fingerprint.ignore", e.to_string()));
+        }
         if self.store.path.as_os_str().is_empty() {
             return Err(ConfigError::key("store.path", "must not be empty"));
         }
@@ -764,7 +814,14 @@ impl Config {
                          fingerprint.dead_letter_topic: it holds copies of the input that only kafka-dedup reads",
                     ));
                 }
-                if let Source::Header(name) = &self.fingerprint.source {
+                let parts = match &self.fingerprint.source {
+                    Source::Composite(parts) => parts.as_slice(),
+                    one => std::slice::from_ref(one),
+                };
+                for name in parts.iter().filter_map(|p| match p {
+                    Source::Header(name) => Some(name),
+                    _ => None,
+                }) {
                     if name == crate::provenance::HEADER {
                         return Err(ConfigError::key(
                             "fingerprint.source",
@@ -934,6 +991,9 @@ impl Config {
                 (k, PropertyValue::String(v))
             })
             .collect();
+        if !copy.http.store_token.is_empty() {
+            copy.http.store_token = "<redacted>".to_string();
+        }
         toml::to_string_pretty(&copy).unwrap_or_else(|e| format!("# cannot render configuration: {e}\n"))
     }
 }
@@ -962,6 +1022,105 @@ fn explain(key: &str, reason: String) -> String {
         );
     }
     reason
+}
+
+/// The error for a TOML syntax error at byte `at` of `text` with toml's `message`: the 1-based
+/// line and column (in characters) of `at`, and the key of that line ([`key_of_line`]) when it
+/// has one. Messages are put on one line.
+fn syntax_error(text: &str, at: usize, message: &str) -> ConfigError {
+    let at = at.min(text.len());
+    let at = (0..=at).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+    let before = &text[..at];
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let column = text[line_start..at].chars().count() + 1;
+    let reason = message.trim().replace('\n', "; ");
+    let table = text[..line_start].lines().rev().find_map(table_header);
+    let this = text[line_start..].lines().next().unwrap_or("");
+    match key_of_line(table.as_deref(), this) {
+        Some(key) => {
+            let hint = unquoted_text(this).map_or(String::new(), |v| {
+                format!(" (a text value, a duration included, is written in quotes: \"{v}\")")
+            });
+            ConfigError::key(
+                key,
+                format!("not valid TOML at line {line}, column {column}: {reason}{hint}"),
+            )
+        }
+        None => ConfigError::Syntax { line, column, reason },
+    }
+}
+
+/// The value of a `key = value` line when it is a word that TOML takes only in quotes
+/// (`interval = 20s`, `sasl.mechanism = PLAIN`): not a value as written, a string once quoted.
+fn unquoted_text(line: &str) -> Option<&str> {
+    let value = line.split_once('=')?.1.split('#').next()?.trim();
+    let word = !value.is_empty() && !value.contains(|c: char| c.is_whitespace() || "\"'[]{}".contains(c));
+    (word && format!("v = {value}").parse::<toml::Table>().is_err()).then_some(value)
+}
+
+/// The dotted key a TOML line names, as far as it can be read from a line that may not parse:
+/// a table header (`[kafka.properties]`, `[[x]]`, or one missing its `]`) names its table; a
+/// `key = value` line its key under `table` (the nearest header above, `None`: the root), each
+/// part unquoted (`"sasl.mechanism" = ...` under `[kafka.properties]` is
+/// `kafka.properties.sasl.mechanism`). `None` for a blank line, a comment, or text whose key
+/// cannot be read.
+fn key_of_line(table: Option<&str>, line: &str) -> Option<String> {
+    if let Some(header) = table_header(line) {
+        return Some(header);
+    }
+    let (lhs, _) = line.split_once('=')?;
+    let key = dotted(lhs)?;
+    Some(match table {
+        Some(t) if !t.is_empty() => format!("{t}.{key}"),
+        _ => key,
+    })
+}
+
+/// The table a header line opens (`[a.b]`, `[[a]]`, `[a` with its `]` missing), unquoted;
+/// `None` for any other line.
+fn table_header(line: &str) -> Option<String> {
+    let line = line.trim();
+    let inner = line.strip_prefix('[')?;
+    let inner = inner.strip_prefix('[').unwrap_or(inner);
+    let inner = inner.split('#').next().unwrap_or("").trim_end();
+    let inner = inner.trim_end_matches(']');
+    dotted(inner)
+}
+
+/// A dotted TOML key as written (`a.b`, `"a.b"`, `a . 'b'`) as one dotted name, quotes removed;
+/// `None` when it is empty or holds anything else.
+fn dotted(text: &str) -> Option<String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let bare = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let mut parts = Vec::new();
+    let mut rest = text;
+    loop {
+        rest = rest.trim_start();
+        let part;
+        if let Some(q) = rest.chars().next().filter(|c| *c == '"' || *c == '\'') {
+            let end = rest[1..].find(q)? + 1;
+            part = &rest[1..end];
+            rest = &rest[end + 1..];
+        } else {
+            let end = rest.find(|c: char| !bare(c)).unwrap_or(rest.len());
+            if end == 0 {
+                return None;
+            }
+            part = &rest[..end];
+            rest = &rest[end..];
+        }
+        parts.push(part);
+        rest = rest.trim_start();
+        match rest.strip_prefix('.') {
+            Some(r) => rest = r,
+            None if rest.is_empty() => return Some(parts.join(".")),
+            None => return None,
+        }
+    }
 }
 
 /// The values an enum key accepts, as serde spells them.

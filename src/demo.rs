@@ -169,12 +169,17 @@ impl std::fmt::Display for DemoReport {
         writeln!(f, "duplicated     {:>7}", v.duplicated)?;
         writeln!(f, "out of order   {:>7} partitions", v.out_of_order_partitions)?;
         if v.ok() {
-            write!(
+            writeln!(
                 f,
                 "result         OK: every integer exactly once, in order per partition"
-            )
+            )?;
         } else {
-            write!(f, "result         FAILED")
+            writeln!(f, "result         FAILED")?;
         }
+        // The demo scripts its replays; the real thing needs a JVM and a broker.
+        write!(
+            f,
+            "real Flink     scripts/flink-replay.sh: a Flink job SIGKILLed between checkpoints on Apache Kafka, kafka-dedup behind it"
+        )
     }
 }

@@ -105,9 +105,16 @@ impl std::str::FromStr for Fingerprint {
     }
 }
 
-/// Which part of a record identifies the event (`fingerprint.source`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "String", into = "String")]
+/// Which part of a record identifies the event (`fingerprint.source`, with `fingerprint.ignore`
+/// folded in by [`crate::config::FingerprintConfig::identity`]).
+///
+/// Its text form ([`fmt::Display`], parsed back by `TryFrom<String>`) is the identity kept in the
+/// store and printed in logs: one source as written in the configuration (`value`,
+/// `json:/event_id`, ...); several as a JSON array of those (`["json:/tenant_id","json:/event_id"]`);
+/// with members left out as a JSON object (`{"source":"json:","ignore":["/processed_at"]}`). No
+/// single source starts with `[` or `{`, so the three forms never overlap. In a configuration
+/// file `source` is a string or an array of strings; from the environment, the text form.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     /// The record value. A tombstone (null value) has no fingerprint: `on_missing` applies.
     Value,
@@ -121,6 +128,118 @@ pub enum Source {
     /// An RFC 6901 JSON pointer into the value (`""` is the whole document). A value that is
     /// not JSON, lacks the pointed-to member, or where it is `null` or `""`, has no fingerprint.
     Json(String),
+    /// Several sources together, in order (at least two; none composite itself): the event is
+    /// the tuple, e.g. `(tenant_id, event_id)`. A record lacking any part has no fingerprint
+    /// ([`Unfingerprintable::Part`] names the part).
+    Composite(Vec<Source>),
+    /// `source` with the JSON members at `ignore` (RFC 6901 pointers from the document's root,
+    /// each naming a member below the root) left out of every json part before it is
+    /// canonicalised: a replay that differs only in a field the upstream stamps again
+    /// (`/processed_at`) is the same event. Parts that are not json are unaffected.
+    Ignoring {
+        /// The source the members are left out of (not itself `Ignoring`).
+        source: Box<Source>,
+        /// The pointers left out, sorted and without repeats (their order does not matter).
+        ignore: Vec<String>,
+    },
+}
+
+impl Source {
+    /// `source` with the JSON members at `ignore` left out; `source` itself when `ignore` is
+    /// empty (so a configuration without `ignore` keeps its identity and fingerprints). Errors:
+    /// a pointer that is not one below the root, or a source without a json part.
+    pub fn ignoring(source: Source, ignore: &[String]) -> Result<Source, SourceError> {
+        if ignore.is_empty() {
+            return Ok(source);
+        }
+        for ptr in ignore {
+            if !ptr.starts_with('/') {
+                return Err(SourceError::NotAPointer(ptr.clone()));
+            }
+            if let Some(bad) = invalid_escape(ptr) {
+                return Err(SourceError::BadEscape(ptr.clone(), bad));
+            }
+        }
+        let parts: &[Source] = match &source {
+            Source::Composite(parts) => parts,
+            Source::Ignoring { .. } => return Err(SourceError::Nested(source.to_string())),
+            one => std::slice::from_ref(one),
+        };
+        if !parts.iter().any(|p| matches!(p, Source::Json(_))) {
+            return Err(SourceError::IgnoreWithoutJson(source.to_string()));
+        }
+        for part in parts {
+            if let Source::Json(target) = part {
+                let target_tokens = pointer_tokens(target);
+                if let Some(ptr) = ignore.iter().find(|p| target_tokens.starts_with(&pointer_tokens(p))) {
+                    return Err(SourceError::IgnoresTheId(ptr.clone(), part.to_string()));
+                }
+            }
+        }
+        let mut ignore = ignore.to_vec();
+        ignore.sort();
+        ignore.dedup();
+        Ok(Source::Ignoring {
+            source: Box::new(source),
+            ignore,
+        })
+    }
+
+    /// Several sources as one identity: one source stays itself (a one-element list is the
+    /// plain source, with its fingerprints). Errors: an empty list, a nested list.
+    pub fn composite(parts: Vec<Source>) -> Result<Source, SourceError> {
+        if let Some(nested) = parts
+            .iter()
+            .find(|p| matches!(p, Source::Composite(_) | Source::Ignoring { .. }))
+        {
+            return Err(SourceError::Nested(nested.to_string()));
+        }
+        match parts.len() {
+            0 => Err(SourceError::Empty),
+            1 => Ok(parts.into_iter().next().expect("one part")),
+            _ => Ok(Source::Composite(parts)),
+        }
+    }
+}
+
+impl Serialize for Source {
+    /// A string for one source, an array of strings for several; an `Ignoring` source as its text
+    /// form (configurations carry `ignore` in a key of its own).
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Source::Composite(parts) => {
+                let texts: Vec<String> = parts.iter().map(|p| p.to_string()).collect();
+                texts.serialize(s)
+            }
+            other => s.serialize_str(&other.to_string()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Source {
+    /// From a string (any text form) or an array of strings (a composite).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Source;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a fingerprint source (value | key | key_value | header:NAME | json:/POINTER) or a list of them",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Source, E> {
+                Source::try_from(v.to_string()).map_err(E::custom)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Source, A::Error> {
+                let mut parts = Vec::new();
+                while let Some(text) = seq.next_element::<String>()? {
+                    parts.push(Source::try_from(text).map_err(serde::de::Error::custom)?);
+                }
+                Source::composite(parts).map_err(serde::de::Error::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A `fingerprint.source` value that names no source. The message is the configuration error's
@@ -137,13 +256,53 @@ pub enum SourceError {
     #[error("\"{0}\": invalid escape in JSON pointer: {1}")]
     BadEscape(String, String),
     /// None of the forms (the whole value).
-    #[error("\"{0}\" is not a fingerprint source; use value | key | key_value | header:NAME | json:/POINTER")]
+    #[error("\"{0}\" is not a fingerprint source; use value | key | key_value | header:NAME | json:/POINTER, or a list of them")]
     Unknown(String),
+    /// An empty list of sources.
+    #[error("an empty list names no source; give one or more, e.g. [\"json:/tenant_id\", \"json:/event_id\"]")]
+    Empty,
+    /// A list inside a list, or `ignore` inside either (the part).
+    #[error("{0}: a list of sources holds single sources only")]
+    Nested(String),
+    /// `fingerprint.ignore` with a source that reads no JSON (the source).
+    #[error("fingerprint.ignore leaves members out of JSON, and source {0} has no json: part")]
+    IgnoreWithoutJson(String),
+    /// An `ignore` pointer that is a json part's target or one of its parents (the pointer, the
+    /// part): leaving it out would leave nothing of the id.
+    #[error("fingerprint.ignore {0:?} would leave out the id that {1} reads; ignore members beside or below it")]
+    IgnoresTheId(String, String),
+    /// A text form in JSON (`[...]`, `{...}`) that does not parse (the text, the reason).
+    #[error("{0}: {1}")]
+    BadForm(String, String),
+}
+
+/// The JSON object form of an [`Source::Ignoring`] (see [`Source`]).
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IgnoringForm {
+    source: serde_json::Value,
+    ignore: Vec<String>,
 }
 
 impl TryFrom<String> for Source {
     type Error = SourceError;
+    /// Any text form of [`Source`].
     fn try_from(s: String) -> Result<Self, SourceError> {
+        let bad = |e: serde_json::Error| SourceError::BadForm(s.clone(), e.to_string());
+        if s.starts_with('[') {
+            let texts: Vec<String> = serde_json::from_str(&s).map_err(bad)?;
+            let parts = texts.into_iter().map(Source::try_from).collect::<Result<_, _>>()?;
+            return Source::composite(parts);
+        }
+        if s.starts_with('{') {
+            let form: IgnoringForm = serde_json::from_str(&s).map_err(bad)?;
+            let source = match form.source {
+                serde_json::Value::String(one) => Source::try_from(one)?,
+                list @ serde_json::Value::Array(_) => Source::try_from(list.to_string())?,
+                other => return Err(SourceError::BadForm(s.clone(), format!("source: {other}"))),
+            };
+            return Source::ignoring(source, &form.ignore);
+        }
         match s.as_str() {
             "value" => Ok(Source::Value),
             "key" => Ok(Source::Key),
@@ -184,6 +343,23 @@ impl fmt::Display for Source {
             Source::KeyValue => f.write_str("key_value"),
             Source::Header(n) => write!(f, "header:{n}"),
             Source::Json(p) => write!(f, "json:{p}"),
+            Source::Composite(parts) => {
+                let texts: Vec<String> = parts.iter().map(|p| p.to_string()).collect();
+                f.write_str(&serde_json::to_string(&texts).map_err(|_| fmt::Error)?)
+            }
+            Source::Ignoring { source, ignore } => {
+                let inner = match source.as_ref() {
+                    Source::Composite(parts) => {
+                        serde_json::Value::Array(parts.iter().map(|p| p.to_string().into()).collect())
+                    }
+                    one => serde_json::Value::String(one.to_string()),
+                };
+                let form = IgnoringForm {
+                    source: inner,
+                    ignore: ignore.clone(),
+                };
+                f.write_str(&serde_json::to_string(&form).map_err(|_| fmt::Error)?)
+            }
         }
     }
 }
@@ -220,6 +396,16 @@ pub enum Unfingerprintable {
     /// or empty, at least one empty. An empty id names no event.
     #[error("the id is empty")]
     EmptyId,
+    /// One part of a composite source has none (its position from 1, its source, why).
+    #[error("part {index} ({source_name}): {why}")]
+    Part {
+        /// Position of the part in `fingerprint.source`, from 1.
+        index: usize,
+        /// The part's source (`fingerprint.source` syntax).
+        source_name: String,
+        /// Why that part has no fingerprint.
+        why: Box<Unfingerprintable>,
+    },
 }
 
 impl Unfingerprintable {
@@ -234,6 +420,7 @@ impl Unfingerprintable {
             Unfingerprintable::PointerNotFound => "pointer_not_found",
             Unfingerprintable::NullId => "null_id",
             Unfingerprintable::EmptyId => "empty_id",
+            Unfingerprintable::Part { why, .. } => why.reason(),
         }
     }
 }
@@ -342,10 +529,17 @@ impl RecordFields for OwnedRecord {
 /// Computes fingerprints for one configured source. Cheap to clone; holds the parsed pointer.
 #[derive(Debug, Clone)]
 pub struct Fingerprinter {
-    /// What part of a record it reads.
+    /// The identity as configured (what [`Self::source`] returns).
     source: Source,
+    /// What it reads: `source` without its `Ignoring` wrapper (never `Ignoring` itself).
+    reads: Source,
     /// Unescaped reference tokens of a JSON pointer (RFC 6901 `~1` -> `/`, `~0` -> `~`).
     pointer: Vec<String>,
+    /// Composite source: one fingerprinter per part, in order.
+    parts: Vec<Fingerprinter>,
+    /// Json source: the members left out (`fingerprint.ignore`), as tokens relative to the
+    /// pointed-to value.
+    ignore: Vec<Vec<String>>,
     /// Global scope, filter stage: the topic the route stage reads, whose provenance header
     /// identifies a record without fingerprint ([`Self::stand_in`]).
     stand_in_from: Option<String>,
@@ -365,20 +559,49 @@ fn field(h: &mut Xxh3Default, bytes: Option<&[u8]>) {
 impl Fingerprinter {
     /// A fingerprinter for `source`.
     pub fn new(source: Source) -> Self {
+        let (reads, ignore) = match &source {
+            Source::Ignoring { source: inner, ignore } => (
+                inner.as_ref().clone(),
+                ignore.iter().map(|p| pointer_tokens(p)).collect(),
+            ),
+            other => (other.clone(), Vec::new()),
+        };
+        let mut f = Fingerprinter::reading(reads, &ignore);
+        f.source = source;
+        f
+    }
+
+    /// A fingerprinter for `reads` (not `Ignoring`), leaving out the members at `ignore`
+    /// (tokens from the document's root).
+    fn reading(reads: Source, ignore: &[Vec<String>]) -> Self {
         // A pointer is "" (the whole document) or starts with '/' (`Source::try_from` checks).
-        let pointer = match &source {
-            Source::Json(p) => match p.strip_prefix('/') {
-                Some(tokens) => tokens
-                    .split('/')
-                    .map(|t| t.replace("~1", "/").replace("~0", "~"))
-                    .collect(),
-                None => Vec::new(),
-            },
+        let pointer = match &reads {
+            Source::Json(p) => pointer_tokens(p),
+            _ => Vec::new(),
+        };
+        let parts = match &reads {
+            Source::Composite(parts) => parts
+                .iter()
+                .map(|p| Fingerprinter::reading(p.clone(), ignore))
+                .collect(),
+            _ => Vec::new(),
+        };
+        // The members below this part's target, relative to it (`Source::ignoring` refuses a
+        // pointer that is the target or above it).
+        let ignore = match &reads {
+            Source::Json(_) => ignore
+                .iter()
+                .filter(|t| t.len() > pointer.len() && t.starts_with(&pointer))
+                .map(|t| t[pointer.len()..].to_vec())
+                .collect(),
             _ => Vec::new(),
         };
         Fingerprinter {
-            source,
+            source: reads.clone(),
+            reads,
             pointer,
+            parts,
+            ignore,
             stand_in_from: None,
         }
     }
@@ -415,7 +638,7 @@ impl Fingerprinter {
     /// the value's size.
     pub fn fingerprint(&self, record: &dyn RecordFields) -> Result<Fingerprint, Unfingerprintable> {
         let mut h = Xxh3Default::new();
-        match &self.source {
+        match &self.reads {
             Source::Value => {
                 let v = record.value().ok_or(Unfingerprintable::Absent)?;
                 h.update(&[1]);
@@ -469,6 +692,22 @@ impl Fingerprinter {
                 h.update(&[5]);
                 field(&mut h, Some(&canonical));
             }
+            Source::Composite(_) => {
+                // Each part's own fingerprint (16 bytes, fixed): no two tuples share an encoding,
+                // whatever bytes the parts hold.
+                h.update(&[6]);
+                h.update(&(self.parts.len() as u64).to_le_bytes());
+                for (i, part) in self.parts.iter().enumerate() {
+                    let fp = part.fingerprint(record).map_err(|why| Unfingerprintable::Part {
+                        index: i + 1,
+                        source_name: part.source.to_string(),
+                        why: Box::new(why),
+                    })?;
+                    h.update(&fp.0.to_le_bytes());
+                }
+            }
+            // `Fingerprinter::new` unwraps it: `reads` is never `Ignoring`.
+            Source::Ignoring { .. } => unreachable!("Fingerprinter::reads is never Ignoring"),
         }
         Ok(Fingerprint(h.digest128()))
     }
@@ -503,8 +742,36 @@ impl Fingerprinter {
                 return Err(Unfingerprintable::PointerNotFound);
             };
         }
-        canonical_json(raw.get())
+        canonical_json_without(raw.get(), &self.ignore)
     }
+}
+
+/// The unescaped reference tokens of an RFC 6901 pointer (`~1` -> `/`, `~0` -> `~`); none for
+/// `""`, the whole document.
+fn pointer_tokens(ptr: &str) -> Vec<String> {
+    match ptr.strip_prefix('/') {
+        Some(tokens) => tokens
+            .split('/')
+            .map(|t| t.replace("~1", "/").replace("~0", "~"))
+            .collect(),
+        None => Vec::new(),
+    }
+}
+
+/// [`canonical_json`] with the members at `ignore` (token paths) left out: an object member is
+/// removed, an array element is skipped (the others keep their order). A path that leads
+/// nowhere in this document removes nothing.
+fn canonical_json_without(text: &str, ignore: &[Vec<String>]) -> Result<Vec<u8>, Unfingerprintable> {
+    if ignore.is_empty() {
+        return canonical_json(text);
+    }
+    let mut node = parse_json(text)?;
+    for path in ignore {
+        node.remove(path);
+    }
+    let mut out = Vec::with_capacity(text.len());
+    node.write(&mut out)?;
+    Ok(out)
 }
 
 /// Writes the JSON text `text` canonically: object keys sorted (by their bytes, after
@@ -518,6 +785,14 @@ impl Fingerprinter {
 /// `known_fingerprints_are_kept` and compared on random documents by
 /// `canonical_form_matches_the_previous_implementation`).
 fn canonical_json(text: &str) -> Result<Vec<u8>, Unfingerprintable> {
+    let node = parse_json(text)?;
+    let mut out = Vec::with_capacity(text.len());
+    node.write(&mut out)?;
+    Ok(out)
+}
+
+/// The tree of the JSON text `text` (see [`canonical_json`]).
+fn parse_json(text: &str) -> Result<Node<'_>, Unfingerprintable> {
     let mut p = Parser { text, pos: 0 };
     p.skip_ws();
     let node = p.value(0)?;
@@ -528,9 +803,7 @@ fn canonical_json(text: &str) -> Result<Vec<u8>, Unfingerprintable> {
             p.pos
         )));
     }
-    let mut out = Vec::with_capacity(text.len());
-    node.write(&mut out)?;
-    Ok(out)
+    Ok(node)
 }
 
 /// A parsed JSON value of [`canonical_json`].
@@ -543,9 +816,43 @@ enum Node<'a> {
     Array(Vec<Node<'a>>),
     /// An object, keys unescaped and sorted; a repeated key keeps its last value.
     Object(BTreeMap<std::borrow::Cow<'a, str>, Node<'a>>),
+    /// An array element left out (`fingerprint.ignore`): written as nothing.
+    Removed,
 }
 
 impl Node<'_> {
+    /// Leaves out the member at `path` (tokens): an object's member is removed, an array's
+    /// element becomes [`Node::Removed`] (so other paths keep their indices). Recursion is
+    /// bounded by the path's length (a configuration constant).
+    fn remove(&mut self, path: &[String]) {
+        let Some((first, rest)) = path.split_first() else {
+            return;
+        };
+        match self {
+            Node::Object(members) if rest.is_empty() => {
+                members.remove(first.as_str());
+            }
+            Node::Object(members) => {
+                if let Some(child) = members.get_mut(first.as_str()) {
+                    child.remove(rest);
+                }
+            }
+            Node::Array(items) => {
+                let index = (first == "0" || (!first.starts_with('0') && first.bytes().all(|b| b.is_ascii_digit())))
+                    .then(|| first.parse::<usize>().ok())
+                    .flatten();
+                if let Some(item) = index.and_then(|i| items.get_mut(i)) {
+                    if rest.is_empty() {
+                        *item = Node::Removed;
+                    } else {
+                        item.remove(rest);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Appends the canonical form (recursion bounded by the parse's depth limit).
     fn write(&self, out: &mut Vec<u8>) -> Result<(), Unfingerprintable> {
         let bad = |e: serde_json::Error| Unfingerprintable::NotJson(e.to_string());
@@ -554,7 +861,7 @@ impl Node<'_> {
             Node::String(s) => serde_json::to_writer(&mut *out, s.as_ref()).map_err(bad)?,
             Node::Array(items) => {
                 out.push(b'[');
-                for (i, v) in items.iter().enumerate() {
+                for (i, v) in items.iter().filter(|v| !matches!(v, Node::Removed)).enumerate() {
                     if i > 0 {
                         out.push(b',');
                     }
@@ -562,6 +869,7 @@ impl Node<'_> {
                 }
                 out.push(b']');
             }
+            Node::Removed => {}
             Node::Object(members) => {
                 out.push(b'{');
                 for (i, (k, v)) in members.iter().enumerate() {
@@ -745,3 +1053,7 @@ impl<'a> Parser<'a> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+#[path = "fingerprint/identity_tests.rs"]
+mod identity_tests;

@@ -505,7 +505,7 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
         })?;
     let router = Router {
         cfg: cfg.clone(),
-        fingerprinter: Fingerprinter::new(cfg.fingerprint.source.clone()),
+        fingerprinter: Fingerprinter::new(cfg.fingerprint.identity()),
         producer,
         acks,
         route_partitions,

@@ -138,6 +138,22 @@ pub fn bounds_ms(interval_ms: i64, generations: u32) -> (i64, i64) {
     (interval_ms.saturating_mul(g - 1), interval_ms.saturating_mul(g))
 }
 
+/// The horizon of `interval_ms` and `generations` in plain words, as `check-config` and the
+/// start-up log print it: for 1 min and 3, "a replay that arrives within 2m of its first copy is
+/// always dropped; a repeat 3m or more after it is always forwarded" (H_min and H_max of
+/// [`bounds_ms`], in humantime's form; on the partition clock, which for a caught-up partition
+/// of records stamped when produced is the wall clock: README "The guarantee").
+pub fn in_words(interval_ms: i64, generations: u32) -> String {
+    let (min, max) = bounds_ms(interval_ms, generations);
+    let text = |ms: i64| humantime::format_duration(std::time::Duration::from_millis(ms.max(0) as u64)).to_string();
+    format!(
+        "a replay that arrives within {} of its first copy is always dropped; a repeat {} or more after it is \
+         always forwarded",
+        text(min),
+        text(max)
+    )
+}
+
 /// Takes a record with timestamp `ts` (ms since the Unix epoch, as the consumer returns it) at
 /// wall-clock time `now_ms`: advances `clock` and returns how many times the generations rotate
 /// before the record is looked up (0 to `generations`). The new current generation's bucket is
@@ -194,6 +210,26 @@ pub fn recovered(known: Option<i64>, reread: Option<i64>) -> Option<i64> {
 /// by the wall-clock time between two records, at most).
 pub fn reread_ms(ts: Option<i64>, now_ms: i64) -> Option<i64> {
     stamp_ms(ts, now_ms)
+}
+
+/// A recovery re-reading an output partition in order (`partitioning = "preserve"`: its input
+/// partition's forwarded records in input order) takes a record of effective time `t`
+/// ([`reread_ms`]): moves the partition clock `clock` (ms since the Unix epoch; `None`: not known)
+/// on as the record did when it was first taken, and returns how many times the generations
+/// rotated then (0 to `generations`), as [`advance`] counts them. A record without usable stamp
+/// (`t` is `None`) moves nothing (how far it moved the clock is not known); the clock unknown,
+/// the first stamped record sets it. The stuck-clock escape is left out (it can only have
+/// rotated more, which a recovery never needs to repeat to stay inside `H_min`). Saturating.
+pub fn reread_advance(clock: &mut Option<i64>, t: Option<i64>, interval_ms: i64, generations: u32) -> u32 {
+    let Some(t) = t else { return 0 };
+    let Some(c) = *clock else {
+        *clock = Some(t);
+        return 0;
+    };
+    let moved = c.max(t);
+    *clock = Some(moved);
+    let crossed = bucket_of(moved, interval_ms).saturating_sub(bucket_of(c, interval_ms));
+    crossed.clamp(0, i64::from(generations)) as u32
 }
 
 #[cfg(test)]

@@ -32,12 +32,15 @@
 //!
 //! Around it: [`config`] (TOML + environment), [`security`] (TLS/SASL checks, secrets from
 //! files), [`kafka`] (client settings), [`service`] (signals, HTTP), [`http`] (every route),
-//! [`status`] (`/readyz`), [`inspect`] and [`migrate`] (store tools), [`audit`] (did it work:
-//! duplicates, lost records and order, read from the topics), [`demo`] and [`scenario`]
-//! (the seed scenario). The design: `docs/ARCHITECTURE.md`.
+//! [`status`] (`/readyz`), [`topics`] (topics deleted or recreated while running), [`inspect`]
+//! and [`migrate`] (store tools), [`audit`] (did it work: duplicates, lost records and order,
+//! read from the topics), [`demo`] and [`scenario`]
+//! (the seed scenario), [`connect`] (`check-config --connect`: what the brokers say). The
+//! design: `docs/ARCHITECTURE.md`.
 
 pub mod audit;
 pub mod config;
+pub mod connect;
 pub mod crash;
 pub mod demo;
 pub mod fingerprint;
@@ -61,3 +64,4 @@ pub mod status;
 pub mod store;
 pub mod table;
 pub mod telemetry;
+pub mod topics;

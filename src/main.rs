@@ -76,6 +76,11 @@ enum Command {
         /// TOML configuration file.
         #[arg(long, short)]
         config: PathBuf,
+        /// Also reach the brokers: the topics exist, their partition counts fit, the principal
+        /// may read and write them, the group's committed offsets can be fetched (exit 1 naming
+        /// each problem).
+        #[arg(long)]
+        connect: bool,
     },
 }
 
@@ -112,8 +117,9 @@ fn store_exit(e: &StoreError) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    kafka_dedup::crash::say_fatal_signals();
     match Cli::parse().command {
-        Command::CheckConfig { config } => check_config(&config),
+        Command::CheckConfig { config, connect } => check_config(&config, connect),
         Command::Run { config } => run(&config),
         Command::Demo {
             records,
@@ -156,8 +162,10 @@ fn audit(args: &AuditArgs) -> ExitCode {
     }
 }
 
-/// `check-config`: the effective configuration, secrets redacted, after its warnings.
-fn check_config(config: &Path) -> ExitCode {
+/// `check-config`: the horizon in plain words and the effective configuration, secrets
+/// redacted, after its warnings; with `connect`, then what the brokers say
+/// ([`kafka_dedup::connect`]): exit 1 with each problem.
+fn check_config(config: &Path, connect: bool) -> ExitCode {
     let cfg = match load(config) {
         Ok(c) => c,
         Err(code) => return code,
@@ -165,8 +173,28 @@ fn check_config(config: &Path) -> ExitCode {
     for w in cfg.kafka.warnings() {
         eprintln!("kafka-dedup: warning: {w}");
     }
+    // A comment, so that the output stays a valid configuration file.
+    println!("# horizon: {}", cfg.checkpoint.horizon_in_words());
     print!("{}", cfg.to_redacted_toml());
-    ExitCode::SUCCESS
+    if !connect {
+        return ExitCode::SUCCESS;
+    }
+    let report = kafka_dedup::connect::check(&cfg);
+    for p in &report.passed {
+        eprintln!("kafka-dedup: ok: {p}");
+    }
+    for w in &report.warnings {
+        eprintln!("kafka-dedup: warning: {w}");
+    }
+    for p in &report.problems {
+        eprintln!("kafka-dedup: problem: {p}");
+    }
+    if report.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("kafka-dedup: {} problem(s) found", report.problems.len());
+        ExitCode::from(1)
+    }
 }
 
 /// `run`: the service until a signal (0) or an error (1, or 2 for what configuration fixes).

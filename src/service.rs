@@ -62,6 +62,9 @@ pub enum ServiceError {
 pub fn run(cfg: Config) -> Result<(), ServiceError> {
     let cfg = Arc::new(cfg);
     info!(config = %cfg.to_redacted_toml().replace('\n', " "), version = env!("CARGO_PKG_VERSION"), "starting kafka-dedup");
+    let interval_ms = crate::horizon::interval_ms(cfg.checkpoint.interval);
+    let (h_min_ms, h_max_ms) = crate::horizon::bounds_ms(interval_ms, cfg.checkpoint.generations);
+    info!(h_min_ms, h_max_ms, "horizon: {}", cfg.checkpoint.horizon_in_words());
     for w in cfg.kafka.warnings() {
         warn!("{w}");
     }
@@ -79,6 +82,15 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
             let _ = http_stop_rx.await;
         })
         .await?;
+        {
+            // Topics deleted or created again while running: /readyz names them (issue 23).
+            let (cfg, status, shutdown) = (cfg.clone(), status.clone(), shutdown.clone());
+            std::thread::spawn(move || {
+                if let Err(e) = crate::topics::watch(cfg, status, shutdown) {
+                    warn!(error = %e, "topics are not watched for deletion");
+                }
+            });
+        }
         let signal_shutdown = shutdown.clone();
         tokio::spawn(async move {
             wait_for_signal().await;
@@ -162,6 +174,7 @@ async fn start_http(
     let state = HttpState {
         status: status.clone(),
         prometheus,
+        store_access: http::StoreAccess::of(&cfg.http.listen, &cfg.http.store_token),
     };
     Ok(Some(tokio::spawn(http::serve(listener, state, stop))))
 }

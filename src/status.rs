@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::Sender;
+use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -58,9 +58,12 @@ pub struct Status {
     store: Mutex<Option<Store>>,
     /// Questions for the pipeline thread (live `/store/*` answers); its receiver is drained by
     /// `Filter::tick`. Sending fails once the pipeline has stopped.
-    live: Mutex<Option<Sender<LiveRequest>>>,
+    live: Mutex<Option<SyncSender<LiveRequest>>>,
     /// Global scope: the input partitions the route stage owns (`None` in the partition scope).
     route_partitions: Mutex<Option<BTreeSet<i32>>>,
+    /// Topics deleted or created again while running ([`crate::topics::watch`]): topic -> what
+    /// the operator reads. Kept until the process stops.
+    topics_changed: Mutex<BTreeMap<String, String>>,
 }
 
 /// What the status knows of one owned partition.
@@ -232,12 +235,12 @@ impl Status {
     }
 
     /// Makes the pipeline's request channel available to the live `/store/*` routes.
-    pub fn set_live(&self, tx: Sender<LiveRequest>) {
+    pub fn set_live(&self, tx: SyncSender<LiveRequest>) {
         *self.live.lock().expect("not poisoned") = Some(tx);
     }
 
     /// The pipeline's request channel, once the filter has started.
-    pub fn live(&self) -> Option<Sender<LiveRequest>> {
+    pub fn live(&self) -> Option<SyncSender<LiveRequest>> {
         self.live.lock().expect("not poisoned").clone()
     }
 
@@ -270,12 +273,35 @@ impl Status {
         }
     }
 
+    /// Records that `topic` was deleted or created again while running; `why` says so and what
+    /// to do. `/readyz` is not ready, naming it, until the process stops.
+    pub fn set_topic_changed(&self, topic: &str, why: String) {
+        self.topics_changed
+            .lock()
+            .expect("not poisoned")
+            .insert(topic.to_string(), why);
+    }
+
+    /// True once [`Self::set_topic_changed`] recorded `topic`.
+    pub fn topic_changed(&self, topic: &str) -> bool {
+        self.topics_changed.lock().expect("not poisoned").contains_key(topic)
+    }
+
     /// The `/readyz` answer.
     pub fn readiness(&self) -> Readiness {
+        let changed: Vec<String> = self
+            .topics_changed
+            .lock()
+            .expect("not poisoned")
+            .values()
+            .cloned()
+            .collect();
         let owned = self.partitions.lock().expect("not poisoned").clone();
         let partitions = owned.iter().map(|(p, o)| (*p, o.describe())).collect();
         let reason = if let Some(f) = self.fatal.lock().expect("not poisoned").clone() {
             Some(format!("stopped: {f}"))
+        } else if !changed.is_empty() {
+            Some(changed.join("; "))
         } else if let Some((kind, detail)) = self.broker_failure.lock().expect("not poisoned").clone() {
             Some(format!("{}: {detail}", kind.describe()))
         } else if let Some(b) = self.broker_error.lock().expect("not poisoned").clone() {

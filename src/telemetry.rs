@@ -99,6 +99,14 @@ pub const PARTITION_STATE: &str = "kafka_dedup_partition_state";
 /// `kafka_dedup_ready`: 1 when `/readyz` answers ready, else 0; set at each scrape, so an alert
 /// can say what an orchestrator's readiness probe sees.
 pub const READY: &str = "kafka_dedup_ready";
+/// `kafka_dedup_partitions_owned`: partitions of `input.topic` this process owns now (in the
+/// global scope: its route stage's), set at each scrape. Summed over a group's members and
+/// compared with [`INPUT_PARTITIONS`] by the alert `KafkaDedupPartitionsUnowned`: a member that
+/// owns nothing is ready (a standby), a group that leaves partitions to nobody is not fine.
+pub const PARTITIONS_OWNED: &str = "kafka_dedup_partitions_owned";
+/// `kafka_dedup_input_partitions`: the partition count of `input.topic`, as the brokers reported
+/// it at the last look of [`crate::topics::watch`] (every 5 s).
+pub const INPUT_PARTITIONS: &str = "kafka_dedup_input_partitions";
 /// `kafka_dedup_out_of_scope_records_total{partition,reason}`: records whose replays may land in
 /// another input partition, outside the per-partition dedup scope: `null_key` (producers spread
 /// them over partitions) or `key_elsewhere` (neither the Java nor the librdkafka default
@@ -213,6 +221,12 @@ pub fn describe() {
         "1 for each partition's current life-cycle state."
     );
     describe_gauge!(READY, Unit::Count, "1 when /readyz answers ready, else 0.");
+    describe_gauge!(
+        PARTITIONS_OWNED,
+        Unit::Count,
+        "Partitions of the input topic this process owns."
+    );
+    describe_gauge!(INPUT_PARTITIONS, Unit::Count, "Partitions of the input topic.");
     describe_counter!(
         OUT_OF_SCOPE,
         Unit::Count,
@@ -424,6 +438,16 @@ pub fn recovery_panic(partition: i32) {
 /// Sets the [`READY`] gauge.
 pub fn ready(ready: bool) {
     gauge!(READY).set(if ready { 1.0 } else { 0.0 });
+}
+
+/// Sets the [`PARTITIONS_OWNED`] gauge (a count of partitions).
+pub fn partitions_owned(n: usize) {
+    gauge!(PARTITIONS_OWNED).set(n as f64);
+}
+
+/// Sets the [`INPUT_PARTITIONS`] gauge (a count of partitions).
+pub fn input_partitions(n: usize) {
+    gauge!(INPUT_PARTITIONS).set(n as f64);
 }
 
 /// Counts a recovery whose position came from the output's provenance (`reason`: one of

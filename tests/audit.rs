@@ -385,9 +385,18 @@ fn refusals_exit_2() {
     );
 
     kafka().create_topic(&output, 2);
-    let a = audit(&config, &["--partition", "2"]);
-    assert_eq!(a.code, 2, "{}", a.stderr);
-    assert!(a.stderr.contains("has 2 partitions"), "{}", a.stderr);
+    // Issue 23, item 6: a partition past both topics' is blamed on the input, not the output.
+    for p in ["2", "5"] {
+        let a = audit(&config, &["--partition", p]);
+        assert_eq!(a.code, 2, "{}", a.stderr);
+        assert!(
+            a.stderr.contains(&format!(
+                "--partition {p}: the input topic \"{input}\" has 2 partitions"
+            )),
+            "{}",
+            a.stderr
+        );
+    }
     for bad in [
         vec!["--since", "soon"],
         vec!["--from-offset", "-3"],
@@ -410,4 +419,87 @@ fn refusals_exit_2() {
 
     let a = audit(&config, &["--json"]);
     assert_eq!(a.code, 0, "two empty topics are clean: {}\n{}", a.stdout, a.stderr);
+}
+
+/// Issue 23, item 2: identical records forwarded H_max or more apart (the filter's rule: a
+/// repeat that far after its first copy is always forwarded) are counted as repeats outside the
+/// horizon, with their offsets, in text and JSON; they are no failure (exit 0). Partition 0
+/// without provenance, partition 1 with it: `p-0` .. `p-39` stamped 100 ms apart, then each
+/// again 6 s later (H_max = 2 s), all 80 in the output as the filter forwards them.
+#[test]
+fn repeats_outside_the_horizon_are_counted_not_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("audit-rep-in"), unique("audit-rep-out"));
+    kafka().create_topic(&input, 2);
+    kafka().create_topic(&output, 2);
+    let t0 = now_ms() - 600_000;
+    for p in 0..2 {
+        // (copy, i): offset copy x 40 + i in both topics.
+        let copies: Vec<(i64, i64)> = (0..2).flat_map(|copy| (0..40).map(move |i| (copy, i))).collect();
+        let record = |i: i64| raw(Some(&format!("k{i}")), Some(&format!("{p}-{i}")), &[]);
+        let stamp = |copy: i64, i: i64| t0 + copy * 6_000 + i * 100;
+        let inputs: Vec<(Raw, i64)> = copies.iter().map(|&(c, i)| (record(i), stamp(c, i))).collect();
+        let outputs: Vec<(Raw, i64)> = copies
+            .iter()
+            .map(|&(c, i)| {
+                let mut r = record(i);
+                if p == 1 {
+                    let source = Provenance {
+                        topic: input.clone(),
+                        partition: p,
+                        offset: c * 40 + i,
+                    };
+                    r.headers
+                        .push((HEADER.as_bytes().to_vec(), Some(source.encode().into_bytes())));
+                }
+                (r, stamp(c, i))
+            })
+            .collect();
+        produce_timed(&kafka(), &input, p, &inputs);
+        produce_timed(&kafka(), &output, p, &outputs);
+    }
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let config = config(&spec, dir.path());
+
+    let a = audit(&config, &["--json"]);
+    assert_eq!(
+        a.code, 0,
+        "the filter's rule, not a failure: {}\n{}",
+        a.stdout, a.stderr
+    );
+    let json: serde_json::Value = serde_json::from_str(&a.stdout).unwrap();
+    assert_eq!(json["clean"], true);
+    assert_eq!(json["totals"]["repeats_outside_horizon"], 80, "{json:#}");
+    for p in 0..2 {
+        let part = &json["partitions"][p];
+        assert_eq!(
+            (part["forwarded"].as_u64(), part["replays"].as_u64()),
+            (Some(80), Some(0)),
+            "{part:#}"
+        );
+        let repeats = &part["repeats_outside_horizon"];
+        assert_eq!(repeats["count"], 40, "{part:#}");
+        let first = &repeats["examples"][0];
+        assert_eq!(
+            (
+                first["output_offset"].as_i64(),
+                first["repeats_output_offset"].as_i64(),
+                first["input_offset"].as_i64(),
+                first["apart_ms"].as_i64()
+            ),
+            (Some(40), Some(0), Some(40), Some(6_000)),
+            "{first:#}"
+        );
+    }
+
+    let text = audit(&config, &[]);
+    eprintln!("{}", text.stdout);
+    assert_eq!(text.code, 0);
+    for needle in [
+        "REPEAT output offset 40 repeats output offset 0",
+        "80 forwarded, 0 replays",
+        "80 repeats outside the horizon",
+    ] {
+        assert!(text.stdout.contains(needle), "{needle:?} in:\n{}", text.stdout);
+    }
 }

@@ -1,5 +1,5 @@
 //! Issue 3: a kill -9 at any moment loses nothing and duplicates nothing. The binary runs as its
-//! own process against the real broker (tansu) and is killed, aborted at crash points, or has its
+//! own process against the real broker (Apache Kafka) and is killed, aborted at crash points, or has its
 //! store removed or mangled between runs.
 //!
 //! Upstream replays written after a restart keep the event time of their first copies
@@ -664,4 +664,114 @@ fn records_forwarded_across_buckets_before_a_crash_stay_inside_the_horizon() {
         3.0,
         "b and c re-taken, c's replay\n{scrape}"
     );
+}
+
+/// Issue 22 (low): a store snapshot that names the committed checkpoint but lists no generation
+/// (a damaged or hand-edited store) is a counted rebuild (`corrupt`), not a recovery worker that
+/// panics at every attempt. Run 1 forwards 0..100 and stops cleanly; the snapshot is rewritten
+/// with the same checkpoint and no generation; run 2 must rebuild from the output, drop the
+/// replays of 50..100 and forward 100..150.
+#[test]
+fn store_snapshot_without_generations_is_rebuilt() {
+    use kafka_dedup::store::{PartitionWrite, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("nogens-in"), unique("nogens-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    let first = values(0..100, 1);
+    let event_time = wall_ms();
+    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    wait_done(&spec, &input, 1, &filter);
+    assert!(filter.terminate().success(), "{}", filter.logs());
+
+    let store = Store::open_existing(&spec.store).unwrap();
+    let s = store.snapshot(0).unwrap().expect("a snapshot of partition 0");
+    assert!(!s.generations.is_empty());
+    store
+        .save(&[PartitionWrite {
+            partition: 0,
+            epoch: s.epoch,
+            ckpt: s.ckpt.clone(),
+            committed_offset: s.committed_offset,
+            out_covered: s.out_covered.clone(),
+            generations: Vec::new(),
+            clean: s.clean,
+            clock: s.clock,
+        }])
+        .unwrap();
+    drop(store);
+
+    let replays = values(50..100, 1);
+    let second = values(100..150, 1);
+    kafka().produce_values_at(&input, &replays, event_time);
+    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
+    let mut filter = spec.start(dir.path());
+    wait_done(&spec, &input, 1, &filter);
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(
+        metric(&scrape, REBUILDS, &["reason=\"corrupt\""]),
+        1.0,
+        "{scrape}\n{}",
+        filter.logs()
+    );
+    assert_eq!(
+        metric(&scrape, "kafka_dedup_recovery_panics_total", &[]),
+        0.0,
+        "{scrape}"
+    );
+    assert_eq!(metric(&scrape, DROPPED, &[]), 50.0, "{scrape}");
+    let all: Vec<_> = first
+        .iter()
+        .chain(replays.iter())
+        .chain(second.iter())
+        .copied()
+        .collect();
+    assert_once_in_order(&all, &output, 1, 150);
+}
+
+/// Issue 22 (low): H_max does not widen after a crash with rotations since the last checkpoint.
+/// Interval 1 s, 2 generations. Run 1 forwards `x` and stops cleanly (its snapshot holds `x` in
+/// the current generation). Run 2 forwards `a`, `b` and `c`, each a bucket later than the one
+/// before, and aborts after their acknowledgements. Run 3 re-reads them from the output: they
+/// must rotate the generations as they did in run 2, so `x`'s generation is gone, and a repeat
+/// of `x` 3.6 s after it on the partition clock (past H_max) is forwarded, not dropped.
+#[test]
+fn records_rereading_across_buckets_after_a_crash_keep_h_max() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("hmax-in"), unique("hmax-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    let t0 = (wall_ms() - 60_000) / 1000 * 1000;
+    let value = |v: &str| raw(None, Some(v), &[]);
+    kafka().produce_timed(&input, 0, &[(t0 + 100, value("x"))]);
+    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
+    let mut filter = spec.start(dir.path());
+    let one: std::collections::BTreeMap<i32, i64> = [(0, 1)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &one, Duration::from_secs(60), || filter.logs());
+    assert!(filter.terminate().success(), "{}", filter.logs());
+
+    let later = [
+        (t0 + 1_200, value("a")),
+        (t0 + 2_400, value("b")),
+        (t0 + 3_600, value("c")),
+    ];
+    kafka().produce_timed(&input, 0, &later);
+    let mut filter = start_with_crash(&spec, dir.path(), "after-ack:3");
+    let status = filter.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "aborted at the crash point:\n{}", filter.logs());
+
+    kafka().produce_timed(&input, 0, &[(t0 + 3_700, value("x"))]);
+    let mut filter = spec.start(dir.path());
+    let five: std::collections::BTreeMap<i32, i64> = [(0, 5)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &five, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let out: Vec<String> = kafka().read_records(&output, 1)[&0]
+        .iter()
+        .map(|r| String::from_utf8(r.value.clone().unwrap_or_default()).unwrap())
+        .collect();
+    assert_eq!(out, ["x", "a", "b", "c", "x"], "{scrape}\n{}", filter.logs());
 }

@@ -242,11 +242,6 @@ fn transaction_markers_do_not_stall_the_committed_position() {
 
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.broker = kafka.clone();
-    // The transaction-capable tansu (calfkit) completes a new group's first rebalance after half
-    // the session timeout (measured: 23 s with librdkafka's 45 s), long enough for
-    // `wait_metric` to bring in a second member, which then forwards part of the input. It
-    // keeps answering heartbeats promptly (memory engine), so a short session is safe here.
-    spec.session_timeout_ms = Some(6000);
     let mut filter = spec.start(dir.path());
     filter.wait_metric(FORWARDED, &[], 30.0, Duration::from_secs(90));
     assert!(filter.terminate().success(), "{}", filter.logs());
@@ -334,8 +329,8 @@ fn graceful_restart_mid_stream() {
     );
 }
 
-/// Case 7: input compressed with zstd, lz4 and gzip is filtered like any other (tansu 0.6 rejects
-/// snappy batches; snappy is covered on the mock cluster).
+/// Case 7: input compressed with zstd, lz4 and gzip is filtered like any other (snappy is covered
+/// on the mock cluster).
 #[test]
 fn compressed_input() {
     let dir = tempfile::tempdir().unwrap();
@@ -382,8 +377,13 @@ fn bad_configs_exit_2_naming_the_key() {
             "checkpoint.interval",
         ),
         (
-            good.replace("[checkpoint]", "[checkpoint]\ngenerations = 0"),
+            good.replace("generations = 2", "generations = 0"),
             "checkpoint.generations",
+        ),
+        // Issue 23, item 6: a TOML syntax error names the key of its line (and says where, below).
+        (
+            good.replace("interval = \"1s\"", "interval = 1s"),
+            "checkpoint.interval",
         ),
     ];
     for (i, (text, key)) in cases.iter().enumerate() {
@@ -404,6 +404,12 @@ fn bad_configs_exit_2_naming_the_key() {
             .output()
             .unwrap();
         assert_eq!(check.status.code(), Some(2));
+        if text.contains("interval = 1s") {
+            assert!(
+                stderr.contains("not valid TOML at line ") && stderr.contains(", column "),
+                "{stderr}"
+            );
+        }
     }
     // An output topic that does not exist: refused before consuming, exit 2.
     let missing = good.replace(&format!("topic = \"{output}\""), "topic = \"no-such-topic-kd\"");
@@ -436,6 +442,29 @@ fn bad_configs_exit_2_naming_the_key() {
     assert!(
         printed.contains("generations = 2") && printed.contains(&input),
         "{printed}"
+    );
+    // Issue 23, item 1: the horizon in plain words.
+    assert!(
+        printed.contains(
+            "a replay that arrives within 1s of its first copy is always dropped; \
+             a repeat 2s or more after it is always forwarded"
+        ),
+        "{printed}"
+    );
+    // Issue 23, item 6: a second `run` on a store in use is told what to do.
+    let identity = kafka_dedup::pipeline::identity_of(&kafka_dedup::config::Config::load(&path).unwrap());
+    let (held, _) = kafka_dedup::store::Store::open_for_run(&spec.store, &identity).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    drop(held);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("in use") && stderr.contains("give each instance its own `store.path`"),
+        "{stderr}"
     );
 }
 
@@ -578,4 +607,65 @@ fn an_old_stamped_first_record_after_a_hand_over_keeps_the_horizon() {
         "the replay of a, 0.9 s after its first copy, must be dropped\n{scrape}"
     );
     assert_eq!(metric(&scrape, DROPPED, &[]), 1.0, "{scrape}");
+}
+
+/// Issue 27: an identity of several fields with one left out. `(tenant_id, event_id)` is the
+/// event, `processed_at` is stamped again by the upstream on every attempt. A replay that
+/// differs only in its stamp is dropped; the same event id under another tenant is another
+/// event; a record without `event_id` follows `on_missing` (forward), counted with the part's
+/// reason; `/store/lookup` answers for a JSON document the way the filter fingerprints it.
+#[test]
+fn several_fields_are_one_identity_and_ignored_fields_do_not_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("ids-in"), unique("ids-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    let records: Vec<Raw> = [
+        r#"{"tenant_id":"t1","event_id":"e1","processed_at":"12:00:00"}"#,
+        r#"{"tenant_id":"t2","event_id":"e1","processed_at":"12:00:01"}"#,
+        r#"{"processed_at":"12:05:00","event_id":"e1","tenant_id":"t1"}"#,
+        r#"{"tenant_id":"t1","processed_at":"12:05:01"}"#,
+        r#"{"tenant_id":"t1","event_id":"e2","processed_at":"12:05:02"}"#,
+    ]
+    .iter()
+    .map(|v| raw(None, Some(v), &[]))
+    .collect();
+    kafka().produce_raw(&input, 0, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.fingerprint =
+        "[fingerprint]\nsource = [\"json:/tenant_id\", \"json:/event_id\"]\nignore = [\"/processed_at\"]\n".into();
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(CONSUMED, &[], 5.0, Duration::from_secs(60));
+    filter.wait_metric(FORWARDED, &[], 4.0, Duration::from_secs(60));
+    let scrape = filter.scrape();
+    assert_eq!(metric(&scrape, DROPPED, &[]), 1.0, "{scrape}");
+    assert_eq!(
+        metric(
+            &scrape,
+            UNFINGERPRINTABLE,
+            &["action=\"forward\"", "reason=\"pointer_not_found\""]
+        ),
+        1.0,
+        "{scrape}"
+    );
+    let doc = |v: &str| {
+        v.replace('"', "%22")
+            .replace('{', "%7B")
+            .replace('}', "%7D")
+            .replace(':', "%3A")
+    };
+    let (code, body) = http_get(
+        &filter.http,
+        &format!(
+            "/store/lookup?value={}",
+            doc(r#"{"event_id":"e2","tenant_id":"t1","processed_at":"x"}"#)
+        ),
+    )
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"held\":true"), "{body}");
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let out = kafka().read_forwarded(&output, 1, &input);
+    let want: Vec<Raw> = [0, 1, 3, 4].iter().map(|i| records[*i].clone()).collect();
+    assert_eq!(out[&0], want);
 }

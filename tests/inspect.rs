@@ -1,6 +1,6 @@
 //! Issue 5's cases: `kafka-dedup inspect` offline, the live `/store/*` routes, refusals that touch
 //! nothing, a dump of a million fingerprints in bounded memory, and committed fixture stores of
-//! earlier formats. The binary runs as its own process; the broker is tansu (scripts/test.sh).
+//! earlier formats. The binary runs as its own process; the broker is Apache Kafka (scripts/test.sh).
 
 mod common;
 
@@ -711,4 +711,50 @@ fn committed_fixtures_read_or_migrate() {
         ]);
         assert_eq!(l["held"], false);
     }
+}
+
+/// Issue 23, item 5: a store whose last snapshot is a clean hand-over from an earlier run, then
+/// a run that forwards more and is killed before its first periodic checkpoint. Offline,
+/// `lookup` of a record the killed run forwarded is not held, and must say why: the answer is
+/// `incomplete` (the killed run's live-marker file shows the store was not closed cleanly).
+#[test]
+fn a_killed_run_after_a_clean_restart_makes_the_offline_answer_incomplete() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("killed-in"), unique("killed-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    let values = |r: std::ops::Range<u64>| r.map(|v| (0, v)).collect::<Vec<_>>();
+    kafka().produce_values(&input, &values(0..10), Duration::ZERO);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(FORWARDED, &[], 10.0, Duration::from_secs(60));
+    assert!(filter.terminate().success(), "{}", filter.logs());
+
+    spec.interval = "1h";
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    kafka().produce_values(&input, &values(10..20), Duration::ZERO);
+    filter.wait_metric(FORWARDED, &[], 10.0, Duration::from_secs(60));
+    filter.kill9();
+
+    let store = spec.store.to_str().unwrap();
+    let old = kd_json(&["inspect", "--json", "--store", store, "lookup", "--value", "5"]);
+    assert_eq!(old["held"], true, "{old:#}");
+    let new = kd_json(&["inspect", "--json", "--store", store, "lookup", "--value", "15"]);
+    assert_eq!(new["held"], false, "{new:#}");
+    let incomplete = new["incomplete"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no incomplete note: {new:#}"));
+    assert_eq!(incomplete.len(), 1, "{new:#}");
+    assert_eq!(incomplete[0]["partition"], 0, "{new:#}");
+    assert!(
+        incomplete[0]["reason"].as_str().unwrap().contains("not closed cleanly"),
+        "{new:#}"
+    );
+    let out = kd(&["inspect", "--store", store, "lookup", "--value", "15"]);
+    assert!(
+        text(&out.stdout).contains("not closed cleanly"),
+        "{}",
+        text(&out.stdout)
+    );
 }

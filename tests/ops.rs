@@ -1,5 +1,5 @@
 //! Issue 4's cases: operating the binary. Each test starts `kafka-dedup run` as its own process
-//! against the tansu broker of `scripts/test.sh` and looks at it only from outside: `/metrics`,
+//! against the Apache Kafka broker of `scripts/test.sh` and looks at it only from outside: `/metrics`,
 //! `/healthz`, `/readyz`, exit codes, stderr and the topics.
 //!
 //! Case 1 of the issue (after the retried batch, `/metrics` shows consumed 1100, forwarded 1000,

@@ -1,7 +1,7 @@
 //! Issue 15: lost offsets lose nothing and duplicate nothing. Every forwarded record names its
 //! input partition and offset (`kafka-dedup.source`), so when the group's committed offset is
 //! missing or unusable, the output itself says where to resume. The binary runs as its own
-//! process against the test broker (tansu, which drops offset-commit metadata).
+//! process against the test broker (Apache Kafka).
 
 mod common;
 
@@ -52,7 +52,13 @@ fn reset(kafka: &Broker, group: &str, topic: &str, offset: i64) {
     let consumer: BaseConsumer = c.create().unwrap();
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, 0, Offset::Offset(offset)).unwrap();
-    consumer.commit(&tpl, CommitMode::Sync).unwrap();
+    // Apache Kafka takes a commit from outside the group only once the group is empty: a killed
+    // member stays in it until its session times out.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
+        assert!(std::time::Instant::now() < deadline, "reset {group}: {e}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// A changed `input.group_id` (or a group whose offsets the broker expired after
@@ -90,7 +96,8 @@ fn a_group_without_offsets_forwards_nothing_again() {
 /// metadata). The horizon covers only the last generations, so a filter that resumed at 0 would
 /// forward everything older again. Three batches with record times 10 s apart (interval 1 s)
 /// make the generations rotate, so the horizon marker leaves the first batch behind; the restart
-/// must see that the reset offset is behind the output and resume after its newest record.
+/// must see a commit without metadata (reason `no_metadata`) and resume after the output's newest
+/// record.
 #[test]
 fn an_offset_reset_to_zero_forwards_nothing_again() {
     let kafka = kafka();
@@ -126,7 +133,7 @@ fn an_offset_reset_to_zero_forwards_nothing_again() {
     wait_drained(&spec, 1, &[&again], Duration::from_secs(90), || again.logs());
     let scrape = again.scrape();
     assert_eq!(
-        metric(&scrape, FROM_OUTPUT, &["reason=\"behind_output\""]),
+        metric(&scrape, FROM_OUTPUT, &["reason=\"no_metadata\""]),
         1.0,
         "{scrape}\n{}",
         again.logs()
@@ -138,9 +145,11 @@ fn an_offset_reset_to_zero_forwards_nothing_again() {
 
 /// Issue 14, case 4: `partitioning = "key"` on a broker that drops offset-commit metadata (no
 /// horizon marker exists in key mode). The filter forwards 200 of 300 keyed records over three
-/// output partitions and is killed (crash point) before its first checkpoint; its store is
-/// deleted. The restart has nothing but a commit without metadata: it must re-learn the output
-/// by record time and resume from the provenance, forwarding every record exactly once.
+/// output partitions and is killed (crash point) before its first periodic checkpoint; its store
+/// is deleted, and its commit is written again without metadata (Apache Kafka keeps metadata; a
+/// broker that drops it, or an operator's offset tool, leaves just this). The restart has nothing
+/// but a commit without metadata: it must re-learn the output by record time and resume from the
+/// provenance, forwarding every record exactly once.
 #[test]
 fn key_partitioning_on_a_broker_that_drops_metadata() {
     let kafka = kafka();
@@ -149,9 +158,7 @@ fn key_partitioning_on_a_broker_that_drops_metadata() {
     kafka.create_topic(&input, 1);
     kafka.create_topic(&output, 3);
     kafka.produce_values(&input, &values(0..300), Duration::ZERO);
-    let mut spec = FilterSpec::new(&input, &output, dir.path())
-        
-        .killable();
+    let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
     spec.interval = "1h";
     spec.env
         .push(("KAFKA_DEDUP__OUTPUT__PARTITIONING".into(), "key".into()));
@@ -163,6 +170,10 @@ fn key_partitioning_on_a_broker_that_drops_metadata() {
     let status = first.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", first.logs());
     std::fs::remove_dir_all(&spec.store).unwrap();
+    let (committed, metadata) = kafka.committed(&spec.group, &input, 1)[&0].clone();
+    let committed = committed.expect("the assignment's commit");
+    assert!(!metadata.is_empty(), "Apache Kafka keeps the commit's metadata");
+    reset(&kafka, &spec.group, &input, committed);
 
     spec.interval = "1s";
     let mut again = spec.survivor().start(dir.path());
@@ -245,4 +256,84 @@ fn provenance_the_input_does_not_confirm_is_ignored() {
     assert_eq!(metric(&filter.scrape(), FORWARDED, &[]), 50.0, "{}", filter.logs());
     assert!(filter.terminate().success(), "{}", filter.logs());
     assert!(filter.logs().contains("holds no such record"), "{}", filter.logs());
+}
+
+/// Issue 22, item 6: a group without offsets whose newest provenance names an input record that
+/// retention deleted. The old group forwarded 0..60; 60..100 wait; DeleteRecords moves the
+/// input's log start to 70, past the newest record the output proves forwarded (offset 59). With
+/// `input.start = "latest"` the new group must resume at the log start (the next offset after 59
+/// is gone), forwarding the retained backlog 70..100, never skip it by falling back to
+/// `input.start`.
+#[test]
+fn a_group_without_offsets_resumes_at_the_log_start_when_retention_deleted_its_provenance() {
+    let kafka = kafka();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("retained-in"), unique("retained-out"));
+    kafka.create_topic(&input, 1);
+    kafka.create_topic(&output, 1);
+    kafka.produce_values(&input, &values(0..60), Duration::ZERO);
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut first = spec.start(dir.path());
+    wait_drained(&spec, 1, &[&first], Duration::from_secs(90), || first.logs());
+    assert!(first.terminate().success(), "{}", first.logs());
+
+    kafka.produce_values(&input, &values(60..100), Duration::ZERO);
+    kafka.delete_records(&input, 0, 70);
+    let mut renamed = spec.clone();
+    renamed.group = unique("retained");
+    renamed.store = dir.path().join("store-renamed");
+    renamed.env.push(("KAFKA_DEDUP__INPUT__START".into(), "latest".into()));
+    let mut again = renamed.start(dir.path());
+    wait_drained(&renamed, 1, &[&again], Duration::from_secs(90), || again.logs());
+    let scrape = again.scrape();
+    assert!(again.terminate().success(), "{}", again.logs());
+    assert_eq!(
+        metric(&scrape, FORWARDED, &[]),
+        30.0,
+        "the retained backlog 70..100:\n{scrape}\n{}",
+        again.logs()
+    );
+    assert_eq!(metric(&scrape, FROM_OUTPUT, &["reason=\"no_commit\""]), 1.0, "{scrape}");
+    let expected: Vec<u64> = (0..60).chain(70..100).collect();
+    assert_eq!(kafka.read_values(&output, 1)[&0], expected);
+    assert!(again.logs().contains("log start"), "{}", again.logs());
+}
+
+/// Issue 22 (low): with `partitioning = "key"` an output partition holds records of every input
+/// partition; recovery must learn only those whose provenance names the partition it recovers.
+/// Input partition 1 forwards `7`; the store is deleted, so the restart rebuilds both partitions
+/// from the output; then `7` arrives on input partition 0, a distinct event in the partition
+/// scope, and must be forwarded (not dropped as a replay of partition 1's record).
+#[test]
+fn key_partitioning_recovery_learns_only_the_partitions_own_records() {
+    let kafka = kafka();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("keyown-in"), unique("keyown-out"));
+    kafka.create_topic(&input, 2);
+    kafka.create_topic(&output, 2);
+    // One stamp for every record: the replay of 7 on partition 1 lies inside the horizon.
+    let t0 = now_ms();
+    kafka.produce_values_at(&input, &[(1, 7), (1, 8), (0, 1)], t0);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.env
+        .push(("KAFKA_DEDUP__OUTPUT__PARTITIONING".into(), "key".into()));
+    let mut first = spec.start(dir.path());
+    wait_drained(&spec, 2, &[&first], Duration::from_secs(90), || first.logs());
+    assert!(first.terminate().success(), "{}", first.logs());
+    std::fs::remove_dir_all(&spec.store).unwrap();
+
+    kafka.produce_values_at(&input, &[(0, 7), (1, 7)], t0);
+    let mut again = spec.start(dir.path());
+    wait_drained(&spec, 2, &[&again], Duration::from_secs(90), || again.logs());
+    let scrape = again.scrape();
+    assert!(again.terminate().success(), "{}", again.logs());
+    assert_eq!(
+        metric(&scrape, FORWARDED, &[]),
+        1.0,
+        "partition 0's 7 forwarded, partition 1's replay dropped:\n{scrape}\n{}",
+        again.logs()
+    );
+    let mut all: Vec<u64> = kafka.read_values(&output, 2).values().flatten().copied().collect();
+    all.sort_unstable();
+    assert_eq!(all, [1, 7, 7, 8]);
 }

@@ -227,7 +227,7 @@ fn report_throughput_three_vs_one() {
 /// `k` records inside one generation and stops gracefully; its store is deleted; a second instance gets
 /// the partition, re-learns the `k` records and forwards the next, new record. Its log line
 /// "first record forwarded since the partition was assigned" gives the time (fence wait of 1 s
-/// included: tansu returns no commit metadata, so recovery always waits it out).
+/// included).
 /// `scripts/test.sh --test scale -- --ignored --nocapture report_`.
 #[test]
 #[ignore = "report; run on demand"]

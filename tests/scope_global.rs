@@ -1,7 +1,7 @@
 //! Issue 18: replays that change partition, caught by the global scope
 //! (`fingerprint.scope = "global"`: a route stage re-partitions the input by fingerprint into a
 //! route topic, today's filter runs there). The binary runs as its own process against the real
-//! broker (tansu).
+//! broker (Apache Kafka).
 //!
 //! The measurement of the issue: 3 input partitions, 3,000 distinct values, then the last 600
 //! written again, each to another partition than its first copy (`(p + 1) mod 3`), as a
@@ -9,15 +9,6 @@
 //! ([`Broker::produce_values_at`]), as upstream replays do, so that the replays are within the
 //! horizon whatever the test's pace.
 //!
-//! The route topic's copies carry the provenance header, which tansu 0.6 reads about 20 times
-//! slower (see [`FilterSpec::provenance`]): the record counts are kept to a few thousand.
-//!
-//! Named to run after every other binary that uses the shared SQLite tansu (cargo runs the test
-//! binaries in name order; `transactions` uses the other broker): with these header-carrying
-//! records in its database, tansu served `ops`'s 30,000-record fetches so slowly (nothing in
-//! 45 s, the session timed out) that `ops::readyz_not_ready_while_recovery_rereads_the_output`
-//! failed in two full runs out of two. A broker of their own would isolate them properly
-//! (`common::proxy::ProxiedBroker` starts one per test).
 
 mod common;
 
@@ -181,8 +172,8 @@ fn replays_in_another_partition_pass_the_partition_scope_and_not_the_global_one(
     }
     // Not a benchmark (the broker and the machine dominate): what one run of each cost here.
     eprintln!(
-        "start to drained: partition scope {partition_time:?}, global scope {global_time:?} (copies carry a \
-         header, which tansu reads slower); the whole test {:?}",
+        "start to drained: partition scope {partition_time:?}, global scope {global_time:?}; the whole \
+         test {:?}",
         started.elapsed()
     );
 }

@@ -1,17 +1,25 @@
-//! Case 6 of issue 3: `delivery = "transactional"` against the test broker that accepts
-//! transactions (the prebuilt tansu of `scripts/test.sh`, a separate process). Checked: each
-//! checkpoint commits the output records and the input offsets in one transaction, and the
-//! committed offset matches what the committed transactions hold; a process frozen inside a
-//! transaction (SIGSTOP: a zombie) is fenced when a replacement starts with the same
-//! transactional id, and stops with an error instead of committing. Not checkable here: that a
-//! read_committed reader never sees the aborted transaction's records (neither test broker
-//! filters them; see the README).
+//! `delivery = "transactional"` and transactional input on Apache Kafka (the suite's broker),
+//! whose transactions are real: read_committed readers never get an aborted transaction's
+//! records, the last stable offset holds them back while a transaction is open, producer fencing
+//! aborts a fenced producer's open transaction. Checked (issue 3 case 6, issue 14 case 9, issue 21
+//! cases 1 and 2): each checkpoint commits the output records and the input offsets in one
+//! transaction, and the committed offset matches what the committed transactions hold; a process
+//! frozen inside a transaction (SIGSTOP: a zombie) is fenced when a replacement starts with the
+//! same transactional id, and stops with an error instead of committing; a read_committed reader
+//! of the output never sees the records of a transaction aborted by a crash or a SIGKILL; an input
+//! written by a transactional upstream is read up to its last stable offset, without its aborted
+//! records, across its transaction markers.
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::*;
+use kafka_dedup::metadata::CheckpointMeta;
+use kafka_dedup::provenance::{Provenance, HEADER};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
 
 const FORWARDED: &str = "kafka_dedup_records_forwarded_total";
 
@@ -20,11 +28,10 @@ fn committed_offset(kafka: &Broker, group: &str, topic: &str) -> Option<i64> {
 }
 
 /// Checks the output of a run in which a zombie was frozen inside a transaction and replaced:
-/// it must read `0..r` (the zombie's committed transactions, `r` >= `frozen_committed`, the
-/// offset the replacement resumed at), then the zombie's open transaction `r..r+k` (aborted by
-/// the fencing; `k` may be 0, and this broker does not hide aborted records from read_committed
-/// readers, Apache Kafka would), then the replacement's `r..end`, and nothing after it: a fenced
-/// zombie adds nothing. Returns (`r`, `k`).
+/// read_uncommitted, it must read `0..r` (the zombie's committed transactions, `r` >=
+/// `frozen_committed`, the offset the replacement resumed at), then the zombie's open transaction
+/// `r..r+k` (aborted by the fencing; `k` may be 0), then the replacement's `r..end`, and nothing
+/// after it: a fenced zombie adds nothing. Returns (`r`, `k`).
 fn zombie_and_replacement(out: &[u64], frozen_committed: u64, end: u64) -> (u64, u64) {
     let Some(i) = out.iter().enumerate().position(|(i, v)| *v != i as u64) else {
         assert_eq!(out.len() as u64, end, "{out:?}");
@@ -107,8 +114,7 @@ fn transactional_checkpoints_crash_and_fencing() {
     other.store = dir.path().join("store-replacement");
     let mut replacement = other.start(dir.path());
     writer.join().unwrap();
-    // The input was written without transactions: its end is the record count (this broker's
-    // high watermark is wrong when the last batch holds several records, so it is not asked).
+    // The input was written without transactions: its end is the record count.
     let end = records.len() as i64;
     let deadline = Instant::now() + Duration::from_secs(120);
     while committed_offset(&kafka, &spec.group, &input) != Some(end) {
@@ -133,29 +139,18 @@ fn transactional_checkpoints_crash_and_fencing() {
     );
     assert!(replacement.terminate().success(), "{}", replacement.logs());
     assert_eq!(committed_offset(&kafka, &spec.group, &input), Some(end));
+    // read_committed: exact; read_uncommitted: the zombie's aborted transaction is in the log.
     let out = kafka.read_values(&output, 1);
-    let (resumed, aborted) = zombie_and_replacement(&out[&0], frozen_committed as u64, end as u64);
+    assert_eq!(out[&0], (0..end as u64).collect::<Vec<u64>>(), "read_committed");
+    let log: Vec<u64> = read_seen(&kafka, &output, 1, "read_uncommitted")[&0]
+        .iter()
+        .map(|s| s.value)
+        .collect();
+    let (resumed, aborted) = zombie_and_replacement(&log, frozen_committed as u64, end as u64);
     eprintln!(
         "zombie frozen with {frozen_committed} committed; the replacement resumed at {resumed}; \
          {aborted} records of the zombie's aborted transaction in the log"
     );
-}
-
-/// Writes `values` to partition 0 of `topic`, one record per batch (this broker's high
-/// watermark is only right when a partition's last batch holds one record).
-fn produce_one_by_one(kafka: &Broker, topic: &str, values: std::ops::Range<u64>) {
-    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-    let mut c = kafka.client();
-    c.set("linger.ms", "0");
-    let producer: ThreadedProducer<_> = c.create().unwrap();
-    for v in values {
-        let text = v.to_string();
-        producer
-            .send(BaseRecord::to(topic).partition(0).key(&text).payload(&text))
-            .map_err(|(e, _)| e)
-            .unwrap();
-        producer.flush(Duration::from_secs(10)).unwrap();
-    }
 }
 
 /// Issue 14, case 9: transactional mode with `input.start = "latest"`, killed before its first
@@ -170,7 +165,7 @@ fn a_first_start_at_latest_killed_before_its_first_checkpoint_resumes_where_it_b
     let (input, output) = (unique("txl-in"), unique("txl-out"));
     kafka.create_topic(&input, 1);
     kafka.create_topic(&output, 1);
-    produce_one_by_one(&kafka, &input, 0..50);
+    produce_values_to(&kafka, &input, 0, &(0..50).collect::<Vec<u64>>());
     let mut spec = FilterSpec::on(kafka.clone(), &input, &output, dir.path()).killable();
     spec.interval = "1h";
     spec.env.extend([
@@ -184,7 +179,7 @@ fn a_first_start_at_latest_killed_before_its_first_checkpoint_resumes_where_it_b
         .push(("KAFKA_DEDUP_CRASH_AT".to_string(), "after-ack:20".to_string()));
     let mut first = crashing.start(dir.path());
     first.wait_ready(Duration::from_secs(90));
-    produce_one_by_one(&kafka, &input, 50..100);
+    produce_values_to(&kafka, &input, 0, &(50..100).collect::<Vec<u64>>());
     let status = first.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", first.logs());
 
@@ -201,12 +196,398 @@ fn a_first_start_at_latest_killed_before_its_first_checkpoint_resumes_where_it_b
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(again.terminate().success(), "{}", again.logs());
-    // The aborted transaction's records stay visible on this broker; after them, 50..100 once.
+    // read_committed: 50..100 once, none of the first start's aborted transaction, nothing
+    // before the first start.
     let out = kafka.read_values(&output, 1)[&0].clone();
-    let tail: Vec<u64> = out.iter().rev().take(50).rev().copied().collect();
-    assert_eq!(tail, (50..100).collect::<Vec<u64>>(), "{out:?}\n{}", again.logs());
+    assert_eq!(out, (50..100).collect::<Vec<u64>>(), "{}", again.logs());
+    let log = read_seen(&kafka, &output, 1, "read_uncommitted")[&0].len();
     assert!(
-        out.iter().all(|v| (50..100).contains(v)),
-        "nothing before the first start: {out:?}"
+        log > 50,
+        "the first start's aborted transaction is in the log: {log} records"
     );
+}
+
+/// One output record as a reader of the output sees it: its output offset, its value (decimal
+/// text) and the input offset its provenance header (`kafka-dedup.source`) names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    offset: i64,
+    value: u64,
+    input_offset: i64,
+}
+
+/// Every record of `topic`'s `partitions` from the beginning to the end, in offset order, as a
+/// reader with `isolation.level = isolation` sees them (`read_committed` stops at the last
+/// stable offset and skips aborted transactions; `read_uncommitted` returns them).
+fn read_seen(kafka: &Broker, topic: &str, partitions: i32, isolation: &str) -> BTreeMap<i32, Vec<Seen>> {
+    use rdkafka::message::{Headers, Message};
+    let mut c = kafka.client();
+    c.set("group.id", unique("txn-reader"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", isolation);
+    let consumer: BaseConsumer = c.create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let mut out: BTreeMap<i32, Vec<Seen>> = (0..partitions).map(|p| (p, Vec::new())).collect();
+    let mut eof = std::collections::HashSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while eof.len() < partitions as usize {
+        assert!(Instant::now() < deadline, "reading {topic} ({isolation}) timed out");
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                let text = |b: Option<&[u8]>| b.and_then(|b| std::str::from_utf8(b).ok()).map(str::to_string);
+                let value = text(m.payload()).and_then(|s| s.parse().ok()).unwrap_or(u64::MAX);
+                let input_offset = m
+                    .headers()
+                    .and_then(|h| h.iter().filter(|h| h.key == HEADER).last())
+                    .and_then(|h| h.value.and_then(Provenance::parse))
+                    .map_or(-1, |s| s.offset);
+                out.entry(m.partition()).or_default().push(Seen {
+                    offset: m.offset(),
+                    value,
+                    input_offset,
+                });
+            }
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                eof.insert(p);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Writes `values` to partition `p` of `topic` (key and value: the decimal text), in order, and
+/// waits for them.
+fn produce_values_to(kafka: &Broker, topic: &str, p: i32, values: &[u64]) {
+    let records: Vec<(i32, u64)> = values.iter().map(|v| (p, *v)).collect();
+    kafka.produce_values(topic, &records, Duration::ZERO);
+}
+
+/// An upstream's writes of `range` with replays: after every 100 values the last 30 again (a
+/// restart from a checkpoint 30 records back).
+fn with_replays(range: std::ops::Range<u64>) -> Vec<u64> {
+    let mut out = Vec::new();
+    for v in range.clone() {
+        out.push(v);
+        if (v + 1 - range.start).is_multiple_of(100) {
+            out.extend(v + 1 - 30..=v);
+        }
+    }
+    out
+}
+
+/// The input as written (read back, read_uncommitted): per partition, each record's offset and
+/// value, and which offsets hold the first copy of their value (the records kafka-dedup must
+/// forward; the others are replays, dropped).
+fn first_copies(kafka: &Broker, input: &str, partitions: i32) -> BTreeMap<i32, Vec<(i64, u64)>> {
+    read_seen(kafka, input, partitions, "read_uncommitted")
+        .into_iter()
+        .map(|(p, seen)| {
+            let mut known = std::collections::HashSet::new();
+            let firsts = seen
+                .iter()
+                .filter(|s| known.insert(s.value))
+                .map(|s| (s.offset, s.value))
+                .collect();
+            (p, firsts)
+        })
+        .collect()
+}
+
+/// Issue 21, case 1: `delivery = "transactional"` on Apache Kafka, across a crash inside an open
+/// transaction (crash point `after-ack`, after a transaction committed) and a SIGKILL of a
+/// restart whose whole work is one open transaction (`checkpoint.interval = 1h`: no checkpoint
+/// falls due). Both transactions are aborted by the next start's `init_transactions` (producer
+/// fencing). Checked: the read_uncommitted view of the output holds the aborted records, the
+/// read_committed view holds none of them and is exact (each value once, in order, from the
+/// input offset of its first copy), and every commit observed while running (input offset and
+/// `out_end`, committed in one transaction) covers exactly the input records whose outcome the
+/// committed output holds: the committed output before `out_end` is the first copies at input
+/// offsets below the committed offset, no more, no less.
+#[test]
+fn a_read_committed_reader_never_sees_an_aborted_transaction() {
+    let kafka = Broker::kafka();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("txa-in"), unique("txa-out"));
+    const P: i32 = 2;
+    kafka.create_topic(&input, P);
+    kafka.create_topic(&output, P);
+    let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
+    spec.env.extend([
+        ("KAFKA_DEDUP__OUTPUT__DELIVERY".to_string(), "transactional".to_string()),
+        ("KAFKA_DEDUP__OUTPUT__TRANSACTIONAL_ID".to_string(), unique("txa")),
+    ]);
+
+    // Every commit of the group while it runs: (partition, offset, metadata).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (kafka, group, input, stop) = (kafka.clone(), spec.group.clone(), input.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut seen = std::collections::BTreeSet::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for (p, (o, meta)) in kafka.committed(&group, &input, P) {
+                    if let Some(o) = o {
+                        seen.insert((p, o, meta));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            seen
+        })
+    };
+    let committed_all = |at: i64| {
+        let c = kafka.committed(&spec.group, &input, P);
+        (0..P).all(|p| c[&p].0 == Some(at))
+    };
+    // Both partitions' writes of `range` (with replays), interleaved, spread over `over`.
+    let write = |range: std::ops::Range<u64>, over: Duration| {
+        let per: Vec<Vec<u64>> = (0..P as u64)
+            .map(|p| with_replays(p * 1_000_000 + range.start..p * 1_000_000 + range.end))
+            .collect();
+        let records: Vec<(i32, u64)> = (0..per[0].len())
+            .flat_map(|i| per.iter().enumerate().map(move |(p, vs)| (p as i32, vs[i])))
+            .collect();
+        kafka.produce_values(&input, &records, over);
+    };
+
+    // Run A: 0..400 (520 records per partition with the replays) committed in a transaction,
+    // then 400..800 over 3 s (checkpoints fall due while records are in flight); it aborts at its
+    // 1,500th acknowledgement: past the 800 first copies of phase one, so inside a transaction
+    // that began after a commit.
+    let mut crashing = spec.clone();
+    crashing
+        .env
+        .push(("KAFKA_DEDUP_CRASH_AT".into(), "after-ack:1500".into()));
+    let mut a = crashing.start(dir.path());
+    a.wait_ready(Duration::from_secs(90));
+    write(0..400, Duration::ZERO);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !committed_all(520) {
+        assert!(Instant::now() < deadline, "run A committed nothing:\n{}", a.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    write(400..800, Duration::from_secs(3));
+    let status = a.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "aborted at the crash point:\n{}", a.logs());
+    assert!(a.logs().contains("crash point after-ack reached"), "{}", a.logs());
+
+    // Run B: no checkpoint falls due; everything it forwards is in its one open transaction.
+    let mut slow = spec.clone();
+    slow.interval = "1h";
+    let mut b = slow.start(dir.path());
+    write(800..1000, Duration::ZERO);
+    // Phase three's values are all in the log (read_uncommitted) before the SIGKILL, and none
+    // is visible to a read_committed reader: the last stable offset holds them back.
+    let phase_three = |seen: &BTreeMap<i32, Vec<Seen>>| -> usize {
+        (0..P)
+            .map(|p| {
+                let base = p as u64 * 1_000_000;
+                let values: std::collections::HashSet<u64> = seen[&p].iter().map(|s| s.value).collect();
+                (base + 800..base + 1000).filter(|v| values.contains(v)).count()
+            })
+            .sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while phase_three(&read_seen(&kafka, &output, P, "read_uncommitted")) < 2 * 200 {
+        assert!(
+            b.running() && Instant::now() < deadline,
+            "run B did not forward 800..1000:\n{}",
+            b.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(phase_three(&read_seen(&kafka, &output, P, "read_committed")), 0);
+    b.kill9();
+
+    // Run C: fences B (its transaction is aborted) and runs to the end.
+    let mut c = spec.survivor().start(dir.path());
+    let end = 1000 + 10 * 30; // values and replays per partition
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !committed_all(end) {
+        assert!(
+            Instant::now() < deadline,
+            "run C did not commit to {end}:\n{}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(c.terminate().success(), "{}", c.logs());
+    let commits = sampler.join().unwrap();
+
+    let firsts = first_copies(&kafka, &input, P);
+    let committed = read_seen(&kafka, &output, P, "read_committed");
+    let uncommitted = read_seen(&kafka, &output, P, "read_uncommitted");
+    let mut aborted = 0;
+    for p in 0..P {
+        let got: Vec<(i64, u64)> = committed[&p].iter().map(|s| (s.input_offset, s.value)).collect();
+        assert_eq!(got, firsts[&p], "partition {p}: the committed output is exact");
+        // The aborted runs are in the log: every record read_uncommitted sees beyond the committed
+        // ones is a copy of a committed one (a record of A's or B's aborted transaction).
+        let committed_offsets: std::collections::HashSet<i64> = committed[&p].iter().map(|s| s.offset).collect();
+        let extra: Vec<&Seen> = uncommitted[&p]
+            .iter()
+            .filter(|s| !committed_offsets.contains(&s.offset))
+            .collect();
+        for s in &extra {
+            assert!(
+                got.contains(&(s.input_offset, s.value)),
+                "partition {p}: {s:?} is no copy of a committed record"
+            );
+        }
+        aborted += extra.len();
+    }
+    assert!(aborted > 0, "the aborted transactions left records in the log");
+
+    // Each observed commit holds exactly the outcome of the input records before it.
+    let mut checked = 0;
+    for (p, offset, meta) in &commits {
+        let Some(out_end) = CheckpointMeta::decode(meta).and_then(|m| m.out_end) else {
+            continue;
+        };
+        let end = out_end[p];
+        let held: Vec<(i64, u64)> = committed[p]
+            .iter()
+            .filter(|s| s.offset < end)
+            .map(|s| (s.input_offset, s.value))
+            .collect();
+        let expected: Vec<(i64, u64)> = firsts[p].iter().copied().filter(|(o, _)| o < offset).collect();
+        assert_eq!(held, expected, "partition {p}: commit at {offset} ({meta})");
+        // `out_end` is where the transaction ended: after a committed record comes its
+        // transaction marker (an offset no reader gets), not another record of the transaction.
+        let records: std::collections::HashSet<i64> = uncommitted[p].iter().map(|s| s.offset).collect();
+        if committed[p].iter().any(|s| s.offset == end - 1) {
+            assert!(
+                !records.contains(&end),
+                "partition {p}: commit at {offset} ends at {end}, inside a transaction ({meta})"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 4, "{checked} commits observed: {commits:?}");
+    eprintln!("{aborted} aborted records in the log; {checked} commits checked");
+}
+
+/// A transactional upstream: a producer with its own `transactional.id`, transactions begun.
+fn upstream(kafka: &Broker) -> rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext> {
+    use rdkafka::producer::Producer;
+    let mut c = kafka.client();
+    c.set("transactional.id", unique("upstream")).set("linger.ms", "0");
+    let producer: rdkafka::producer::ThreadedProducer<_> = c.create().unwrap();
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    producer
+}
+
+/// Sends `values` to partition 0 of `topic` in a new transaction of `producer` and flushes; the
+/// transaction is left open.
+fn send_in_transaction(
+    producer: &rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext>,
+    topic: &str,
+    values: std::ops::Range<u64>,
+) {
+    use rdkafka::producer::{BaseRecord, Producer};
+    producer.begin_transaction().unwrap();
+    for v in values {
+        let text = v.to_string();
+        producer
+            .send(BaseRecord::to(topic).partition(0).key(&text).payload(&text))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// Issue 21, case 2: an input written by a transactional upstream. Committed 0..50, then a
+/// transaction (1000..1050) held open while another producer commits 50..100 behind it: the
+/// last stable offset stays at the open transaction's first record, so kafka-dedup's
+/// read_committed consumer forwards 0..50 and nothing more for three checkpoints; then the open
+/// transaction is aborted and 100..150 committed. The output holds 0..150 once, in order, and
+/// none of the aborted values (read_uncommitted: the filter's own idempotent output has no
+/// aborted records either); the committed input offset reaches the end offset across the
+/// transaction markers' offset gaps, and the consumer lag is 0.
+#[test]
+fn a_transactional_upstreams_open_and_aborted_transactions() {
+    use rdkafka::producer::Producer;
+    let kafka = Broker::kafka();
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("txu-in"), unique("txu-out"));
+    kafka.create_topic(&input, 1);
+    kafka.create_topic(&output, 1);
+    let (first, held) = (upstream(&kafka), upstream(&kafka));
+    send_in_transaction(&first, &input, 0..50);
+    first.commit_transaction(Duration::from_secs(30)).unwrap();
+    send_in_transaction(&held, &input, 1000..1050);
+    send_in_transaction(&first, &input, 50..100);
+    first.commit_transaction(Duration::from_secs(30)).unwrap();
+
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut f = spec.start(dir.path());
+    f.wait_metric(FORWARDED, &[], 50.0, Duration::from_secs(90));
+    // The committed offset stops at the last stable offset: the open transaction's first record.
+    let lso = 51; // 0..50 and their commit marker
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while committed_offset(&kafka, &spec.group, &input) != Some(lso) {
+        assert!(
+            Instant::now() < deadline,
+            "committed {:?}:\n{}",
+            committed_offset(&kafka, &spec.group, &input),
+            f.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ok = "result=\"ok\"";
+    let checkpoints = metric(&f.scrape(), "kafka_dedup_checkpoints_total", &[ok]);
+    f.wait_metric(
+        "kafka_dedup_checkpoints_total",
+        &[ok],
+        checkpoints + 3.0,
+        Duration::from_secs(30),
+    );
+    assert_eq!(
+        metric(&f.scrape(), FORWARDED, &[]),
+        50.0,
+        "nothing past the last stable offset"
+    );
+    assert_eq!(committed_offset(&kafka, &spec.group, &input), Some(lso));
+
+    held.abort_transaction(Duration::from_secs(30)).unwrap();
+    send_in_transaction(&first, &input, 100..150);
+    first.commit_transaction(Duration::from_secs(30)).unwrap();
+    // 150 records, 50 aborted ones, four transaction markers.
+    let end = kafka.end_offsets(&input, 1)[&0];
+    assert_eq!(end, 150 + 50 + 4);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while committed_offset(&kafka, &spec.group, &input) != Some(end) {
+        assert!(
+            Instant::now() < deadline,
+            "committed {:?}, end {end}:\n{}",
+            committed_offset(&kafka, &spec.group, &input),
+            f.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let lag = "kafka_dedup_consumer_lag_records";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = f.scrape();
+        if s.lines().any(|l| l.starts_with(lag)) && metric(&s, lag, &[]) == 0.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "lag not 0:\n{s}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(metric(&f.scrape(), FORWARDED, &[]), 150.0);
+    assert!(f.terminate().success(), "{}", f.logs());
+    for isolation in ["read_committed", "read_uncommitted"] {
+        let values: Vec<u64> = read_seen(&kafka, &output, 1, isolation)[&0]
+            .iter()
+            .map(|s| s.value)
+            .collect();
+        assert_eq!(values, (0..150).collect::<Vec<u64>>(), "{isolation}");
+    }
 }

@@ -50,6 +50,11 @@
 //!   the output and never lost (counted as `not_forwardable`).
 //! - **Out of order**: an output record whose source has a lower input offset than the source of
 //!   an earlier output record (the cursor). Each such record counts once; the cursor stays.
+//! - **Repeat outside the horizon** (not a failure): an output record matched to an input
+//!   record of the range whose fingerprint an earlier output record has, H_max or more before it
+//!   on the output clock (and less than [`REPEATS_WITHIN`] x H_max: the memory bound). The
+//!   filter forwards such a repeat by its rule; a replay that arrives this late is one the
+//!   horizon is too short for.
 //! - **Unexpected**: an output record that is no copy of an input record of the range: with
 //!   provenance, it names another input partition, an offset holding no record the filter
 //!   forwards, or a record with another fingerprint; without, no input record nearby has its
@@ -72,6 +77,14 @@ use crate::provenance::Provenance;
 
 /// Examples kept per finding and partition (the count is always exact).
 pub const EXAMPLES: usize = 10;
+
+/// How far back, in H_max of the output clock, a repeat outside the horizon is looked for: the
+/// output fingerprints of the last `REPEATS_WITHIN` x H_max are held (a 48-byte queue entry and a
+/// 32-byte table entry each, 100 to 170 bytes with the collections' growth headroom; README
+/// "Auditing the topics"), so a repeat farther from its earlier copy is not counted. Five
+/// horizons reach well past the replays a horizon too short lets through (an upstream restart,
+/// a checkpoint interval of the upstream's) for less memory than the window itself.
+pub const REPEATS_WITHIN: i64 = 5;
 
 /// The horizon the audit measures with, from `[checkpoint]`, in milliseconds of record time:
 /// the filter's bounds (issue 13, README "The guarantee"): a replay taken less than H_min after
@@ -295,6 +308,22 @@ pub struct Duplicate {
     pub fingerprint: Option<String>,
 }
 
+/// An output record identical to an earlier one (same fingerprint) H_max or more after it on the
+/// output clock: forwarded by the filter's rule (README "The guarantee"), not a failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Repeat {
+    /// Its output offset.
+    pub output_offset: i64,
+    /// The output offset of the latest earlier record with its fingerprint.
+    pub repeats_output_offset: i64,
+    /// The input offset it copies.
+    pub input_offset: i64,
+    /// How far apart the two are on the output clock, ms (at least H_max).
+    pub apart_ms: i64,
+    /// The fingerprint (32 hex digits).
+    pub fingerprint: String,
+}
+
 /// An input record that should be in the output and is not.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Lost {
@@ -384,6 +413,9 @@ pub struct PartitionAudit {
     pub out_of_order: Finding<OutOfOrder>,
     /// Output records that copy no input record of the range.
     pub unexpected: Finding<Unexpected>,
+    /// Output records identical to one forwarded H_max or more before them: the filter's rule,
+    /// not a finding that makes the partition unclean.
+    pub repeats_outside_horizon: Finding<Repeat>,
     /// The most input records held in the window at once (the memory bound at work).
     pub peak_window_records: u64,
 }
@@ -472,7 +504,10 @@ struct Auditor<'r> {
     /// `copies` in insertion order, for pruning: (clock, identity, offset).
     copies_order: VecDeque<(i64, Identity, i64)>,
     cursor: Option<Cursor>,
-    /// Output fingerprints less than H_min old: (output clock, output offset).
+    /// The input offset the output record being judged was matched to, if it is in the range.
+    taken: Option<i64>,
+    /// Output fingerprints less than [`REPEATS_WITHIN`] x H_max old, each its latest copy:
+    /// (output clock, output offset).
     recent: HashMap<Fingerprint, (i64, i64)>,
     /// `recent` in output order, for pruning: (clock, fingerprint, offset).
     recent_order: VecDeque<(i64, Fingerprint, i64)>,
@@ -502,6 +537,7 @@ impl<'r> Auditor<'r> {
             copies: HashMap::new(),
             copies_order: VecDeque::new(),
             cursor: None,
+            taken: None,
             recent: HashMap::new(),
             recent_order: VecDeque::new(),
             seen_audited: false,
@@ -589,10 +625,12 @@ impl<'r> Auditor<'r> {
             Identity::Fingerprint(f) => Some(f),
             Identity::Unfingerprintable(_) => None,
         };
-        let repeats = fingerprint
-            .and_then(|f| self.recent.get(&f).copied())
+        let earlier = fingerprint.and_then(|f| self.recent.get(&f).copied());
+        let repeats = earlier
             .filter(|(c, _)| clock.saturating_sub(*c) < self.h_min())
             .map(|(_, offset)| offset);
+        let keep = self.h_max().saturating_mul(REPEATS_WITHIN);
+        let outside = earlier.filter(|(c, _)| (self.h_max()..keep).contains(&clock.saturating_sub(*c)));
         while !self.in_done && self.wants_input(&o, repeats.is_some(), clock) {
             match input.next() {
                 Some(r) => {
@@ -623,12 +661,21 @@ impl<'r> Auditor<'r> {
             Some(src) => self.by_provenance(&o, src.offset, repeats),
             None => self.by_identity(&o, repeats),
         }
+        if let (Some(input_offset), Some((c, earlier)), Some(f)) = (self.taken.take(), outside, fingerprint) {
+            self.report.repeats_outside_horizon.add(Repeat {
+                output_offset: o.offset,
+                repeats_output_offset: earlier,
+                input_offset,
+                apart_ms: clock.saturating_sub(c),
+                fingerprint: f.to_string(),
+            });
+        }
         if let Some(f) = fingerprint {
             self.recent.insert(f, (clock, o.offset));
             self.recent_order.push_back((clock, f, o.offset));
         }
         while let Some((c, f, offset)) = self.recent_order.front().copied() {
-            if clock.saturating_sub(c) < self.h_min() {
+            if clock.saturating_sub(c) < keep {
                 break;
             }
             self.recent_order.pop_front();
@@ -777,6 +824,7 @@ impl<'r> Auditor<'r> {
         }
         self.add_copy(identity, offset, clock);
         if audited {
+            self.taken = Some(offset);
             self.report.forwarded += 1;
             self.seen_audited = true;
             let pending = std::mem::take(&mut self.pending);

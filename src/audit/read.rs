@@ -91,37 +91,13 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
     };
     let inputs = count(&cfg.input.topic, "input.topic")?;
     let outputs = count(&cfg.output.topic, "output.topic")?;
-    let lacking = |p: i32| p as usize >= outputs;
-    let wanted_lacks = if request.partitions.is_empty() {
-        outputs < inputs
-    } else {
-        request.partitions.iter().any(|p| lacking(*p))
-    };
-    if wanted_lacks {
-        return Err(AuditError::TooFewOutputPartitions {
-            input: cfg.input.topic.clone(),
-            input_partitions: inputs,
-            output: cfg.output.topic.clone(),
-            output_partitions: outputs,
-        });
-    }
-    let partitions: Vec<i32> = if request.partitions.is_empty() {
-        (0..inputs as i32).collect()
-    } else {
-        let mut p = request.partitions.clone();
-        p.sort_unstable();
-        p.dedup();
-        if let Some(bad) = p.iter().find(|p| **p < 0 || **p as usize >= inputs) {
-            return Err(AuditError::NoSuchPartition {
-                partition: *bad,
-                topic: cfg.input.topic.clone(),
-                partitions: inputs,
-            });
-        }
-        p
-    };
+    let partitions = partitions_to_audit(
+        &request.partitions,
+        (&cfg.input.topic, inputs),
+        (&cfg.output.topic, outputs),
+    )?;
     let committed = committed(&meta, cfg, &partitions)?;
-    let fingerprinter = Fingerprinter::new(cfg.fingerprint.source.clone());
+    let fingerprinter = Fingerprinter::new(cfg.fingerprint.identity());
     let (input_reader, output_reader) = (reader(cfg)?, reader(cfg)?);
     let progress = Progress::new(partitions.len());
     let mut report = Report::new(cfg, horizon);
@@ -173,6 +149,42 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
         });
     }
     Ok(report)
+}
+
+/// The input partitions to audit, ascending: `requested` (`--partition`, deduplicated), or every
+/// partition of the input when it is empty. `input` and `output` are each topic's name and
+/// partition count. Errors, in this order: a requested partition the input does not have
+/// ([`AuditError::NoSuchPartition`]: what was asked for is wrong, whatever the output has); an
+/// input partition to audit without its output partition ([`AuditError::TooFewOutputPartitions`]).
+pub fn partitions_to_audit(
+    requested: &[i32],
+    input: (&str, usize),
+    output: (&str, usize),
+) -> Result<Vec<i32>, AuditError> {
+    let (inputs, outputs) = (input.1, output.1);
+    let mut partitions: Vec<i32> = if requested.is_empty() {
+        (0..inputs.min(i32::MAX as usize) as i32).collect()
+    } else {
+        requested.to_vec()
+    };
+    partitions.sort_unstable();
+    partitions.dedup();
+    if let Some(bad) = partitions.iter().find(|p| **p < 0 || **p as usize >= inputs) {
+        return Err(AuditError::NoSuchPartition {
+            partition: *bad,
+            topic: input.0.to_string(),
+            partitions: inputs,
+        });
+    }
+    if partitions.iter().any(|p| *p as usize >= outputs) {
+        return Err(AuditError::TooFewOutputPartitions {
+            input: input.0.to_string(),
+            input_partitions: inputs,
+            output: output.0.to_string(),
+            output_partitions: outputs,
+        });
+    }
+    Ok(partitions)
 }
 
 /// A reader for the audit: [`kafka::reader_config`] with the audit's defaults
@@ -628,6 +640,42 @@ mod tests {
         ];
         for (t, answer, want, why) in rows {
             assert_eq!(checked_start(t, log, answer, probe), Ok(want), "{why}");
+        }
+    }
+
+    /// Issue 23, item 6: a `--partition` past the input's partitions is blamed on the input,
+    /// whatever the output has; only partitions that exist in the input can lack an output one.
+    #[test]
+    fn the_partitions_to_audit() {
+        /// Ok(partitions), or the error's kind: "no such" or "too few outputs".
+        fn of(requested: &[i32], inputs: usize, outputs: usize) -> Result<Vec<i32>, &'static str> {
+            partitions_to_audit(requested, ("in", inputs), ("out", outputs)).map_err(|e| match e {
+                AuditError::NoSuchPartition { .. } => "no such",
+                AuditError::TooFewOutputPartitions { .. } => "too few outputs",
+                _ => "other",
+            })
+        }
+        /// The partitions, or the error's kind.
+        type Want = Result<Vec<i32>, &'static str>;
+        #[rustfmt::skip]
+        let rows: [(&[i32], usize, usize, Want); 10] = [
+            (&[],        2, 2, Ok(vec![0, 1])),
+            (&[],        2, 3, Ok(vec![0, 1])),
+            (&[1, 0, 1], 2, 2, Ok(vec![0, 1])),
+            (&[5],       2, 2, Err("no such")),
+            (&[2],       2, 2, Err("no such")),
+            (&[-1],      2, 2, Err("no such")),
+            (&[5],       2, 1, Err("no such")),
+            (&[],        3, 2, Err("too few outputs")),
+            (&[2],       3, 2, Err("too few outputs")),
+            (&[1],       3, 2, Ok(vec![1])),
+        ];
+        for (requested, inputs, outputs, want) in rows {
+            assert_eq!(
+                of(requested, inputs, outputs),
+                want,
+                "{requested:?} of {inputs} -> {outputs}"
+            );
         }
     }
 }

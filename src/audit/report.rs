@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::core::{Duplicate, DuplicateRule, Horizon, Lost, OutOfOrder, PartitionAudit, Unexpected, UnexpectedReason};
+use super::core::{
+    Duplicate, DuplicateRule, Horizon, Lost, OutOfOrder, PartitionAudit, Repeat, Unexpected, UnexpectedReason,
+    REPEATS_WITHIN,
+};
 use crate::config::Config;
 
 /// The whole audit (`kafka-dedup audit --json`).
@@ -52,6 +55,9 @@ pub struct Totals {
     pub out_of_order: u64,
     /// Unexpected records found.
     pub unexpected: u64,
+    /// Repeats outside the horizon: identical records forwarded H_max or more apart (the
+    /// filter's rule, not a finding).
+    pub repeats_outside_horizon: u64,
 }
 
 /// One partition: its range and its audit.
@@ -120,7 +126,7 @@ impl Report {
         Report {
             input_topic: cfg.input.topic.clone(),
             output_topic: cfg.output.topic.clone(),
-            fingerprint_source: cfg.fingerprint.source.to_string(),
+            fingerprint_source: cfg.fingerprint.identity().to_string(),
             on_missing: cfg.fingerprint.on_missing.as_str().to_string(),
             horizon,
             clean: true,
@@ -143,6 +149,7 @@ impl Report {
         t.lost += a.lost.count;
         t.out_of_order += a.out_of_order.count;
         t.unexpected += a.unexpected.count;
+        t.repeats_outside_horizon += a.repeats_outside_horizon.count;
         self.clean &= a.clean();
         self.partitions.push(p);
     }
@@ -186,7 +193,20 @@ impl Report {
             t.lost,
             t.out_of_order,
             t.unexpected
-        )
+        )?;
+        if t.repeats_outside_horizon > 0 {
+            writeln!(
+                out,
+                "{} repeats outside the horizon: identical records forwarded {} (H_max) or more apart. That is \
+                 the filter's rule (a repeat that late is taken for a new event), not a failure; if they are \
+                 replays, the upstream replays from further back than the horizon: raise checkpoint.interval \
+                 or checkpoint.generations (README, \"The guarantee\"). Repeats are looked for up to {} apart",
+                t.repeats_outside_horizon,
+                duration(self.horizon.max_ms),
+                duration(self.horizon.max_ms.saturating_mul(REPEATS_WITHIN))
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -230,11 +250,15 @@ fn write_partition(out: &mut impl Write, p: &PartitionReport) -> io::Result<()> 
     )?;
     writeln!(
         out,
-        "  {} forwarded, {} replays, {} not forwardable; {}",
+        "  {} forwarded, {} replays, {} not forwardable; {}{}",
         a.forwarded,
         a.replays,
         a.not_forwardable,
-        if a.clean() { "clean" } else { "NOT CLEAN" }
+        if a.clean() { "clean" } else { "NOT CLEAN" },
+        match a.repeats_outside_horizon.count {
+            0 => String::new(),
+            n => format!("; {n} repeats outside the horizon"),
+        }
     )?;
     if p.output_log_append_time {
         writeln!(
@@ -268,6 +292,15 @@ fn write_partition(out: &mut impl Write, p: &PartitionReport) -> io::Result<()> 
         a.unexpected.count,
         a.unexpected.examples.len(),
         "unexpected records",
+    )?;
+    for r in &a.repeats_outside_horizon.examples {
+        write_repeat(out, r)?;
+    }
+    more(
+        out,
+        a.repeats_outside_horizon.count,
+        a.repeats_outside_horizon.examples.len(),
+        "repeats outside the horizon",
     )
 }
 
@@ -297,6 +330,19 @@ fn write_duplicate(out: &mut impl Write, d: &Duplicate) -> io::Result<()> {
         d.output_offset,
         d.repeats_output_offset,
         fingerprint(&d.fingerprint)
+    )
+}
+
+fn write_repeat(out: &mut impl Write, r: &Repeat) -> io::Result<()> {
+    writeln!(
+        out,
+        "  REPEAT output offset {} repeats output offset {} (fingerprint {}, input offset {}), {} later on the \
+         output clock: outside the horizon, forwarded by the filter's rule",
+        r.output_offset,
+        r.repeats_output_offset,
+        r.fingerprint,
+        r.input_offset,
+        duration(r.apart_ms)
     )
 }
 

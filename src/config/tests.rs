@@ -68,8 +68,9 @@ fn defaults_match_design() {
     assert_eq!(c.output.delivery, Delivery::Idempotent);
     assert_eq!(c.fingerprint.source, Source::Value);
     assert_eq!(c.fingerprint.on_missing, OnMissing::Forward);
-    assert_eq!(c.checkpoint.interval, Duration::from_secs(20));
-    assert_eq!(c.checkpoint.generations, 2);
+    // Issue 23, item 1: H_min 2 min, H_max 3 min (README, "Configuration").
+    assert_eq!(c.checkpoint.interval, Duration::from_secs(60));
+    assert_eq!(c.checkpoint.generations, 3);
     assert_eq!(c.store.path, PathBuf::from("./kafka-dedup-data"));
     assert_eq!(c.http.listen, "127.0.0.1:9464");
 }
@@ -312,9 +313,72 @@ fn bad_configs_name_the_key() {
         ),
         "fingerprint.dead_letter_topic"
     );
-    assert_eq!(key_of(&format!("{MINIMAL}\n[output]\n"), &[]), "(file)");
+    assert_eq!(key_of(&format!("{MINIMAL}\n[output]\n"), &[]), "output");
     assert_eq!(
         key_of(&format!("{MINIMAL}\n[http]\nlisten = \"nowhere\"\n"), &[]),
         "http.listen"
     );
+}
+
+/// Issue 27: `source` as a list of parts, `ignore` folded into the identity; a bad `ignore`
+/// exits 2 naming `fingerprint.ignore`; the environment takes the text form.
+#[test]
+fn composite_sources_and_ignore() {
+    let c = load(&format!(
+        "{MINIMAL}\n[fingerprint]\nsource = [\"json:/tenant_id\", \"json:/event_id\"]\nignore = [\"/processed_at\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        c.fingerprint.identity().to_string(),
+        r#"{"source":["json:/tenant_id","json:/event_id"],"ignore":["/processed_at"]}"#
+    );
+    let env = [("KAFKA_DEDUP__FINGERPRINT__SOURCE", r#"["key","header:event-id"]"#)];
+    let env: HashMap<String, String> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let c = Config::from_toml_str(MINIMAL, Some(env)).unwrap();
+    assert_eq!(c.fingerprint.identity().to_string(), r#"["key","header:event-id"]"#);
+    let (key, reason) = key_and_reason(&format!("{MINIMAL}\n[fingerprint]\nignore = [\"/a\"]\n"), &[]);
+    assert_eq!(key, "fingerprint.ignore");
+    assert!(reason.contains("has no json: part"), "{reason}");
+    let (key, reason) = key_and_reason(&format!("{MINIMAL}\n[fingerprint]\nsource = []\n"), &[]);
+    assert_eq!(key, "fingerprint.source");
+    assert!(reason.contains("empty list"), "{reason}");
+}
+
+/// Issue 23, item 6: a TOML syntax error says where (line and column) and names the key of that
+/// line (a table header names its table); a line that holds no key is reported by its position.
+#[test]
+fn syntax_errors_say_where_and_name_the_key() {
+    #[rustfmt::skip]
+    let rows: Vec<(String, Option<&str>, &str)> = vec![
+        // text, the key named, where
+        (format!("{MINIMAL}[checkpoint]\ninterval = 20s\n"), Some("checkpoint.interval"), "line 7, column 14"),
+        (format!("{MINIMAL}[kafka.properties]\n\"sasl.mechanism\" = PLAIN\n"), Some("kafka.properties.sasl.mechanism"), "line 7, column 20"),
+        (format!("{MINIMAL}[kafka.properties]\nsasl.mechanism = PLAIN\n"), Some("kafka.properties.sasl.mechanism"), "line 7, column 18"),
+        ("[input]\ntopic = \"a\n[output]\n".to_string(), Some("input.topic"), "line 2, column 11"),
+        (format!("{MINIMAL}\n[output]\n"), Some("output"), "line 7, column 1"),
+        (format!("{MINIMAL}[checkpoint\ninterval = \"1s\"\n"), Some("checkpoint"), "line 6, column 12"),
+        (format!("{MINIMAL}= 3\n"), None, "line 6, column 1"),
+    ];
+    for (text, key, at) in rows {
+        let err = load(&text).unwrap_err();
+        let shown = err.to_string();
+        assert_eq!(err.key_name(), key, "{text}: {shown}");
+        assert!(
+            shown.contains(at) && shown.contains("not valid TOML"),
+            "{text}: {shown}"
+        );
+        assert!(!shown.contains("(file)") && !shown.contains('\n'), "{text}: {shown}");
+    }
+    // A word TOML takes only in quotes is shown quoted.
+    let shown = load(&format!("{MINIMAL}[checkpoint]\ninterval = 20s # every 20 s\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        shown.ends_with("(a text value, a duration included, is written in quotes: \"20s\")"),
+        "{shown}"
+    );
+    let shown = load(&format!("{MINIMAL}[checkpoint]\ninterval = 20 s\n"))
+        .unwrap_err()
+        .to_string();
+    assert!(!shown.contains("in quotes"), "{shown}");
 }

@@ -598,3 +598,55 @@ fn the_span_covered_runs_from_the_oldest_bucket_to_the_clock() {
         "the clock stands at the bucket's start"
     );
 }
+
+/// A recovery's re-read moves the clock and counts rotations as the records did when taken
+/// (interval 1 s, 2 generations), one row per case.
+#[test]
+fn reread_advance_in_a_table() {
+    /// (case, clock before, record times, rotations per record, clock after).
+    type Row = (
+        &'static str,
+        Option<i64>,
+        &'static [Option<i64>],
+        &'static [u32],
+        Option<i64>,
+    );
+    #[rustfmt::skip]
+    let rows: [Row; 7] = [
+        ("no clock: the first stamped record sets it", None, &[Some(5_500), Some(5_900)], &[0, 0], Some(5_900)),
+        ("within the checkpoint's bucket: nothing rotates", Some(5_100), &[Some(5_000), Some(5_999)], &[0, 0], Some(5_999)),
+        ("one bucket on, then another", Some(5_100), &[Some(6_200), Some(7_000)], &[1, 1], Some(7_000)),
+        ("an old stamp (a late event) does not move it back", Some(7_000), &[Some(1_000), Some(7_500)], &[0, 0], Some(7_500)),
+        ("far ahead: at most the generations' count", Some(5_100), &[Some(50_000)], &[2], Some(50_000)),
+        ("no usable stamp: nothing moves", Some(5_100), &[None, Some(6_000)], &[0, 1], Some(6_000)),
+        ("no clock, no stamp: still unknown", None, &[None], &[0], None),
+    ];
+    for (case, start, times, want, end) in rows {
+        let mut clock = start;
+        let got: Vec<u32> = times.iter().map(|t| reread_advance(&mut clock, *t, 1_000, 2)).collect();
+        assert_eq!((got.as_slice(), clock), (want, end), "{case}");
+    }
+}
+
+/// Issue 23, item 1: the horizon in the words `check-config` and the start-up log print.
+#[test]
+fn the_horizon_in_words() {
+    #[rustfmt::skip]
+    let rows: [(i64, u32, &str, &str); 5] = [
+        (60 * S,  3,  "2m",     "3m"),
+        (20 * S,  2,  "20s",    "40s"),
+        (S,       2,  "1s",     "2s"),
+        (90 * S,  4,  "4m 30s", "6m"),
+        (100,     2,  "100ms",  "200ms"),
+    ];
+    for (interval, generations, min, max) in rows {
+        assert_eq!(
+            in_words(interval, generations),
+            format!(
+                "a replay that arrives within {min} of its first copy is always dropped; \
+                 a repeat {max} or more after it is always forwarded"
+            ),
+            "{interval} ms x {generations}"
+        );
+    }
+}

@@ -78,7 +78,7 @@ fn fingerprinter_for(store: &Store, config: Option<&Path>) -> Result<Fingerprint
             let configured = Config::load(path)
                 .map_err(|e| InspectError::Usage(format!("--config {}: {e}", path.display())))?
                 .fingerprint
-                .source;
+                .identity();
             if let Some(s) = stored.as_ref().filter(|s| **s != configured) {
                 return Err(InspectError::Usage(format!(
                     "--config {} fingerprints with source {configured}, but the store was written with source {s}: \

@@ -6,7 +6,7 @@ use std::io::Write;
 use super::report::{partition_stats, Holding, Incomplete, Lookup, Stats};
 use super::InspectError;
 use crate::fingerprint::Fingerprint;
-use crate::store::{GenerationMeta, PartitionSnapshot, Store, StoreError};
+use crate::store::{GenerationMeta, PartitionSnapshot, Store, StoreError, LIVE_FILE};
 use crate::table::UNKNOWN_OFFSET;
 
 /// Chunk bytes a [`Scan`] reads before it closes and reopens the store: 16 MiB.
@@ -125,13 +125,32 @@ fn not_clean(p: i32, s: &PartitionSnapshot) -> Incomplete {
     }
 }
 
-/// Finds every generation of the store holding `fp`. Reads the chunks of each generation until
-/// it is found there: linear in the store's size, in bounded memory ([`Scan`]). Errors: a chunk
-/// or snapshot that fails its checks (run `verify`), sled I/O.
+/// A partition whose snapshot is a clean hand-over, in a store that a run did not close cleanly
+/// (its [`LIVE_FILE`] is still there: killed, or stopped on an error): that run may have
+/// forwarded records after the snapshot, which only the output topic holds (issue 23).
+fn not_closed(p: i32, s: &PartitionSnapshot) -> Incomplete {
+    Incomplete {
+        partition: p,
+        reason: format!(
+            "the store was not closed cleanly (the {LIVE_FILE} file of a run that was killed or stopped on an error \
+             is still there): records that run forwarded to the output after this partition's snapshot (at or after \
+             {:?}, output partition: offset) are not in the store; the next start re-learns them from the output \
+             topic",
+            s.out_covered
+        ),
+    }
+}
+
+/// Finds every generation of the store holding `fp`, and lists under `incomplete` the partitions
+/// whose snapshot may lack records in the output (a periodic checkpoint's, or any in a store not
+/// closed cleanly). Reads the chunks of each generation until it is found there: linear in the
+/// store's size, in bounded memory ([`Scan`]). Errors: a chunk or snapshot that fails its checks
+/// (run `verify`), sled I/O.
 pub fn lookup(scan: &mut Scan, fp: Fingerprint) -> Result<Lookup, StoreError> {
     let key = stored(fp);
     let mut holdings = Vec::new();
     let mut incomplete = Vec::new();
+    let unclosed = scan.store().path().join(LIVE_FILE).exists();
     for p in scan.store().partitions()? {
         let Some(s) = scan.store().snapshot(p)? else { continue };
         let n = s.generations.len();
@@ -150,6 +169,8 @@ pub fn lookup(scan: &mut Scan, fp: Fingerprint) -> Result<Lookup, StoreError> {
         }
         if !s.clean {
             incomplete.push(not_clean(p, &s));
+        } else if unclosed {
+            incomplete.push(not_closed(p, &s));
         }
     }
     Ok(Lookup {

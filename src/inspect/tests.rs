@@ -123,6 +123,22 @@ fn offline_and_live_answers_agree_after_a_clean_hand_over() {
     assert_eq!(s.format_version, FORMAT_VERSION);
 }
 
+/// Issue 23, item 5: a clean hand-over's snapshot is complete only if the store was closed
+/// cleanly afterwards; the live-marker file a killed run left behind says it was not.
+#[test]
+fn a_store_not_closed_cleanly_makes_a_clean_snapshot_incomplete() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _gens) = store_with(dir.path());
+    let mut scan = Scan::new(store);
+    assert!(lookup(&mut scan, Fingerprint(fp(7))).unwrap().incomplete.is_empty());
+    scan.store().write_live_file("");
+    let l = lookup(&mut scan, Fingerprint(fp(7))).unwrap();
+    assert!(l.held);
+    assert_eq!(l.incomplete.len(), 1, "{l:?}");
+    assert_eq!(l.incomplete[0].partition, 2);
+    assert!(l.incomplete[0].reason.contains("not closed cleanly"), "{l:?}");
+}
+
 #[test]
 fn a_periodic_snapshot_makes_the_offline_answer_incomplete() {
     let dir = tempfile::tempdir().unwrap();

@@ -127,7 +127,7 @@ impl Filter {
         status: Arc<Status>,
         topics: TopicCounts,
     ) -> Result<Filter, RunError> {
-        let (live_tx, live) = mpsc::channel();
+        let (live_tx, live) = mpsc::sync_channel(crate::http::LIVE_QUEUE);
         status.set_live(live_tx);
         let (dtx, deliveries) = mpsc::channel();
         let producer: ThreadedProducer<DeliveryContext> =
@@ -148,8 +148,8 @@ impl Filter {
         Ok(Filter {
             policy: Policy::of(&cfg),
             fingerprinter: match &cfg.input.routed_from {
-                Some(topic) => Fingerprinter::new(cfg.fingerprint.source.clone()).with_stand_in(topic),
-                None => Fingerprinter::new(cfg.fingerprint.source.clone()),
+                Some(topic) => Fingerprinter::new(cfg.fingerprint.identity()).with_stand_in(topic),
+                None => Fingerprinter::new(cfg.fingerprint.identity()),
             },
             producer: Arc::new(producer),
             side_producer,

@@ -178,6 +178,22 @@ pub enum Fatal {
         /// The input partitions lost.
         partitions: Vec<i32>,
     },
+    /// The recovery of a partition panicked `ownership::RECOVERY_PANICS_MAX` times in a row: a bug
+    /// that recurs at every attempt (issue 22). Retrying for ever would leave the partition
+    /// recovering, unnoticed; the process exits 1 with the panic's message instead.
+    #[error(
+        "recovery of partition {partition} panicked {panics} times in a row (a bug: please report it with the log; \
+         deleting the store directory makes the next start rebuild from the output topic, which helps if the \
+         store caused it): {error}"
+    )]
+    RecoveryPanicked {
+        /// The input partition.
+        partition: i32,
+        /// Panics in a row.
+        panics: u32,
+        /// The last panic's message.
+        error: String,
+    },
 }
 
 /// The identity a store must have to be used with `cfg`.
@@ -186,7 +202,7 @@ pub fn identity_of(cfg: &Config) -> Identity {
         group_id: cfg.input.group_id.clone(),
         input_topic: cfg.input.topic.clone(),
         output_topic: cfg.output.topic.clone(),
-        source: cfg.fingerprint.source.to_string(),
+        source: cfg.fingerprint.identity().to_string(),
     }
 }
 
@@ -216,7 +232,11 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     let result = stop(&consumer, result, &status);
     consumer.unsubscribe();
     drop(consumer);
-    store.remove_live_file();
+    if result.is_ok() {
+        // Every partition was handed over: its snapshot is complete. After an error the file
+        // stays, and `inspect` says the snapshots may lack what was forwarded since.
+        store.remove_live_file();
+    }
     result.map_err(RunError::from)
 }
 
@@ -283,9 +303,9 @@ fn open_store(cfg: &Config) -> Result<(Store, Option<StoreError>), RunError> {
         Opened::Created => info!(path = %cfg.store.path.display(), "new local store"),
         Opened::Existing => info!(path = %cfg.store.path.display(), "local store opened"),
     }
-    if !cfg.http.listen.is_empty() {
-        store.write_live_file(&cfg.http.listen);
-    }
+    // Written with or without an address: a file left behind says the store was not closed
+    // cleanly (`LIVE_FILE`).
+    store.write_live_file(&cfg.http.listen);
     Ok((store, None))
 }
 

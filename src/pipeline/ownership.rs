@@ -30,10 +30,18 @@ use crate::telemetry::{self, PartitionMetrics};
 
 /// Delay before retrying a recovery that failed (broker unreachable, ...).
 const RECOVERY_RETRY: Duration = Duration::from_secs(2);
-/// Longest delay before retrying a recovery whose worker panicked: the delay doubles from
-/// [`RECOVERY_RETRY`] with each panic of the partition's ownership (a panic is a bug, likely to
-/// recur; each is logged and counted in `kafka_dedup_recovery_panics_total`).
-const PANIC_RETRY_MAX: Duration = Duration::from_secs(300);
+/// Panics in a row of one partition's recovery after which the process stops (exit 1,
+/// [`Fatal::RecoveryPanicked`]): a panic is a bug, and one that recurs at every attempt would
+/// otherwise leave the partition recovering for ever, unnoticed. Before that, each retry waits
+/// twice as long as the one before, from [`RECOVERY_RETRY`] ([`after_panic`]).
+pub(super) const RECOVERY_PANICS_MAX: u32 = 3;
+
+/// What follows the `n`-th panic in a row (`n` from 1) of a partition's recovery: a retry after
+/// this delay ([`RECOVERY_RETRY`], doubling), or `None` from the [`RECOVERY_PANICS_MAX`]-th on:
+/// the process stops.
+fn after_panic(n: u32) -> Option<Duration> {
+    (n < RECOVERY_PANICS_MAX).then(|| RECOVERY_RETRY.saturating_mul(1u32 << n.saturating_sub(1).min(16)))
+}
 
 /// How often a held partition (no output partition for it) looks again whether the output
 /// topic has grown.
@@ -305,15 +313,22 @@ impl Filter {
         }
     }
 
-    /// The recovery worker of partition `p` panicked: count it and retry with back-off.
+    /// The recovery worker of partition `p` panicked: count it and retry with back-off, or, the
+    /// [`RECOVERY_PANICS_MAX`]-th time in a row, stop the pipeline ([`Fatal::RecoveryPanicked`]).
     fn recovery_panicked(&mut self, p: i32, e: &RecoveryError) {
         telemetry::recovery_panic(p);
         let n = self.recoveries.panics.entry(p).or_insert(0);
         *n = n.saturating_add(1);
-        let delay = RECOVERY_RETRY
-            .saturating_mul(1u32 << (*n - 1).min(16))
-            .min(PANIC_RETRY_MAX);
-        error!(partition = p, error = %e, panics = *n, "recovery worker panicked (a bug: please report it); retrying");
+        let panics = *n;
+        let Some(delay) = after_panic(panics) else {
+            error!(partition = p, error = %e, panics, "recovery worker panicked again (a bug: please report it); stopping");
+            return self.fail(Fatal::RecoveryPanicked {
+                partition: p,
+                panics,
+                error: e.to_string(),
+            });
+        };
+        error!(partition = p, error = %e, panics, "recovery worker panicked (a bug: please report it); retrying");
         self.schedule_retry_in(p, &e.to_string(), delay);
     }
 
@@ -657,4 +672,26 @@ pub(super) fn resume_at(consumer: &FilterConsumer, topic: &str, p: i32, offset: 
         return Err(StartError::Seek { offset, error: e });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After the n-th panic in a row of a partition's recovery: a retry after a doubling delay,
+    /// then a stop.
+    #[test]
+    fn a_recovery_that_keeps_panicking_is_retried_then_stops_the_pipeline() {
+        let s = Duration::from_secs;
+        #[rustfmt::skip]
+        let rows = [
+            (1, Some(s(2)), "the first panic: retried after the usual delay"),
+            (2, Some(s(4)), "the second in a row: twice as long"),
+            (3, None, "the third in a row: a bug that recurs; the process stops (exit 1)"),
+            (4, None, "never retried past it"),
+        ];
+        for (n, want, case) in rows {
+            assert_eq!(after_panic(n), want, "{case}");
+        }
+    }
 }

@@ -222,7 +222,17 @@ impl Filter {
         let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
             return; // a failure for a partition no longer owned
         };
-        let DeliveryFailure { topic, error, .. } = failure;
+        let DeliveryFailure { topic, error, copy } = failure;
+        if copy.key.is_none() && error.rdkafka_error_code() == Some(RDKafkaErrorCode::InvalidRecord) {
+            // The broker names no record of the refused batch; this one is the likely cause.
+            error!(
+                partition = p,
+                offset = run.inflight.pending(seq).map(|(o, _)| o),
+                topic,
+                "the output refused a record without a key: a compacted topic (cleanup.policy = compact) \
+                 accepts keyed records only; nothing is committed past it"
+            );
+        }
         // Not acknowledged: the watermark stays before it, so it is never committed, and nothing
         // is stored from now on, so its fingerprint dies with this process.
         let offset = run.inflight.watermark();

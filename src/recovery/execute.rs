@@ -11,7 +11,8 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
 use super::plan::{
-    behind_output, plan, resume_from_output, Facts, FromOutputReason, Notice, Plan, Reread, Resume, Snapshot,
+    behind_output, learns, plan, provenance_proves, resume_from_output, AtInput, Facts, FromOutputReason, Notice, Plan,
+    Proof, Reread, Resume, Snapshot,
 };
 use super::{check, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest, REQUEST_TIMEOUT};
 use crate::config::{Delivery, Partitioning, Start};
@@ -246,7 +247,7 @@ fn finish(
     } else {
         None
     };
-    let scanned = scan(env, reader, req, &out_parts, reread, &mut gens)?;
+    let scanned = scan(env, reader, req, &out_parts, reread, &mut gens, (clock, Some(resume)))?;
     let clock = horizon::recovered(clock, scanned.clock_ms);
     if let Some(c) = clock {
         gens.set_current_bucket(horizon::bucket_of(c, horizon::interval_ms(env.cfg.checkpoint.interval)));
@@ -308,7 +309,7 @@ fn from_output(
         to: transaction_ends(env, &out_parts)?,
         wait_for_fence: false,
     };
-    let scanned = scan(env, reader, req, &out_parts, &reread, &mut gens)?;
+    let scanned = scan(env, reader, req, &out_parts, &reread, &mut gens, (None, committed))?;
     let clock = horizon::recovered(None, scanned.clock_ms);
     if let Some(c) = clock {
         gens.set_current_bucket(horizon::bucket_of(c, horizon::interval_ms(cfg.checkpoint.interval)));
@@ -355,11 +356,13 @@ fn key_value_digest(record: &dyn crate::fingerprint::RecordFields) -> u128 {
         .map_or(0, |f| f.0)
 }
 
-/// The newest input offsets the re-read found (per output partition) that the input confirms:
-/// the input partition still holds a record at that offset with the same key and value. The
-/// others are dropped with an error in the log: the input topic was recreated (its offsets
-/// start again at 0), or the output was written from another cluster (a mirrored topic's
-/// offsets differ), and resuming after them would skip records that were never forwarded.
+/// The newest input offsets the re-read found (per output partition) that the input does not
+/// refute ([`provenance_proves`]): it still holds a record at that offset with the same key and
+/// value, or the record is gone (retention deleted it, compaction removed it: logged; the
+/// partition resumes after it, at the log start when that is later, never at `input.start`). The
+/// others are dropped with an error in the log: the input topic was recreated (its offsets start
+/// again at 0), or the output was written from another cluster (a mirrored topic's offsets
+/// differ), and resuming after them would skip records that were never forwarded.
 fn confirmed(
     env: &RecoveryEnv,
     reader: &kafka::Reader,
@@ -370,17 +373,29 @@ fn confirmed(
     let mut out = BTreeMap::new();
     for (q, offset) in &scanned.newest {
         let want = scanned.newest_digest.get(q).copied();
-        let found = input_digest(reader, topic, p, *offset)?;
-        if found.is_some() && found == want {
-            out.insert(*q, *offset);
-        } else {
-            error!(
+        let at = at_input(reader, topic, p, *offset, want)?;
+        match provenance_proves(*offset, at) {
+            Proof::Confirmed => {
+                out.insert(*q, *offset);
+            }
+            Proof::Gone => {
+                warn!(
+                    partition = p,
+                    output_partition = q,
+                    offset,
+                    at_input = ?at,
+                    "the newest input record the output proves forwarded is gone from the input (retention deleted \
+                     it, or compaction removed it); resuming after it"
+                );
+                out.insert(*q, *offset);
+            }
+            Proof::Refuted => error!(
                 partition = p,
                 output_partition = q,
                 offset,
                 "the output names input offset {offset} as a record's source, but the input partition holds no such \
                  record (recreated topic, or an output written from another cluster): not resuming from it"
-            );
+            ),
         }
     }
     Ok(out)
@@ -407,12 +422,22 @@ impl Drop for ResumeAll<'_> {
     }
 }
 
-/// The key-and-value fingerprint of the record at `topic`/`p`/`offset`; `None` when there is no
-/// record there (beyond the end, deleted by retention, or a transaction marker).
-fn input_digest(reader: &kafka::Reader, topic: &str, p: i32, offset: i64) -> Result<Option<u128>, RecoveryError> {
+/// What input partition `topic`/`p` holds at `offset` ([`AtInput`]), `want` being the
+/// key-and-value fingerprint of the output record that names it. Errors: Kafka, or no answer
+/// within [`REQUEST_TIMEOUT`] (the recovery is retried).
+fn at_input(
+    reader: &kafka::Reader,
+    topic: &str,
+    p: i32,
+    offset: i64,
+    want: Option<u128>,
+) -> Result<AtInput, RecoveryError> {
     let (low, high) = reader.fetch_watermarks(topic, p, REQUEST_TIMEOUT)?;
-    if offset < low || offset >= high {
-        return Ok(None);
+    if offset < low {
+        return Ok(AtInput::Deleted { low });
+    }
+    if offset >= high {
+        return Ok(AtInput::Beyond);
     }
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, p, Offset::Offset(offset))?;
@@ -421,10 +446,17 @@ fn input_digest(reader: &kafka::Reader, topic: &str, p: i32, offset: i64) -> Res
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     loop {
         match reader.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) if m.offset() == offset => return Ok(Some(key_value_digest(&m))),
-            Some(Ok(_)) | Some(Err(KafkaError::PartitionEOF(_))) => return Ok(None),
+            Some(Ok(m)) => {
+                return Ok(AtInput::Found {
+                    offset: m.offset(),
+                    same: want == Some(key_value_digest(&m)),
+                })
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) => return Ok(AtInput::Nothing),
             Some(Err(e)) => return Err(e.into()),
-            None if Instant::now() > deadline => return Ok(None),
+            None if Instant::now() > deadline => {
+                return Err(KafkaError::Global(rdkafka::types::RDKafkaErrorCode::OperationTimedOut).into())
+            }
             None => {}
         }
     }
@@ -649,9 +681,9 @@ fn last_timestamps(
     Ok(newest)
 }
 
-/// The committed offset `resume` of input partition `p`, or the partition's log start when
-/// retention deleted the records from `resume` on while nobody consumed them (logged: they are
-/// gone, never forwarded). `input.start` never decides here: it applies only where nothing was
+/// The position `resume` of input partition `p` (committed, or proven by the output's
+/// provenance), or the partition's log start when retention deleted the records from `resume`
+/// on (logged: they are gone). `input.start` never decides here: it applies only where nothing was
 /// committed (the group consumer's `auto.offset.reset` is always `earliest`, so an offset out
 /// of range can only move forward to the oldest record left).
 fn within_retention(env: &RecoveryEnv, reader: &kafka::Reader, p: i32, resume: i64) -> Result<i64, RecoveryError> {
@@ -670,10 +702,10 @@ fn within_retention(env: &RecoveryEnv, reader: &kafka::Reader, p: i32, resume: i
     if resume < low {
         warn!(
             partition = p,
-            committed = resume,
+            resume,
             log_start = low,
-            "retention deleted the input records from the committed offset to the log start before they were \
-             forwarded; resuming at the log start"
+            "retention deleted the input records from the position to resume at (the committed offset, or the one \
+             after the newest record the output proves forwarded) to the log start; resuming at the log start"
         );
         return Ok(low);
     }
@@ -723,6 +755,65 @@ struct Progress<'a> {
     newest_digest: BTreeMap<i32, u128>,
     /// The newest effective time among the records read ([`horizon::reread_ms`]).
     clock_ms: Option<i64>,
+    /// `partitioning = "preserve"`: the rotations the re-read records caused when they were
+    /// taken ([`Rotation`]); `None` with `"key"` (records by output position only).
+    rotation: Option<Rotation>,
+}
+
+/// A re-read in output order (`partitioning = "preserve"`: the output partition holds its input
+/// partition's forwarded records in input order) rotates the generations as the records did when
+/// they were taken: each record after the current generation's output start moves the partition
+/// clock on ([`horizon::reread_advance`]) and, entering a later bucket, starts a new generation
+/// at its output offset, so it and those after it go to the generation their record time
+/// belongs to, and the generations before drop out past the horizon as they did (issue 22: by
+/// output position alone, everything after the last checkpoint went into one generation, and
+/// the horizon widened). One exception: a generation holding a record the partition takes again
+/// when it resumes (at or after the committed offset: the crashed owner's) is never rotated
+/// away; its re-take must be dropped whatever its age. Later records then stay in the current
+/// generation, as before.
+#[derive(Debug)]
+struct Rotation {
+    /// The partition clock, ms since the Unix epoch: the checkpoint's, moved on by the records
+    /// read; `None` until known.
+    clock: Option<i64>,
+    /// `checkpoint.interval` in ms.
+    interval_ms: i64,
+    /// `checkpoint.generations`.
+    generations: u32,
+    /// The input offset from which the partition takes records again when it resumes (the
+    /// committed offset), if any: re-read records from it on (by provenance; all, without it)
+    /// pin their generation.
+    retake_from: Option<i64>,
+    /// The epoch of the oldest generation holding such a record, once one was read.
+    pinned: Option<u64>,
+}
+
+impl Rotation {
+    /// Takes the record re-read at output `(q, o)` with effective time `t`
+    /// ([`horizon::reread_ms`]) and input offset `source` (provenance, if any) before it is
+    /// re-learned: rotates `gens` if it lies in the current generation and moves the clock into
+    /// a later bucket, as far as no pinned generation is dropped.
+    fn take(&mut self, gens: &mut Generations, q: i32, o: i64, t: Option<i64>, source: Option<i64>) {
+        if gens.current().out_start.get(&q).is_some_and(|s| *s > o) {
+            return; // a frozen generation's record: taken before the checkpoint
+        }
+        let mut times = horizon::reread_advance(&mut self.clock, t, self.interval_ms, self.generations);
+        let current = gens.current().epoch;
+        if let Some(pinned) = self.pinned {
+            // After `times` rotations the oldest live epoch is current + times + 1 - generations.
+            let room = (pinned + u64::from(self.generations)).saturating_sub(current + 1);
+            times = times.min(u32::try_from(room).unwrap_or(u32::MAX));
+        }
+        if let (true, Some(c)) = (times > 0, self.clock) {
+            let in_start = gens.current().in_start;
+            let bucket = horizon::bucket_of(c, self.interval_ms);
+            gens.rotate_to(times, bucket, in_start, [(q, o)].into_iter().collect());
+        }
+        let retaken = self.retake_from.is_some_and(|from| source.is_none_or(|s| s >= from));
+        if retaken && self.pinned.is_none() {
+            self.pinned = Some(gens.current().epoch);
+        }
+    }
 }
 
 /// What a re-read found.
@@ -741,8 +832,11 @@ struct Scanned {
 }
 
 /// Re-reads output partitions `out_parts` from `reread.from` to their end (or `reread.to`),
-/// re-learning fingerprints into `gens`. Returns the end position per output partition, the
-/// number of records read and the newest effective time among them.
+/// re-learning fingerprints into `gens` (with `partitioning = "preserve"`, rotating them by
+/// record time from the partition clock `clock` the state was checkpointed with, never away
+/// from records at or after `retake_from`: [`Rotation`]).
+/// Returns the end position per output partition, the number of records read and the newest
+/// effective time among them.
 fn scan(
     env: &RecoveryEnv,
     reader: &kafka::Reader,
@@ -750,8 +844,22 @@ fn scan(
     out_parts: &[i32],
     reread: &Reread,
     gens: &mut Generations,
+    (clock, retake_from): (Option<i64>, Option<i64>),
 ) -> Result<Scanned, RecoveryError> {
     let (tpl, mut progress) = ranges(env, reader, out_parts, reread)?;
+    if env.cfg.output.partitioning == Partitioning::Preserve {
+        let interval_ms = horizon::interval_ms(env.cfg.checkpoint.interval);
+        if let Some(c) = clock {
+            gens.set_current_bucket(horizon::bucket_of(c, interval_ms));
+        }
+        progress.rotation = Some(Rotation {
+            clock,
+            interval_ms,
+            generations: env.cfg.checkpoint.generations,
+            retake_from,
+            pinned: None,
+        });
+    }
     if progress.remaining.is_empty() {
         return Ok(progress.into_scanned());
     }
@@ -796,6 +904,7 @@ fn ranges<'a>(
         newest: BTreeMap::new(),
         newest_digest: BTreeMap::new(),
         clock_ms: None,
+        rotation: None,
     };
     for q in out_parts {
         let (low, high) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
@@ -870,24 +979,41 @@ impl Progress<'_> {
                 return;
             }
         }
-        // Global scope, filter stage: a record forwarded without fingerprint is known by its
-        // stand-in (its provenance in the routed-from topic), which the output copy keeps.
-        let known = env
-            .fingerprinter
-            .fingerprint(m)
-            .ok()
-            .or_else(|| env.fingerprinter.stand_in(m));
-        if let Some(fp) = known {
-            gens.relearn(fp.0, q, o);
+        let named = Provenance::of(m, &env.cfg.input.topic);
+        let cfg = &env.cfg.output;
+        let own = learns(
+            cfg.partitioning,
+            cfg.provenance,
+            named.as_ref().map(|s| s.partition),
+            req.partition,
+        );
+        if own {
+            let t = horizon::reread_ms(m.timestamp().to_millis(), now_ms());
+            if let Some(r) = self.rotation.as_mut() {
+                let source = named
+                    .as_ref()
+                    .filter(|s| s.partition == req.partition)
+                    .map(|s| s.offset);
+                r.take(gens, q, o, t, source);
+            }
+            // Global scope, filter stage: a record forwarded without fingerprint is known by its
+            // stand-in (its provenance in the routed-from topic), which the output copy keeps.
+            let known = env
+                .fingerprinter
+                .fingerprint(m)
+                .ok()
+                .or_else(|| env.fingerprinter.stand_in(m));
+            if let Some(fp) = known {
+                gens.relearn(fp.0, q, o);
+            }
+            self.clock_ms = horizon::recovered(self.clock_ms, t);
         }
-        if let Some(source) = Provenance::of(m, &env.cfg.input.topic).filter(|s| s.partition == req.partition) {
+        if let Some(source) = named.filter(|s| s.partition == req.partition) {
             if self.newest.get(&q).is_none_or(|n| source.offset > *n) {
                 self.newest.insert(q, source.offset);
                 self.newest_digest.insert(q, key_value_digest(m));
             }
         }
-        let newest = horizon::reread_ms(m.timestamp().to_millis(), now_ms());
-        self.clock_ms = horizon::recovered(self.clock_ms, newest);
         self.scanned += 1;
         metrics.scanned.increment(1);
         Totals::bump(&env.totals.scanned);
@@ -955,7 +1081,72 @@ impl Progress<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::eof_ends_reread;
+    use super::{eof_ends_reread, Rotation};
+    use crate::generations::{pos, Generation, Generations};
+
+    /// Issue 22 (low): re-read records go to the generation their record time belongs to, not
+    /// only by output position. Interval 1 s, 2 generations; the checkpoint left epoch 6
+    /// (bucket 4, from output offset 0) and the current epoch 7 (bucket 5, from 10), clock 5.1 s,
+    /// committed input offset 100. Each row re-reads records (output offset, record time, input
+    /// offset by provenance) and lists, per record, its generation's age after the re-read
+    /// (`None`: dropped out of the horizon), and the current generation's bucket.
+    #[test]
+    fn reread_records_go_to_the_generation_of_their_record_time() {
+        type Row = (
+            &'static str,
+            &'static [(i64, Option<i64>, Option<i64>)],
+            &'static [Option<usize>],
+            i64,
+        );
+        #[rustfmt::skip]
+        let rows: [Row; 6] = [
+            ("within the checkpoint's bucket: by output position, as before",
+                &[(5, Some(4_500), Some(50)), (10, Some(5_300), Some(90)), (11, Some(5_900), Some(91))],
+                &[Some(1), Some(0), Some(0)], 5),
+            ("two buckets on before the committed offset: the generations rotate as they did, the old ones drop out",
+                &[(5, Some(4_500), Some(50)), (10, Some(5_200), Some(90)), (11, Some(6_100), Some(91)), (12, Some(7_300), Some(92))],
+                &[None, None, Some(1), Some(0)], 7),
+            ("a late event (an old stamp) after a rotation stays in the new generation",
+                &[(5, Some(4_500), Some(50)), (10, Some(6_100), Some(90)), (11, Some(1_000), Some(91))],
+                &[None, Some(0), Some(0)], 6),
+            ("no usable stamps: by output position",
+                &[(10, None, Some(90)), (11, None, Some(91))], &[Some(0), Some(0)], 5),
+            ("records at or after the committed offset (taken again on resume) are never rotated away",
+                &[(5, Some(4_500), Some(50)), (10, Some(5_200), Some(100)), (11, Some(6_100), Some(101)), (12, Some(7_300), Some(102))],
+                &[None, Some(1), Some(0), Some(0)], 7),
+            ("without provenance every re-read record counts as taken again",
+                &[(10, Some(5_200), None), (11, Some(6_100), None), (12, Some(7_300), None)],
+                &[Some(1), Some(0), Some(0)], 7),
+        ];
+        for (case, records, ages, bucket) in rows {
+            let mut gens = Generations::from_parts(
+                vec![
+                    Generation::new(6, 0, pos(0, 0), 0),
+                    Generation::new(7, 0, pos(0, 10), 0),
+                ],
+                2,
+            );
+            gens.set_current_bucket(5);
+            let mut rotation = Rotation {
+                clock: Some(5_100),
+                interval_ms: 1_000,
+                generations: 2,
+                retake_from: Some(100),
+                pinned: None,
+            };
+            for (o, t, source) in records {
+                rotation.take(&mut gens, 0, *o, *t, *source);
+                gens.relearn(*o as u128 + 1, 0, *o);
+            }
+            // As `finish` does: the current generation takes the clock's bucket.
+            gens.set_current_bucket(crate::horizon::bucket_of(rotation.clock.unwrap(), 1_000));
+            let got: Vec<Option<usize>> = records
+                .iter()
+                .map(|(o, _, _)| gens.lookup(*o as u128 + 1).map(|h| h.age))
+                .collect();
+            assert_eq!((got.as_slice(), gens.current().bucket), (ages, Some(bucket)), "{case}");
+        }
+    }
 
     /// One row per case: (reader position at the end event, limit, whether the re-read ends).
     #[test]

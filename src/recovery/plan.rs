@@ -392,6 +392,70 @@ pub fn resume_from_output(
     }
 }
 
+/// What the input partition holds at an offset a provenance header names as a forwarded
+/// record's source (read by the recovery, judged by [`provenance_proves`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtInput {
+    /// The offset lies below the partition's log start `low`: retention (or DeleteRecords)
+    /// deleted the record.
+    Deleted {
+        /// The log start offset (low watermark).
+        low: i64,
+    },
+    /// The offset lies at or beyond the partition's end (high watermark).
+    Beyond,
+    /// The first record at or after the offset: its offset, and whether its key and value are
+    /// those of the output record that names it.
+    Found {
+        /// Its input offset.
+        offset: i64,
+        /// Same key and value as the output record.
+        same: bool,
+    },
+    /// No record from the offset to the end (compaction removed them; transaction markers).
+    Nothing,
+}
+
+/// What a provenance offset proves about where its input partition resumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proof {
+    /// The input holds the named record: resume after it.
+    Confirmed,
+    /// The named record is gone from the input (retention deleted it, compaction removed it):
+    /// the output's copy is the proof it was forwarded, so resume after it (at the log start
+    /// when that is later), never at `input.start` (issue 22, item 6).
+    Gone,
+    /// The input holds another record there, or none that far (the input topic was deleted and
+    /// recreated: its offsets start again at 0; the output was written from another cluster):
+    /// the provenance is ignored.
+    Refuted,
+}
+
+/// Judges provenance offset `offset` by what the input holds there (`at`). A pure function of
+/// the table in its test.
+pub fn provenance_proves(offset: i64, at: AtInput) -> Proof {
+    match at {
+        AtInput::Found { offset: o, same: true } if o == offset => Proof::Confirmed,
+        AtInput::Found { offset: o, .. } if o == offset => Proof::Refuted,
+        // The named offset itself holds no record, a later one does: compaction removed it.
+        AtInput::Found { .. } | AtInput::Nothing | AtInput::Deleted { .. } => Proof::Gone,
+        AtInput::Beyond => Proof::Refuted,
+    }
+}
+
+/// Whether a recovery of input partition `p` learns an output record whose provenance names
+/// input partition `named` (`None`: it names none of the input topic). With `partitioning =
+/// "key"` an output partition holds records of every input partition, and with `provenance` on
+/// each names its own: only `p`'s are learned (a record of another input partition is no replay
+/// in the partition scope). A record that names none is learned (nothing says it is another's),
+/// and so is every record with `"preserve"` (the output partition is `p`'s alone).
+pub fn learns(partitioning: Partitioning, provenance: bool, named: Option<i32>, p: i32) -> bool {
+    match partitioning {
+        Partitioning::Preserve => true,
+        Partitioning::Key => !provenance || named.is_none_or(|n| n == p),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -771,5 +835,41 @@ mod tests {
                 notice: rebuild("missing", "the store has no snapshot of this partition")
             }
         );
+    }
+
+    /// What a provenance offset (here 99) proves, by what the input holds there.
+    #[test]
+    fn provenance_proves_in_a_table() {
+        use AtInput::*;
+        #[rustfmt::skip]
+        let rows = [
+            ("the record is there, same key and value", Found { offset: 99, same: true }, Proof::Confirmed),
+            ("another record there: recreated topic, or mirrored output", Found { offset: 99, same: false }, Proof::Refuted),
+            ("beyond the end: recreated topic", Beyond, Proof::Refuted),
+            ("below the log start: retention deleted it", Deleted { low: 150 }, Proof::Gone),
+            ("deleted up to just after it", Deleted { low: 100 }, Proof::Gone),
+            ("compaction removed it, a later record is there", Found { offset: 104, same: false }, Proof::Gone),
+            ("compaction removed it and every later one to the end", Nothing, Proof::Gone),
+        ];
+        for (case, at, want) in rows {
+            assert_eq!(provenance_proves(99, at), want, "{case}");
+        }
+    }
+
+    /// Which re-read output records a recovery of input partition 0 learns.
+    #[test]
+    fn learns_in_a_table() {
+        use Partitioning::*;
+        #[rustfmt::skip]
+        let rows = [
+            ("preserve: the output partition is the input partition's", Preserve, true, Some(1), true),
+            ("key, provenance: this partition's record", Key, true, Some(0), true),
+            ("key, provenance: another input partition's record", Key, true, Some(1), false),
+            ("key, provenance, a record that names none (written before it was on)", Key, true, None, true),
+            ("key, no provenance: nothing tells them apart", Key, false, Some(1), true),
+        ];
+        for (case, partitioning, provenance, named, want) in rows {
+            assert_eq!(learns(partitioning, provenance, named, 0), want, "{case}");
+        }
     }
 }

@@ -52,8 +52,11 @@ pub const FORMAT_VERSION: u32 = 1;
 /// one leaf page and reads and caches a page whole, so the chunk size bounds the memory one read
 /// takes (with 65,536-entry chunks a page reached 22 MB, and reading it peaked near 3x that).
 pub const CHUNK_ENTRIES: usize = 4_096;
-/// File in the store directory naming the HTTP address (`http.listen`) of the `run` process
-/// that has it open; read for the hint of [`StoreError::InUse`]. Removed when `run` stops.
+/// File in the store directory naming the HTTP address (`http.listen`, empty when off) of the
+/// `run` process that has it open; read for the hint of [`StoreError::InUse`]. Removed when `run`
+/// stops cleanly (every partition handed over), so a file left in a store nobody holds says the
+/// last run did not close it cleanly: records it forwarded after its snapshots are in the output
+/// topic only (`inspect lookup` says so under `incomplete`).
 pub const LIVE_FILE: &str = "kafka-dedup.live";
 /// File in the store directory holding the format version as decimal text (`1` and a newline).
 /// Its presence is what makes a directory a kafka-dedup store.
@@ -481,14 +484,31 @@ impl Store {
     }
 
     /// Loads the generations of a snapshot, oldest first, verifying every chunk. The returned
-    /// generations are marked as stored.
+    /// generations (at least one) are marked as stored. Errors: [`StoreError::Corrupt`] for a
+    /// snapshot that lists no generation, a count that does not fit its chunks, a missing or
+    /// damaged chunk (recovery then rebuilds from the output topic); sled I/O.
     pub fn load_generations(&self, p: i32, snap: &PartitionSnapshot) -> Result<Vec<Generation>, StoreError> {
         self.guarded("loading generations", || self.load_generations_unguarded(p, snap))
     }
 
     fn load_generations_unguarded(&self, p: i32, snap: &PartitionSnapshot) -> Result<Vec<Generation>, StoreError> {
+        // A snapshot always lists the current generation; one that lists none is damaged.
+        if snap.generations.is_empty() {
+            return Err(self.corrupt(format!("snapshot of partition {p} lists no generation")));
+        }
         let mut out = Vec::with_capacity(snap.generations.len());
         for meta in &snap.generations {
+            // The count sizes the table: it must fit the chunks, and the last chunk must be there,
+            // before it is believed (a damaged count would otherwise allocate without bound).
+            if u64::from(meta.chunks) != meta.count.div_ceil(CHUNK_ENTRIES as u64) {
+                return Err(self.corrupt(format!(
+                    "partition {p} generation {}: {} fingerprints cannot fill {} chunks",
+                    meta.epoch, meta.count, meta.chunks
+                )));
+            }
+            if let Some(last) = meta.chunks.checked_sub(1) {
+                self.read_chunk(p, meta, last)?;
+            }
             let mut table = FingerprintTable::with_capacity(meta.count as usize);
             self.for_each_chunk(p, meta, |entries| {
                 for (fp, off) in entries {

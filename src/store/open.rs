@@ -221,6 +221,20 @@ fn live_address(path: &Path) -> Option<String> {
     })
 }
 
+/// The hint of [`StoreError::InUse`] for a second `run`: two processes cannot share a store, so
+/// each instance needs a `store.path` of its own (the running one, if it wrote its address,
+/// answers what it holds over HTTP).
+fn run_in_use_hint(path: &Path) -> String {
+    let running = match live_address(path) {
+        Some(addr) => format!("; the running one answers at http://{addr}/store/stats"),
+        None => String::new(),
+    };
+    format!(
+        "; give each instance its own `store.path` (two processes cannot share a store; a second instance \
+         of the same deployment joins its consumer group with a store of its own){running}"
+    )
+}
+
 pub(super) fn in_use_hint(path: &Path) -> String {
     match live_address(path) {
         Some(addr) => format!(
@@ -354,7 +368,8 @@ impl Store {
     /// - a directory without the format file (other files, another program's sled database), a
     ///   newer or an older format: refused before sled opens, nothing touched. An older format is
     ///   not migrated here: the error names `kafka-dedup migrate` (see `migrations/README.md`);
-    /// - held by another process: [`StoreError::InUse`], with the HTTP address of that process;
+    /// - held by another process: [`StoreError::InUse`], saying to give each instance its own
+    ///   `store.path`;
     /// - sled fails to open it (truncated or garbled files): the directory is moved to
     ///   `<path>.corrupt` (replacing an older one) and a new store is created ([`Opened::Replaced`]);
     ///   if the new one fails too, the error is returned: no crash loop on a bad disk;
@@ -378,7 +393,7 @@ impl Store {
             Err(e) if e.is_lock() => {
                 return Err(StoreError::InUse {
                     path: path.to_path_buf(),
-                    hint: in_use_hint(path),
+                    hint: run_in_use_hint(path),
                 })
             }
             Err(OpenFailure::Sled(sled::Error::Io(e))) if is_refusal(e.kind()) => return Err(io_error(path, e)),

@@ -309,3 +309,77 @@ fn second_opener_is_told_the_store_is_in_use() {
     let msg = Store::open_existing(dir.path()).err().expect("locked").to_string();
     assert!(msg.contains("http://127.0.0.1:9998/store/lookup"), "{msg}");
 }
+
+/// Issue 22 (low): a snapshot that cannot describe what was stored is refused as corrupt (the
+/// recovery then rebuilds from the output topic) before anything is sized from it: no
+/// generation at all, a count that does not fit its chunks (a damaged count sized the table),
+/// a count that fits chunks that are not there.
+#[test]
+fn a_snapshot_that_cannot_be_loaded_is_corrupt_not_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open_for_run(dir.path(), &identity()).unwrap();
+    let mut g = Generation::new(1, 0, pos(0, 0), 0);
+    for i in 1..=10u128 {
+        g.table.insert(i << 64, i as u32);
+    }
+    store
+        .save(&[PartitionWrite {
+            partition: 0,
+            epoch: 1,
+            ckpt: "a".into(),
+            committed_offset: 10,
+            out_covered: pos(0, 10),
+            generations: vec![&g],
+            clean: true,
+            clock: None,
+        }])
+        .unwrap();
+    let good = store.snapshot(0).unwrap().unwrap();
+    assert_eq!(store.load_generations(0, &good).unwrap()[0].len(), 10);
+    let damaged = |f: &dyn Fn(&mut PartitionSnapshot)| {
+        let mut s = good.clone();
+        f(&mut s);
+        store
+            .db()
+            .insert(snapshot_key(0), serde_json::to_vec(&s).unwrap())
+            .unwrap();
+        let s = store.snapshot(0).unwrap().unwrap();
+        match store.load_generations(0, &s) {
+            Err(StoreError::Corrupt { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        }
+    };
+    /// (case, the damage, what the refusal says).
+    type Row<'a> = (&'a str, &'a dyn Fn(&mut PartitionSnapshot), &'a str);
+    #[rustfmt::skip]
+    let rows: [Row; 3] = [
+        ("no generation", &|s| s.generations.clear(), "lists no generation"),
+        ("a count far beyond its chunks", &|s| s.generations[0].count = 1 << 40, "cannot fill 1 chunks"),
+        ("a count that fits chunks that are not there", &|s| {
+            s.generations[0].count = (CHUNK_ENTRIES as u64) << 20;
+            s.generations[0].chunks = 1 << 20;
+        }, "missing"),
+    ];
+    for (case, f, why) in rows {
+        let reason = damaged(f);
+        assert!(reason.contains(why), "{case}: {reason}");
+    }
+}
+
+/// Issue 23, item 6: a second `run` on a store in use is told what to do (give each instance its
+/// own `store.path`), not how to ask the running one.
+#[test]
+fn a_second_run_is_told_to_give_each_instance_its_own_store_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open_for_run(dir.path(), &identity()).unwrap();
+    store.write_live_file("127.0.0.1:9999");
+    let msg = Store::open_for_run(dir.path(), &identity())
+        .err()
+        .expect("locked")
+        .to_string();
+    assert!(
+        msg.contains("in use by a running kafka-dedup") && msg.contains("give each instance its own `store.path`"),
+        "{msg}"
+    );
+    assert!(!msg.contains("ask it over HTTP"), "{msg}");
+}

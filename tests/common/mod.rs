@@ -47,9 +47,8 @@ pub struct Sasl {
 
 /// The suite's SASL_SSL listener (`KAFKA_DEDUP_TEST_SASL_*`).
 pub fn sasl() -> Sasl {
-    let var = |k: &str| {
-        std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set: run the tests through scripts/test.sh"))
-    };
+    let var =
+        |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("{k} is not set: run the tests through scripts/test.sh"));
     Sasl {
         bootstrap: var("KAFKA_DEDUP_TEST_SASL_BROKER"),
         ca: var("KAFKA_DEDUP_TEST_SASL_CA").into(),
@@ -150,6 +149,41 @@ impl Broker {
                 return;
             }
             assert!(Instant::now() < deadline, "topic {name} did not go away");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Deletes the records of `topic`/`partition` before `before` (DeleteRecords: the log start
+    /// offset moves there, as retention moves it) and waits until the low watermark shows it.
+    pub fn delete_records(&self, topic: &str, partition: i32, before: i64) {
+        let admin: AdminClient<DefaultClientContext> = self.client().create().expect("admin client");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(topic, partition, Offset::Offset(before))
+            .unwrap();
+        let res = rt
+            .block_on(admin.delete_records(
+                &tpl,
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            ))
+            .expect("delete_records request");
+        for e in res.elements() {
+            e.error()
+                .unwrap_or_else(|err| panic!("delete records of {topic}/{partition}: {err}"));
+        }
+        let consumer: BaseConsumer = self.client().create().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while consumer
+            .fetch_watermarks(topic, partition, Duration::from_secs(5))
+            .map_or(true, |(low, _)| low < before)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{topic}/{partition}: log start did not move to {before}"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -357,6 +391,9 @@ pub struct FilterSpec {
     /// Extra TOML appended to the generated configuration (whole sections).
     pub extra: String,
     pub interval: &'static str,
+    /// `checkpoint.generations` (default 2: with `interval` 1 s, H_min 1 s and H_max 2 s, the
+    /// horizon the tests' timelines are written for; the product's default is 3).
+    pub generations: u32,
     /// `output.fence_wait` (default 1 s).
     pub fence_wait: &'static str,
     /// `output.provenance` (on, the product's default; tests about running without it turn it
@@ -377,7 +414,7 @@ pub struct FilterSpec {
 impl FilterSpec {
     /// Defaults for a test on the suite's Apache Kafka: librdkafka's session timeout (45 s; a
     /// member that stops cleanly leaves the group at once, only a killed one waits it out: see
-    /// [`Self::killable`]), checkpoint every 1 s, fence wait 1 s, provenance on.
+    /// [`Self::killable`]), checkpoint every 1 s with 2 generations, fence wait 1 s, provenance on.
     pub fn new(input: &str, output: &str, dir: &Path) -> Self {
         Self::on(Broker::kafka(), input, output, dir)
     }
@@ -393,6 +430,7 @@ impl FilterSpec {
             store: dir.join("store"),
             extra: String::new(),
             interval: "1s",
+            generations: 2,
             fence_wait: "1s",
             provenance: true,
             session_timeout_ms: None,
@@ -451,6 +489,7 @@ provenance = {provenance}
 {fingerprint}
 [checkpoint]
 interval = "{interval}"
+generations = {generations}
 
 [store]
 path = "{store}"
@@ -477,6 +516,7 @@ listen = "127.0.0.1:{port}"
             output = self.output,
             fingerprint = self.fingerprint,
             interval = self.interval,
+            generations = self.generations,
             store = self.store.display(),
             extra = self.extra,
         )

@@ -182,12 +182,12 @@ fn broker_to_client(mut broker: TcpStream, mut client: TcpStream) {
     let _ = client.shutdown(Shutdown::Both);
 }
 
-/// A tansu broker of this test's own (SQLite storage in a temporary directory) that advertises
-/// a [`Proxy`] in front of it.
+/// An Apache Kafka node of this test's own (its data in a temporary directory) that advertises a
+/// [`Proxy`] in front of it.
 pub struct ProxiedBroker {
     /// The broker process.
     child: Child,
-    /// Its working directory (the database) and log.
+    /// Its working directory (configuration, data, logs).
     dir: tempfile::TempDir,
     /// The proxy every client goes through.
     pub proxy: Proxy,
@@ -218,12 +218,20 @@ impl ProxiedBroker {
             if let Ok(Some(status)) = broker.child.try_wait() {
                 panic!("the broker exited ({status}):\n{}", broker.logs());
             }
-            assert!(Instant::now() < deadline, "the broker did not start:\n{}", broker.logs());
+            assert!(
+                Instant::now() < deadline,
+                "the broker did not start:\n{}",
+                broker.logs()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         let consumer: rdkafka::consumer::BaseConsumer = broker.broker().client().create().unwrap();
         while rdkafka::consumer::Consumer::fetch_metadata(&consumer, None, Duration::from_secs(2)).is_err() {
-            assert!(Instant::now() < deadline, "the broker does not answer:\n{}", broker.logs());
+            assert!(
+                Instant::now() < deadline,
+                "the broker does not answer:\n{}",
+                broker.logs()
+            );
         }
         broker
     }

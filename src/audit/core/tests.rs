@@ -246,6 +246,72 @@ fn findings_in_a_table() {
     check(rows, &rules(Bounds::ALL, OnMissing::Forward));
 }
 
+/// Issue 23, item 2: identical records forwarded H_max or more apart on the output clock are
+/// counted as repeats outside the horizon (up to [`REPEATS_WITHIN`] x H_max apart), with their
+/// offsets; the partition stays clean. Rows: name, input, output, repeats (both with and without
+/// provenance), and the first one's (output offset, earlier output offset, input offset, ms apart).
+#[test]
+fn repeats_outside_the_horizon_are_counted_and_clean() {
+    /// Name, input, output, repeats, and (output offset, earlier output offset, input offset,
+    /// ms apart) of the first.
+    type RepeatRow = (
+        &'static str,
+        Vec<(&'static str, i64)>,
+        Vec<Out>,
+        u64,
+        Option<(i64, i64, i64, i64)>,
+    );
+    #[rustfmt::skip]
+    let rows: Vec<RepeatRow> = vec![
+        ("a repeat H_max after its first copy forwarded",
+            vec![("a", 0), ("b", 100), ("a", 2500)],
+            vec![("a", 0, Some(0)), ("b", 100, Some(1)), ("a", 2500, Some(2))],
+            1, Some((2, 0, 2, 2500))),
+        ("exactly H_max apart",
+            vec![("a", 0), ("a", 2000)],
+            vec![("a", 0, Some(0)), ("a", 2000, Some(1))],
+            1, Some((1, 0, 1, 2000))),
+        ("between H_min and H_max: neither a duplicate nor a repeat outside the horizon",
+            vec![("a", 0), ("b", 500), ("a", 1500)],
+            vec![("a", 0, Some(0)), ("b", 500, Some(1)), ("a", 1500, Some(2))],
+            0, None),
+        ("the same input record forwarded twice far apart: a duplicate or out of order, no repeat",
+            vec![("a", 0), ("b", 5000), ("c", 5010)],
+            vec![("a", 0, Some(0)), ("b", 5000, Some(1)), ("a", 0, Some(0)), ("c", 5010, Some(2))],
+            0, None),
+        ("a replay keeping its event time, taken H_max later on the clock",
+            vec![("a", 0), ("b", 1000), ("c", 3000), ("a", 0)],
+            vec![("a", 0, Some(0)), ("b", 1000, Some(1)), ("c", 3000, Some(2)), ("a", 0, Some(3))],
+            1, Some((3, 0, 3, 3000))),
+        ("three copies: each against the one before",
+            vec![("a", 0), ("b", 1000), ("a", 3000), ("c", 4000), ("a", 6000)],
+            vec![("a", 0, Some(0)), ("b", 1000, Some(1)), ("a", 3000, Some(2)), ("c", 4000, Some(3)), ("a", 6000, Some(4))],
+            2, Some((2, 0, 2, 3000))),
+        ("just inside REPEATS_WITHIN x H_max",
+            vec![("a", 0), ("b", 5_000), ("a", 9_999)],
+            vec![("a", 0, Some(0)), ("b", 5_000, Some(1)), ("a", 9_999, Some(2))],
+            1, Some((2, 0, 2, 9_999))),
+        ("REPEATS_WITHIN x H_max apart: not looked for",
+            vec![("a", 0), ("b", 5_000), ("a", 10_000)],
+            vec![("a", 0, Some(0)), ("b", 5_000, Some(1)), ("a", 10_000, Some(2))],
+            0, None),
+    ];
+    let r = rules(Bounds::ALL, OnMissing::Forward);
+    for (name, inp, out, count, first) in rows {
+        for provenance in [false, true] {
+            let a = run(&r, input(&inp), output(&out, provenance));
+            assert!(a.clean() || name.starts_with("the same input record"), "{name}: {a:#?}");
+            assert_eq!(a.repeats_outside_horizon.count, count, "{name} ({provenance}): {a:#?}");
+            let got = a
+                .repeats_outside_horizon
+                .examples
+                .first()
+                .map(|x| (x.output_offset, x.repeats_output_offset, x.input_offset, x.apart_ms));
+            assert_eq!(got, first, "{name} ({provenance})");
+        }
+    }
+}
+
 /// Records without fingerprint: matched by their bytes when `on_missing = "forward"`, not
 /// expected otherwise.
 #[test]
@@ -544,16 +610,17 @@ fn the_horizon_from_the_configuration() {
         Horizon {
             min_ms: 20_000,
             max_ms: 40_000
-        },
-        "the defaults"
+        }
     );
     assert_eq!(
         of("1m", 3),
         Horizon {
             min_ms: 120_000,
             max_ms: 180_000
-        }
+        },
+        "the defaults"
     );
+    assert_eq!(Horizon::of(&CheckpointConfig::default()), of("1m", 3), "the defaults");
     assert_eq!(
         of("1s", 1),
         Horizon {
