@@ -249,7 +249,22 @@ impl KafkaConfig {
 
     /// Valid settings that are probably not what was meant ([`security::warnings`]).
     pub fn warnings(&self) -> Vec<String> {
-        security::warnings(&self.flat_properties())
+        let properties = self.flat_properties();
+        let mut warnings = security::warnings(&properties);
+        let limit = crate::kafka::PRODUCER_MESSAGE_MAX_BYTES;
+        if let Some(v) = properties
+            .get("message.max.bytes")
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|v| *v < limit)
+        {
+            warnings.push(format!(
+                "kafka.properties.message.max.bytes = {v} is below the broker's default record batch size plus \
+                 kafka-dedup's headers ({limit}): a record the input took can be refused on its way to the output; it \
+                 then halts its partition (or goes to fingerprint.dead_letter_topic when one is set) until the limit is \
+                 raised or the record let past with input.skip"
+            ));
+        }
+        warnings
     }
 
     /// The consumer group protocol `group.protocol` selects ([`GroupProtocol::of`]).
@@ -343,12 +358,40 @@ pub struct InputConfig {
     /// a restarted replica gets its partitions back without a rebalance. Empty: dynamic.
     #[serde(default)]
     pub group_instance_id: String,
+    /// Records to let past, as `"PARTITION:OFFSET"` entries separated by commas (`"0:1042, 3:7"`):
+    /// the way past a record that halts its partition or stops the filter (issue 23, item 3).
+    /// Each is neither forwarded nor stops anything: it goes to `fingerprint.dead_letter_topic`
+    /// (reason `skipped`) when one is set, else it is dropped; logged and counted
+    /// (`kafka_dedup_records_skipped_total`). Parsed by [`parse_skips`]; empty: none.
+    #[serde(default)]
+    pub skip: String,
     /// Not a configuration key: set only in the configuration of the filter stage of the global
     /// scope ([`Config::filter_stage`]), whose `topic` is then the route topic. Names the topic
     /// the route stage reads (the configured `input.topic`): the route topic's records are copies
     /// of its records and carry its provenance.
     #[serde(skip)]
     pub routed_from: Option<String>,
+}
+
+/// The entries of `input.skip` (`"PARTITION:OFFSET"`, comma-separated, white space around them
+/// ignored) as (input partition, input offset) pairs. Errors: the entry that is not two
+/// non-negative integers.
+pub fn parse_skips(text: &str) -> Result<std::collections::BTreeSet<(i32, i64)>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let parsed = e
+                .split_once(':')
+                .and_then(|(p, o)| Some((p.trim().parse::<i32>().ok()?, o.trim().parse::<i64>().ok()?)));
+            match parsed {
+                Some((p, o)) if p >= 0 && o >= 0 => Ok((p, o)),
+                _ => Err(format!(
+                    "{e:?} is not PARTITION:OFFSET (two non-negative integers, e.g. \"0:1042\"; entries separated by commas)"
+                )),
+            }
+        })
+        .collect()
 }
 
 fn default_group_id() -> String {
@@ -754,6 +797,7 @@ impl Config {
         if self.input.group_id.trim().is_empty() {
             return Err(ConfigError::key("input.group_id", "must not be empty"));
         }
+        parse_skips(&self.input.skip).map_err(|e| ConfigError::key("input.skip", e))?;
         if self.output.topic.trim().is_empty() {
             return Err(ConfigError::key(
                 "output.topic",

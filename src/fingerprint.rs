@@ -540,8 +540,9 @@ pub struct Fingerprinter {
     /// Json source: the members left out (`fingerprint.ignore`), as tokens relative to the
     /// pointed-to value.
     ignore: Vec<Vec<String>>,
-    /// Global scope, filter stage: the topic the route stage reads, whose provenance header
-    /// identifies a record without fingerprint ([`Self::stand_in`]).
+    /// The topic whose provenance header identifies a record without fingerprint
+    /// ([`Self::stand_in`]): `input.topic` in the partition scope, the topic the route stage reads
+    /// in the filter stage of the global scope.
     stand_in_from: Option<String>,
 }
 
@@ -554,6 +555,26 @@ fn field(h: &mut Xxh3Default, bytes: Option<&[u8]>) {
             h.update(b);
         }
     }
+}
+
+/// The stand-in of the input record at `topic`/`partition`/`offset`: xxh3-128 of its provenance
+/// (`topic/partition/offset`, [`crate::provenance`]) behind a tag byte of its own, so no
+/// fingerprint of a configured source equals it. Partition scope: a record without fingerprint
+/// that is forwarded is learned by it (issue 22, item 2), so that a recovery, which re-learns it
+/// from the output copy's provenance ([`Fingerprinter::stand_in`]), knows the record when it is
+/// consumed again.
+pub fn stand_in_at(topic: &str, partition: i32, offset: i64) -> Fingerprint {
+    let mut buf = [0u8; crate::provenance::ENCODED_MAX];
+    let mut h = Xxh3Default::new();
+    h.update(&[0x50]);
+    match crate::provenance::Provenance::encode_parts_into(&mut buf, topic, partition, offset) {
+        Some(source) => field(&mut h, Some(source)),
+        None => field(
+            &mut h,
+            Some(crate::provenance::Provenance::encode_parts(topic, partition, offset).as_bytes()),
+        ),
+    }
+    Fingerprint(h.digest128())
 }
 
 impl Fingerprinter {
@@ -606,26 +627,24 @@ impl Fingerprinter {
         }
     }
 
-    /// The fingerprinter of the filter stage of the global scope: as `self`, and
-    /// [`Self::stand_in`] identifies a record without fingerprint by its provenance in `topic`
-    /// (the topic the route stage reads).
+    /// As `self`, and [`Self::stand_in`] identifies a record without fingerprint by its
+    /// provenance in `topic`: `input.topic` (partition scope: an output record names the input
+    /// record it copies), or the topic the route stage reads (the filter stage of the global
+    /// scope: a routed copy and its output copy name the input record).
     pub fn with_stand_in(mut self, topic: &str) -> Self {
         self.stand_in_from = Some(topic.to_string());
         self
     }
 
-    /// Global scope, filter stage: an identity for a record without fingerprint, the xxh3-128 of
-    /// its provenance (the last `kafka-dedup.source` header naming the routed-from topic:
-    /// `topic/partition/offset`, [`crate::provenance`]), which every copy the route stage makes
-    /// of one input record shares, and no fingerprint of a configured source equals (a tag byte
-    /// of its own). `None` for a record without such a header, or outside the global scope.
+    /// An identity for a record without fingerprint: the stand-in of its provenance (the last
+    /// `kafka-dedup.source` header naming the stand-in topic, [`crate::provenance`]), which every
+    /// copy made of one input record shares: the output copy (read back by recovery) and, in the
+    /// global scope, the copies the route stage makes. `None` for a record without such a
+    /// header, or without a stand-in topic ([`Self::with_stand_in`]).
     pub fn stand_in(&self, record: &dyn RecordFields) -> Option<Fingerprint> {
         let topic = self.stand_in_from.as_deref()?;
         let source = crate::provenance::Provenance::of(record, topic)?;
-        let mut h = Xxh3Default::new();
-        h.update(&[0x50]);
-        field(&mut h, Some(source.encode().as_bytes()));
-        Some(Fingerprint(h.digest128()))
+        Some(stand_in_at(&source.topic, source.partition, source.offset))
     }
 
     /// The configured source.

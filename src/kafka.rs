@@ -188,6 +188,9 @@ pub fn producer_config(cfg: &Config) -> ClientConfig {
     let mut c = base(cfg, Role::Producer);
     set_default(&mut c, "partitioner", "murmur2_random");
     set_default(&mut c, "linger.ms", "5");
+    // librdkafka's default (1,000,000) is below the broker's, so a record the input took could be
+    // refused on its way out (issue 22, item 8).
+    set_default(&mut c, "message.max.bytes", &PRODUCER_MESSAGE_MAX_BYTES.to_string());
     c.set("enable.idempotence", "true");
     // Producer statistics are not used; without a handler rdkafka would log each at info.
     c.remove("statistics.interval.ms");
@@ -219,7 +222,74 @@ pub fn producer_config(cfg: &Config) -> ClientConfig {
 pub fn side_producer_config(cfg: &Config) -> ClientConfig {
     let mut c = producer_config(cfg);
     c.set("enable.gapless.guarantee", "false");
+    // A side topic that is unreachable rather than refusing (its leader down) fails the copy
+    // after this long, which halts its partition like a refusal, instead of holding it
+    // unacknowledged for ever (issue 22, item 9).
+    c.set("message.timeout.ms", SIDE_MESSAGE_TIMEOUT_MS);
     c
+}
+
+/// `message.timeout.ms` of the side producer: 30 s. librdkafka retries a copy within it; past
+/// it the copy failed (it may still have been written: side topics are at-least-once), and the
+/// partition halts and sends it again with back-off (`pipeline::halt`).
+pub const SIDE_MESSAGE_TIMEOUT_MS: &str = "30000";
+
+/// Apache Kafka's default broker `message.max.bytes` and topic `max.message.bytes`: the largest
+/// record batch a topic takes (1 MiB plus 12 bytes of log framing).
+pub const BROKER_MESSAGE_MAX_BYTES: usize = 1_048_588;
+
+/// Room for the headers kafka-dedup adds to a copy: `kafka-dedup.source` (its value at most
+/// [`crate::provenance::ENCODED_MAX`], 291 bytes) and, on a side copy, `kafka-dedup.reason`, with
+/// their names and framing.
+pub const HEADER_ROOM: usize = 512;
+
+/// The producers' default `message.max.bytes`: the broker's default plus [`HEADER_ROOM`], so that
+/// no record an input at the broker's default took is refused by the producer for its size.
+/// The output's producer fits itself to the output topic's own limit when it is known
+/// ([`fit_to_output`]).
+pub const PRODUCER_MESSAGE_MAX_BYTES: usize = BROKER_MESSAGE_MAX_BYTES + HEADER_ROOM;
+
+/// What the broker counts in a record batch and librdkafka's per-record size check does not: the
+/// batch header (61 bytes) and a record's varint framing (at most 41 bytes), with margin.
+pub const BATCH_FRAMING: usize = 256;
+
+/// Fits the output producer's `c` to the output topic's `max.message.bytes` (`limit`, when it is
+/// known: [`topic_max_message_bytes`]), unless `[kafka.properties]` sets them: `message.max.bytes`
+/// and `batch.size` (librdkafka: 1,000,000) become `limit` less [`BATCH_FRAMING`]. librdkafka then
+/// refuses a record the topic could not take when it is produced, which halts its partition
+/// (`pipeline::halt`), instead of building a batch the broker refuses (`MessageSizeTooLarge`),
+/// which under the gapless guarantee is a fatal error of the producer: every partition stopped.
+pub fn fit_to_output(c: &mut ClientConfig, cfg: &Config, limit: Option<usize>) {
+    let Some(limit) = limit else { return };
+    let fit = limit.saturating_sub(BATCH_FRAMING).max(1000);
+    let set = cfg.kafka.flat_properties();
+    if !set.contains_key("message.max.bytes") {
+        c.set("message.max.bytes", fit.to_string());
+    }
+    if !set.contains_key("batch.size") {
+        c.set("batch.size", fit.min(1_000_000).to_string());
+    }
+}
+
+/// The `max.message.bytes` of `topic` (the largest record batch it takes, bytes), asked with
+/// DescribeConfigs through an admin client of `cfg`'s brokers. `None` when the broker does not
+/// say (no `DescribeConfigs` permission on the topic, a broker that does not implement it).
+/// Errors: the request failed (brokers unreachable).
+pub fn topic_max_message_bytes(cfg: &Config, topic: &str, timeout: Duration) -> Result<Option<usize>, KafkaError> {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = base(cfg, Role::Producer).create()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|_| KafkaError::AdminOpCreation("a runtime for DescribeConfigs".into()))?;
+    let answers = runtime.block_on(admin.describe_configs(
+        &[ResourceSpecifier::Topic(topic)],
+        &AdminOptions::new().request_timeout(Some(timeout)),
+    ))?;
+    Ok(answers.into_iter().filter_map(Result::ok).find_map(|r| {
+        r.get("max.message.bytes")
+            .and_then(|e| e.value.as_deref()?.parse().ok())
+    }))
 }
 
 /// Producer properties kafka-dedup sets in idempotent mode, with their values (see
@@ -434,6 +504,46 @@ pub type Reader = BaseConsumer<ReaderContext>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 22, item 8: the output's producer fits the output topic's `max.message.bytes`
+    /// (less the batch framing) unless `[kafka.properties]` sets the limits; the producers'
+    /// default takes what a broker at its default takes, plus the headers' room.
+    #[test]
+    fn the_output_producer_fits_the_output_topics_limit() {
+        let cfg = |props: &str| {
+            Config::from_toml_str(
+                &format!("[kafka.properties]\n{props}\n[input]\ntopic = \"i\"\n[output]\ntopic = \"o\"\n"),
+                Some(Default::default()),
+            )
+            .unwrap()
+        };
+        let fitted = |props: &str, limit: Option<usize>| {
+            let cfg = cfg(props);
+            let mut c = producer_config(&cfg);
+            fit_to_output(&mut c, &cfg, limit);
+            (
+                c.get("message.max.bytes").map(str::to_string),
+                c.get("batch.size").map(str::to_string),
+            )
+        };
+        let s = |v: &str| Some(v.to_string());
+        #[rustfmt::skip]
+        let rows = [
+            ("", None, (s("1049100"), None)),
+            ("", Some(BROKER_MESSAGE_MAX_BYTES), (s("1048332"), s("1000000"))),
+            ("", Some(100_000), (s("99744"), s("99744"))),
+            ("", Some(500), (s("1000"), s("1000"))),
+            ("\"message.max.bytes\" = 5000000", Some(100_000), (s("5000000"), s("99744"))),
+            ("\"batch.size\" = 16384", Some(100_000), (s("99744"), s("16384"))),
+        ];
+        for (props, limit, want) in rows {
+            assert_eq!(fitted(props, limit), want, "{props} {limit:?}");
+        }
+        assert_eq!(
+            side_producer_config(&cfg("")).get("message.timeout.ms"),
+            Some(SIDE_MESSAGE_TIMEOUT_MS)
+        );
+    }
 
     /// Vectors of Kafka's `UtilsTest.testMurmur2` (Java client).
     #[test]

@@ -122,6 +122,17 @@ pub const OUT_OF_SCOPE_REASONS: [&str; 2] = ["null_key", "key_elsewhere"];
 pub const SIDE_REFUSED: &str = "kafka_dedup_side_copies_refused_total";
 /// The values of the `side` label of [`SIDE_REFUSED`].
 pub const SIDES: [&str; 2] = ["duplicates", "dead_letter"];
+/// `kafka_dedup_output_refused_total{partition,action}`: records the producer refused for the
+/// output topic (too large for its `max.message.bytes`, or for the producer's
+/// `message.max.bytes`): `action` `halt` (the partition halts and sends it again with back-off;
+/// each attempt counted) or `dead_letter` (sent to `fingerprint.dead_letter_topic` instead,
+/// reason `too_large`).
+pub const OUTPUT_REFUSED: &str = "kafka_dedup_output_refused_total";
+/// The values of the `action` label of [`OUTPUT_REFUSED`].
+pub const OUTPUT_REFUSED_ACTIONS: [&str; 2] = ["halt", "dead_letter"];
+/// `kafka_dedup_records_skipped_total{partition}`: records let past by `input.skip` (sent to
+/// `fingerprint.dead_letter_topic` when one is set, else dropped).
+pub const SKIPPED: &str = "kafka_dedup_records_skipped_total";
 /// `kafka_dedup_recovery_panics_total{partition}`: recovery workers that panicked (a bug); the
 /// recovery is retried with back-off.
 pub const RECOVERY_PANICS: &str = "kafka_dedup_recovery_panics_total";
@@ -138,8 +149,10 @@ pub const OLDEST_GENERATION: &str = "kafka_dedup_oldest_generation_info";
 
 /// Every counter (every name above ending in `_total`; a unit test checks the list against this
 /// file). Each is in the first scrape, at 0, with all its known label values.
-pub const COUNTERS: [&str; 12] = [
+pub const COUNTERS: [&str; 14] = [
     SIDE_REFUSED,
+    OUTPUT_REFUSED,
+    SKIPPED,
     RECOVERY_PANICS,
     POSITIONS_FROM_OUTPUT,
     RECORDS_CONSUMED,
@@ -236,6 +249,16 @@ pub fn describe() {
         SIDE_REFUSED,
         Unit::Count,
         "Copies refused by a side topic (duplicates, dead letter); the partition halts and retries."
+    );
+    describe_counter!(
+        OUTPUT_REFUSED,
+        Unit::Count,
+        "Records the output topic refused for their size: the partition halts, or the record is dead-lettered."
+    );
+    describe_counter!(
+        SKIPPED,
+        Unit::Count,
+        "Records let past by input.skip (dead-lettered when a dead-letter topic is set, else dropped)."
     );
     describe_counter!(
         RECOVERY_PANICS,
@@ -374,6 +397,10 @@ impl PartitionMetrics {
         for side in SIDES {
             counter!(SIDE_REFUSED, "partition" => self.partition.clone(), "side" => side).increment(0);
         }
+        for action in OUTPUT_REFUSED_ACTIONS {
+            counter!(OUTPUT_REFUSED, "partition" => self.partition.clone(), "action" => action).increment(0);
+        }
+        counter!(SKIPPED, "partition" => self.partition.clone()).increment(0);
         counter!(RECOVERY_PANICS, "partition" => self.partition.clone()).increment(0);
         self
     }
@@ -428,6 +455,17 @@ pub fn partition_state(partition: i32, state: Option<PartitionState>) {
 /// partition `partition` ([`SIDE_REFUSED`]).
 pub fn side_refused(partition: i32, side: &'static str) {
     counter!(SIDE_REFUSED, "partition" => partition.to_string(), "side" => side).increment(1);
+}
+
+/// Counts a record of input partition `partition` the output refused, and what was done
+/// (`action`: one of [`OUTPUT_REFUSED_ACTIONS`]) ([`OUTPUT_REFUSED`]).
+pub fn output_refused(partition: i32, action: &'static str) {
+    counter!(OUTPUT_REFUSED, "partition" => partition.to_string(), "action" => action).increment(1);
+}
+
+/// Counts a record of input partition `partition` let past by `input.skip` ([`SKIPPED`]).
+pub fn skipped(partition: i32) {
+    counter!(SKIPPED, "partition" => partition.to_string()).increment(1);
 }
 
 /// Counts a recovery worker of input partition `partition` that panicked ([`RECOVERY_PANICS`]).
@@ -642,6 +680,11 @@ mod tests {
                 product(&[("reason", strings(&POSITION_FROM_OUTPUT_REASONS))]),
             ),
             (SIDE_REFUSED, product(&[partition.clone(), ("side", strings(&SIDES))])),
+            (
+                OUTPUT_REFUSED,
+                product(&[partition.clone(), ("action", strings(&OUTPUT_REFUSED_ACTIONS))]),
+            ),
+            (SKIPPED, product(std::slice::from_ref(&partition))),
             (RECOVERY_PANICS, product(std::slice::from_ref(&partition))),
             (STORE_WRITE_FAILURES, product(&[])),
         ]

@@ -404,8 +404,9 @@ fn store_garbled_between_runs() {
 }
 
 /// Case 3: a record the producer refuses (larger than `message.max.bytes`) is neither lost nor
-/// fingerprinted: the filter stops with a clear error (exit 1), nothing after it is committed,
-/// and once the limit is raised a restart forwards it and everything after it, once.
+/// fingerprinted: its partition halts (issue 22, item 8: it stopped the filter, exit 1) with
+/// `/readyz` naming the offset, nothing from it on is committed or forwarded, a stop hands over
+/// up to it, and once the limit is raised a restart forwards it and everything after it, once.
 #[test]
 fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
     let dir = tempfile::tempdir().unwrap();
@@ -419,41 +420,32 @@ fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
     kafka().produce_raw(&input, 0, &records);
 
     let spec = FilterSpec::new(&input, &output, dir.path());
-    let limited = spec.toml(free_port()).replace(
-        "\"heartbeat.interval.ms\" = 500",
-        "\"heartbeat.interval.ms\" = 500\n\"message.max.bytes\" = 10000",
+    let mut limited = spec.clone();
+    limited.env.push((
+        "KAFKA_DEDUP__KAFKA__PROPERTIES__MESSAGE_MAX_BYTES".into(),
+        "10000".into(),
+    ));
+    let mut filter = limited.start(dir.path());
+    filter.wait_metric(
+        "kafka_dedup_output_refused_total",
+        &["action=\"halt\""],
+        1.0,
+        Duration::from_secs(60),
     );
-    let config = dir.path().join("limited.toml");
-    std::fs::write(&config, limited).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
-        .args(["run", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("partition 0 offset 10") && stderr.contains("delivery to"),
-        "{stderr}"
-    );
+    let (code, body) = http_get(&filter.http, "/readyz").unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("offset 10") && body.contains("input.skip"), "{body}");
+    assert!(filter.terminate().success(), "{}", filter.logs());
     let got = kafka().read_forwarded(&output, 1, &input);
-    // Records queued before the refused one may or may not have been delivered when the filter
-    // stopped (it does not flush after a failure); nothing from the refused one on is there.
-    let before = got[&0].len();
-    assert!(before <= 10, "{before} records");
-    assert_eq!(
-        got[&0],
-        records[..before].to_vec(),
-        "a prefix of the records before the refused one"
-    );
+    assert_eq!(got[&0], records[..10].to_vec(), "the records before the refused one");
     let c = kafka().committed(&spec.group, &input, 1);
-    assert!(c[&0].0.unwrap_or(0) <= 10, "nothing committed past it: {c:?}\n{stderr}");
+    assert_eq!(c[&0].0, Some(10), "committed up to the refused record: {c:?}");
 
     // The fix: the default limit. The refused record was not fingerprinted, so it is forwarded.
     let mut filter = spec.start(dir.path());
-    filter.wait_metric(FORWARDED, &[], (21 - before) as f64, Duration::from_secs(60));
-    filter.wait_metric(CONSUMED, &[], 21.0, Duration::from_secs(60));
-    assert_eq!(metric(&filter.scrape(), DROPPED, &[]), before as f64);
+    filter.wait_metric(FORWARDED, &[], 11.0, Duration::from_secs(60));
+    filter.wait_metric(CONSUMED, &[], 11.0, Duration::from_secs(60));
+    assert_eq!(metric(&filter.scrape(), DROPPED, &[]), 0.0);
     assert!(filter.terminate().success());
     let got = kafka().read_forwarded(&output, 1, &input);
     assert_eq!(got[&0], records);

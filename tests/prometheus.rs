@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kafka_dedup::telemetry::{
-    CHECKPOINTS, CHECKPOINT_RESULTS, COUNTERS, DUPLICATES_DROPPED, OUT_OF_SCOPE, OUT_OF_SCOPE_REASONS,
-    POSITIONS_FROM_OUTPUT, POSITION_FROM_OUTPUT_REASONS, RECORDS_CONSUMED, RECORDS_FORWARDED, RECOVERY_PANICS,
-    RECOVERY_SCANNED, SIDES, SIDE_REFUSED, STORE_REBUILDS, STORE_REBUILD_REASONS, STORE_WRITE_FAILURES,
-    UNFINGERPRINTABLE, UNFINGERPRINTABLE_REASONS,
+    CHECKPOINTS, CHECKPOINT_RESULTS, COUNTERS, DUPLICATES_DROPPED, OUTPUT_REFUSED, OUTPUT_REFUSED_ACTIONS,
+    OUT_OF_SCOPE, OUT_OF_SCOPE_REASONS, POSITIONS_FROM_OUTPUT, POSITION_FROM_OUTPUT_REASONS, RECORDS_CONSUMED,
+    RECORDS_FORWARDED, RECOVERY_PANICS, RECOVERY_SCANNED, SIDES, SIDE_REFUSED, SKIPPED, STORE_REBUILDS,
+    STORE_REBUILD_REASONS, STORE_WRITE_FAILURES, UNFINGERPRINTABLE, UNFINGERPRINTABLE_REASONS,
 };
 use serde_json::Value;
 
@@ -533,6 +533,11 @@ fn expected_counters(partitions: &[i32]) -> BTreeMap<&'static str, BTreeSet<BTre
         (RECORDS_FORWARDED, product(std::slice::from_ref(&p))),
         (RECOVERY_SCANNED, product(std::slice::from_ref(&p))),
         (
+            OUTPUT_REFUSED,
+            product(&[p.clone(), ("action", strings(&OUTPUT_REFUSED_ACTIONS))]),
+        ),
+        (SKIPPED, product(std::slice::from_ref(&p))),
+        (
             DUPLICATES_DROPPED,
             product(&[p.clone(), ("generation", strings(&[0, 1, 2]))]),
         ),
@@ -561,9 +566,11 @@ fn expected_counters(partitions: &[i32]) -> BTreeMap<&'static str, BTreeSet<BTre
 }
 
 /// The counters that stay 0 while no record is written (the test below writes none).
-const RECORD_COUNTERS: [&str; 8] = [
+const RECORD_COUNTERS: [&str; 10] = [
     RECOVERY_PANICS,
     SIDE_REFUSED,
+    OUTPUT_REFUSED,
+    SKIPPED,
     RECORDS_CONSUMED,
     RECORDS_FORWARDED,
     DUPLICATES_DROPPED,

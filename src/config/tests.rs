@@ -382,3 +382,53 @@ fn syntax_errors_say_where_and_name_the_key() {
         .to_string();
     assert!(!shown.contains("in quotes"), "{shown}");
 }
+
+/// Issue 23, item 3: `input.skip` entries, one row per form; a bad entry exits 2 naming the key.
+#[test]
+fn skip_entries_are_partition_offset_pairs() {
+    type Row<'a> = (&'a str, Option<&'a [(i32, i64)]>);
+    let rows: [Row<'_>; 7] = [
+        ("", Some(&[])),
+        ("0:1042", Some(&[(0, 1042)])),
+        (" 3:7 , 0:1042,", Some(&[(0, 1042), (3, 7)])),
+        ("0 : 5", Some(&[(0, 5)])),
+        ("0", None),
+        ("-1:5", None),
+        ("0:x", None),
+    ];
+    for (text, want) in rows {
+        let got = parse_skips(text);
+        match want {
+            Some(pairs) => assert_eq!(got, Ok(pairs.iter().copied().collect()), "{text:?}"),
+            None => assert!(got.is_err(), "{text:?}: {got:?}"),
+        }
+    }
+    assert_eq!(
+        key_of(MINIMAL, &[("KAFKA_DEDUP__INPUT__SKIP", "0:1,two")]),
+        "input.skip"
+    );
+    let cfg = Config::from_toml_str(
+        MINIMAL,
+        Some([("KAFKA_DEDUP__INPUT__SKIP".to_string(), "2:9".to_string())].into()),
+    )
+    .unwrap();
+    assert_eq!(parse_skips(&cfg.input.skip), Ok([(2, 9)].into_iter().collect()));
+}
+
+/// Issue 22, item 8: `message.max.bytes` set below the broker's default plus kafka-dedup's
+/// headers is warned about; the default is not.
+#[test]
+fn a_producer_limit_below_the_brokers_is_warned_about() {
+    let with = |v: &str| format!("[kafka.properties]\n\"message.max.bytes\" = {v}\n{MINIMAL}");
+    let warned = |text: &str| {
+        load(text)
+            .unwrap()
+            .kafka
+            .warnings()
+            .iter()
+            .any(|w| w.contains("message.max.bytes"))
+    };
+    assert!(warned(&with("1000000")));
+    assert!(!warned(&with("2000000")));
+    assert!(!warned(MINIMAL));
+}

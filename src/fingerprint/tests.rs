@@ -43,6 +43,18 @@ fn a_stand_in_is_the_provenance_of_the_routed_from_topic() {
     );
     let as_value = fp("value", &rec(None, Some("events/2/17"), &[])).unwrap();
     assert_ne!(as_value, first);
+    // Issue 22, item 2: the stand-in a record is learned by when it is forwarded (from its own
+    // coordinates) is the one recovery re-learns from the output copy's provenance.
+    assert_eq!(stand_in_at("events", 2, 17), first);
+    assert_ne!(stand_in_at("events", 2, 18), first);
+    let long = "t".repeat(300);
+    assert_eq!(
+        Fingerprinter::new(Source::Value)
+            .with_stand_in(&long)
+            .stand_in(&copy(&format!("{long}/0/1"), "a")),
+        Some(stand_in_at(&long, 0, 1)),
+        "a topic name longer than the buffer"
+    );
 }
 
 #[test]

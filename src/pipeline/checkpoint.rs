@@ -263,16 +263,43 @@ impl Filter {
         };
         match &ckpt.stage {
             Stage::Delivering => {
-                // A partition halted meanwhile (`halt`) would never reach its target: left out.
+                // A checkpoint waiting longer than an interval (a destination unreachable rather
+                // than refusing: an output partition offline) commits the partitions that are
+                // done; the others wait for a later checkpoint.
+                let stale = ckpt.started.elapsed() >= self.cfg.checkpoint.interval;
+                let mut left_out = Vec::new();
                 ckpt.parts.retain(|p, part| {
-                    matches!(partitions.get(p), Some(Partition::Running(r)) if r.incarnation == part.incarnation)
-                        && !halts.contains_key(p)
+                    let Some(Partition::Running(r)) = partitions.get(p) else {
+                        return false;
+                    };
+                    if r.incarnation != part.incarnation {
+                        return false;
+                    }
+                    if halts.contains_key(p) {
+                        // Halted meanwhile (`halt`): committed up to its first refused record.
+                        part.record.offset = part.record.offset.min(r.inflight.watermark());
+                    }
+                    let done = r.inflight.watermark() >= part.record.offset;
+                    if stale && !done {
+                        left_out.push(*p);
+                    }
+                    done || !stale
                 });
+                if !left_out.is_empty() {
+                    warn!(
+                        partitions = ?left_out,
+                        waited_seconds = ckpt.started.elapsed().as_secs_f64(),
+                        "records of these partitions are not acknowledged after a checkpoint interval (a destination \
+                         unreachable?): the checkpoint commits the other partitions, these at a later one"
+                    );
+                }
                 let delivered = ckpt.parts.iter().all(|(p, part)| match partitions.get(p) {
                     Some(Partition::Running(r)) => r.inflight.watermark() >= part.record.offset,
                     _ => true,
                 });
-                if delivered {
+                if delivered && ckpt.parts.is_empty() && stale {
+                    *checkpoint = None; // nothing done: the next checkpoint tries again
+                } else if delivered {
                     self.persist_checkpoint();
                 }
             }
@@ -324,10 +351,12 @@ impl Filter {
         let mut parts = BTreeMap::new();
         for (p, state) in self.partitions.iter_mut() {
             let Partition::Running(run) = state else { continue };
-            if self.halts.contains_key(p) {
-                continue; // halted (`halt`): its committed offset stays until it runs again
-            }
-            let target = run.inflight.next_offset();
+            // Halted (`halt`): committed up to its first refused record, which stays uncommitted
+            // until it is taken; otherwise everything taken so far.
+            let target = match self.halts.contains_key(p) {
+                true => run.inflight.watermark(),
+                false => run.inflight.next_offset(),
+            };
             run.ckpt = new_checkpoint_id();
             let record = CheckpointRecord::new(*p, target, &run.gens, run.clock.time(), run.ckpt.clone(), false, None);
             parts.insert(

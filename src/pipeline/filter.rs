@@ -20,7 +20,7 @@ use super::produce::{encode_opaque, send, Added, DeliveryEvent, Destination, Ref
 use super::route::{route, Policy, Route};
 use super::{Fatal, RunError, Shutdown, TopicCounts, KAFKA_TIMEOUT};
 use crate::config::{Config, GroupProtocol, OnMissing};
-use crate::fingerprint::{Fingerprint, Fingerprinter, Unfingerprintable};
+use crate::fingerprint::{stand_in_at, Fingerprint, Fingerprinter, Unfingerprintable};
 use crate::generations::{now_ms, Generation};
 use crate::horizon;
 use crate::inspect::live::{LiveRequest, PartitionView};
@@ -32,6 +32,11 @@ use crate::telemetry::{self, Totals};
 
 /// How often gauges are refreshed and the idle warning is considered.
 const GAUGE_EVERY: Duration = Duration::from_secs(1);
+/// How long the start waits for the output topic's `max.message.bytes`
+/// ([`kafka::topic_max_message_bytes`]): a broker answers DescribeConfigs in milliseconds; one
+/// that does not implement it (librdkafka's mock cluster) never answers, and the producer then
+/// keeps its default limit.
+const DESCRIBE_CONFIGS_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long an instance owns no partition before it says so, and how often it repeats it.
 const IDLE_WARN_AFTER: Duration = Duration::from_secs(60);
 /// See [`IDLE_WARN_AFTER`].
@@ -94,6 +99,9 @@ pub struct Filter {
     pub(super) held: BTreeSet<i32>,
     /// Since when the local store cannot be written, if it cannot ([`Filter::store_written`]).
     pub(super) store_failing: Option<Instant>,
+    /// `input.skip`: (input partition, input offset) of the records to let past
+    /// ([`Filter::skip`]).
+    skips: BTreeSet<(i32, i64)>,
 }
 
 /// What became of a record handed to [`Filter::on_record`].
@@ -130,8 +138,23 @@ impl Filter {
         let (live_tx, live) = mpsc::sync_channel(crate::http::LIVE_QUEUE);
         status.set_live(live_tx);
         let (dtx, deliveries) = mpsc::channel();
+        let limit = match kafka::topic_max_message_bytes(&cfg, &cfg.output.topic, DESCRIBE_CONFIGS_TIMEOUT) {
+            Ok(limit) => limit,
+            Err(e) => {
+                warn!(topic = %cfg.output.topic, error = %e, "cannot read the output topic's max.message.bytes; the producer keeps its own limit");
+                None
+            }
+        };
+        let mut producer_config = kafka::producer_config(&cfg);
+        kafka::fit_to_output(&mut producer_config, &cfg, limit);
+        info!(
+            topic = %cfg.output.topic,
+            max_message_bytes = limit,
+            producer_message_max_bytes = producer_config.get("message.max.bytes"),
+            "output record size limit"
+        );
         let producer: ThreadedProducer<DeliveryContext> =
-            kafka::producer_config(&cfg).create_with_context(DeliveryContext::new(dtx.clone(), status.clone()))?;
+            producer_config.create_with_context(DeliveryContext::new(dtx.clone(), status.clone()))?;
         let mode = Mode::of(&cfg);
         let sides = !cfg.output.duplicates_topic.is_empty() || !cfg.fingerprint.dead_letter_topic.is_empty();
         let side_producer = match mode {
@@ -149,7 +172,7 @@ impl Filter {
             policy: Policy::of(&cfg),
             fingerprinter: match &cfg.input.routed_from {
                 Some(topic) => Fingerprinter::new(cfg.fingerprint.identity()).with_stand_in(topic),
-                None => Fingerprinter::new(cfg.fingerprint.identity()),
+                None => Fingerprinter::new(cfg.fingerprint.identity()).with_stand_in(&cfg.input.topic),
             },
             producer: Arc::new(producer),
             side_producer,
@@ -174,6 +197,7 @@ impl Filter {
                 .and_then(|v| v.trim().parse().ok()),
             held: BTreeSet::new(),
             store_failing: None,
+            skips: crate::config::parse_skips(&cfg.input.skip).unwrap_or_default(),
             cfg,
         })
     }
@@ -219,9 +243,14 @@ impl Filter {
         let routed = self.cfg.input.routed_from.is_some();
         consumed(run, msg, self.topics.input, routed, &self.totals);
         take_time(run, msg, &self.cfg, offset);
-        // Global scope, filter stage: a record without fingerprint is known by its provenance.
+        if self.skips.contains(&(p, offset)) {
+            return Ok(self.skip(msg, p, offset, "skipped"));
+        }
+        // A record without fingerprint is known by its provenance: its own coordinates, or, in
+        // the filter stage of the global scope, the input record its routed copy names.
         let stand_in = match &fp {
-            Err(_) if self.policy.on_missing == OnMissing::Forward => self.fingerprinter.stand_in(msg),
+            Err(_) if self.policy.on_missing == OnMissing::Forward && routed => self.fingerprinter.stand_in(msg),
+            Err(_) if self.policy.on_missing == OnMissing::Forward => Some(stand_in_at(msg.topic(), p, offset)),
             _ => None,
         };
         let known = fp.as_ref().ok().copied().or(stand_in);
@@ -232,7 +261,7 @@ impl Filter {
             run.inflight.take(offset, Target::None);
             return Ok(Handled::Done);
         };
-        let topic = to.topic;
+        let (topic, target) = (to.topic, to.target);
         let seq = run
             .inflight
             .take(offset, to.target)
@@ -253,9 +282,22 @@ impl Filter {
                 run.inflight.untake(offset);
                 return Ok(Handled::ProducerFull);
             }
+            Err(Refused::Kafka(error, Some(_)))
+                if target == Target::Output && !self.cfg.fingerprint.dead_letter_topic.is_empty() =>
+            {
+                // Too large for the output: dead-lettered instead, with its reason.
+                run.inflight.untake(offset);
+                warn!(
+                    partition = p, offset, topic, error = %error,
+                    "the output refused the record for its size; sent to fingerprint.dead_letter_topic instead (reason too_large)"
+                );
+                telemetry::output_refused(p, "dead_letter");
+                return Ok(self.skip(msg, p, offset, "too_large"));
+            }
             Err(Refused::Kafka(error, Some(copy))) => {
-                // A side copy: the record stays taken and unacknowledged (nothing is committed
-                // past it) and the partition halts until the copy is taken.
+                // A side copy, or a record too large for the output: the record stays taken and
+                // unacknowledged (nothing is committed past it) and the partition halts until the
+                // copy is taken.
                 self.halt(p, seq, offset, *copy, &error);
                 return Ok(Handled::Done);
             }
@@ -275,6 +317,60 @@ impl Filter {
         }
         crate::crash::point("after-produce");
         Ok(Handled::Done)
+    }
+
+    /// Lets the record at input `p`/`offset` of a running partition past without forwarding it
+    /// (`why`: `skipped`, it is named in `input.skip`; `too_large`, the output refused it for its
+    /// size): copied to `fingerprint.dead_letter_topic` with the reason `why` when one is set
+    /// (a refusal there halts the partition, as for any dead-letter copy), else dropped. Logged
+    /// and, when skipped, counted (`kafka_dedup_records_skipped_total`).
+    fn skip(&mut self, msg: &BorrowedMessage<'_>, p: i32, offset: i64, why: &'static str) -> Handled {
+        let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
+            return Handled::Done;
+        };
+        let dead_letter = &self.cfg.fingerprint.dead_letter_topic;
+        if why == "skipped" {
+            telemetry::skipped(p);
+            warn!(
+                partition = p,
+                offset,
+                dead_letter_topic = dead_letter.as_str(),
+                "record let past by input.skip: not forwarded (sent to fingerprint.dead_letter_topic when one is set)"
+            );
+        }
+        if dead_letter.is_empty() {
+            run.inflight.take(offset, Target::None);
+            return Handled::Done;
+        }
+        let to = Destination {
+            topic: dead_letter,
+            partition: None,
+            added: Added::ReasonAndSource(why),
+            target: Target::Side,
+        };
+        let seq = run
+            .inflight
+            .take(offset, Target::Side)
+            .expect("produced records are tracked");
+        let producer = self.side_producer.as_ref().unwrap_or(&*self.producer);
+        match send(producer, &self.shutdown, to, msg, encode_opaque(p, seq)) {
+            Ok(()) => Handled::Done,
+            Err(Refused::Stopping) => {
+                run.inflight.untake(offset);
+                Handled::Done
+            }
+            Err(Refused::Full) => {
+                run.inflight.untake(offset);
+                Handled::ProducerFull
+            }
+            Err(Refused::Kafka(error, copy)) => {
+                match copy {
+                    Some(copy) => self.halt(p, seq, offset, *copy, &error),
+                    None => run.inflight.untake(offset),
+                }
+                Handled::Done
+            }
+        }
     }
 
     /// Applies acknowledgements, installs recovered partitions, drives the checkpoint.

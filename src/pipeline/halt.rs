@@ -51,10 +51,13 @@ pub const RETRY_FIRST: Duration = Duration::from_secs(1);
 /// Longest wait between two retries (the wait doubles from [`RETRY_FIRST`]).
 pub const RETRY_MAX: Duration = Duration::from_secs(60);
 
-/// A copy for a side topic, held to be sent again.
+/// A copy for a side topic, or a record for the output topic that the producer refused, held to
+/// be sent again.
 pub(super) struct SideCopy {
-    /// The side topic.
+    /// The side topic (or `output.topic`).
     pub topic: String,
+    /// The partition; `None` for the producer's partitioner.
+    pub partition: Option<i32>,
     /// Key.
     pub key: Option<Vec<u8>>,
     /// Value.
@@ -70,6 +73,7 @@ impl SideCopy {
     pub(super) fn of_record(record: BaseRecord<'_, [u8], [u8], usize>) -> Self {
         SideCopy {
             topic: record.topic.to_string(),
+            partition: record.partition,
             key: record.key.map(<[u8]>::to_vec),
             payload: record.payload.map(<[u8]>::to_vec),
             timestamp: record.timestamp,
@@ -81,6 +85,7 @@ impl SideCopy {
     pub(super) fn of_message(m: &BorrowedMessage<'_>) -> Self {
         SideCopy {
             topic: m.topic().to_string(),
+            partition: None,
             key: m.key().map(<[u8]>::to_vec),
             payload: m.payload().map(<[u8]>::to_vec),
             timestamp: m.timestamp().to_millis(),
@@ -121,9 +126,11 @@ fn backoff(attempts: u32) -> Duration {
 }
 
 impl Filter {
-    /// The configuration key and metric label of side topic `topic`.
+    /// The configuration key and metric label of side topic `topic` (or of the output topic).
     fn side_of(&self, topic: &str) -> (&'static str, &'static str) {
-        if topic == self.cfg.output.duplicates_topic {
+        if topic == self.cfg.output.topic {
+            ("output.topic", "output")
+        } else if topic == self.cfg.output.duplicates_topic {
             ("output.duplicates_topic", "duplicates")
         } else {
             ("fingerprint.dead_letter_topic", "dead_letter")
@@ -139,7 +146,10 @@ impl Filter {
         };
         let incarnation = run.incarnation;
         let (key, side) = self.side_of(&copy.topic);
-        telemetry::side_refused(p, side);
+        match side {
+            "output" => telemetry::output_refused(p, "halt"),
+            side => telemetry::side_refused(p, side),
+        }
         let halt = self
             .halts
             .entry(p)
@@ -152,10 +162,19 @@ impl Filter {
         let wait = backoff(halt.attempts);
         halt.resent.remove(&seq);
         halt.retry_at = Instant::now() + wait;
-        halt.cause = format!(
-            "{key} \"{}\" refused the copy of input offset {offset}: {error}; sending it again with back-off",
-            copy.topic
-        );
+        halt.cause = match side {
+            "output" => format!(
+                "{key} \"{}\" refused input offset {offset}: {error}; ways past: raise the topic's \
+                 max.message.bytes (or kafka.properties.message.max.bytes) and restart, set \
+                 fingerprint.dead_letter_topic, or let it past with input.skip = \"{p}:{offset}\"; sending it again \
+                 with back-off",
+                copy.topic
+            ),
+            _ => format!(
+                "{key} \"{}\" refused the copy of input offset {offset}: {error}; sending it again with back-off",
+                copy.topic
+            ),
+        };
         // One line per round: a batch of copies usually fails together.
         if halt.refused.is_empty() {
             error!(
@@ -165,7 +184,8 @@ impl Filter {
                 error = %error,
                 retry_in = ?wait,
                 attempts = halt.attempts,
-                "side topic refused a copy; the partition halts (nothing committed past it) and retries"
+                cause = halt.cause.as_str(),
+                "a topic refused a record of the partition; the partition halts (nothing committed past it) and retries"
             );
         } else {
             debug!(partition = p, offset, error = %error, "side topic refused another copy");
@@ -245,7 +265,15 @@ impl Filter {
             if let Some(hs) = headers {
                 record = record.headers(hs);
             }
-            let producer = self.side_producer.as_ref().unwrap_or(&*self.producer);
+            if let Some(partition) = copy.partition {
+                record = record.partition(partition);
+            }
+            // A record for the output goes through the output's producer (its order and gapless
+            // guarantee; nothing after it was taken).
+            let producer = match &self.side_producer {
+                Some(side) if copy.topic != self.cfg.output.topic => side,
+                _ => &*self.producer,
+            };
             match producer.send(record) {
                 Ok(()) => {
                     h.resent.insert(seq, offset);
@@ -344,6 +372,7 @@ mod tests {
         let mut h = Halt::new(1);
         let copy = || SideCopy {
             topic: "dlq".into(),
+            partition: None,
             key: None,
             payload: None,
             timestamp: None,

@@ -121,7 +121,7 @@ pub enum Fatal {
     /// A record could not be delivered to the output topic (after librdkafka's retries) or was
     /// refused; in transactional mode also a side copy the broker refused (a side copy otherwise
     /// halts its partition: `halt`).
-    #[error("partition {partition} offset {offset}: delivery to {topic} failed: {error}")]
+    #[error("partition {partition} offset {offset}: delivery to {topic} failed: {error}{}", way_past(error, *partition, *offset))]
     Delivery {
         /// Input partition of the record.
         partition: i32,
@@ -134,7 +134,11 @@ pub enum Fatal {
         error: KafkaError,
     },
     /// `fingerprint.on_missing = "fail"` met a record without fingerprint.
-    #[error("partition {partition} offset {offset}: no fingerprint ({reason}) and fingerprint.on_missing = \"fail\"")]
+    #[error(
+        "partition {partition} offset {offset}: no fingerprint ({reason}) and fingerprint.on_missing = \"fail\"; \
+         to let this record past, set input.skip = \"{partition}:{offset}\" (it then goes to \
+         fingerprint.dead_letter_topic when one is set), or choose another fingerprint.on_missing"
+    )]
     Unfingerprintable {
         /// Input partition of the record.
         partition: i32,
@@ -194,6 +198,20 @@ pub enum Fatal {
         /// The last panic's message.
         error: String,
     },
+}
+
+/// What to do about a delivery that failed with `error`: for a record too large for the output
+/// (the broker refused it), the settings and the way past (issue 23, item 3); nothing otherwise.
+fn way_past(error: &KafkaError, partition: i32, offset: i64) -> String {
+    if produce::too_large(error) {
+        format!(
+            "; raise the output topic's max.message.bytes (the next start fits the producer to it, and a record \
+             too large for it then halts only its partition), set fingerprint.dead_letter_topic, or let the record \
+             past with input.skip = \"{partition}:{offset}\""
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// The identity a store must have to be used with `cfg`.

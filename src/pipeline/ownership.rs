@@ -395,8 +395,13 @@ impl Filter {
                 return self.schedule_retry(p, &StartError::Commit(e).to_string());
             }
         }
-        if let Err(e) = resume_at(consumer, &self.cfg.input.topic, p, rec.resume) {
-            return self.schedule_retry(p, &e.to_string());
+        // Backed off (the producer's queue is full): it stays paused, and is resumed at its
+        // first record with the others ([`Filter::drive_backpressure`]); resumed now, its records
+        // would be fetched only to be thrown away.
+        if self.backpressure.is_none() {
+            if let Err(e) = resume_at(consumer, &self.cfg.input.topic, p, rec.resume) {
+                return self.schedule_retry(p, &e.to_string());
+            }
         }
         self.run(p, inc, rec);
     }
@@ -500,9 +505,8 @@ impl Filter {
     /// owner's fence wait covers what was already on the wire). In transactional mode the open
     /// transaction may hold records of them: it is aborted and the pipeline stops.
     fn lose(&mut self, parts: &[i32]) {
-        let unacknowledged = parts
-            .iter()
-            .any(|p| matches!(self.partitions.get(p), Some(Partition::Running(r)) if !r.inflight.is_idle()));
+        // Records in the producer: a halted partition's refused copies are not (`deliveries_idle`).
+        let unacknowledged = parts.iter().any(|p| !self.deliveries_idle(*p));
         let must_stop = matches!(self.mode, Mode::Transactional) || unacknowledged;
         if !must_stop {
             warn!(partitions = ?parts, "assignment lost (session timeout or fenced) with every record acknowledged; releasing without commit");

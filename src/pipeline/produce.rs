@@ -86,9 +86,18 @@ pub(super) enum Refused {
     /// Its queue stayed full for [`QUEUE_WAIT`]: the output is slow or unreachable. The record is
     /// not taken; the filter pauses its partitions ([`Filter::back_off`]) and keeps polling.
     Full,
-    /// Refused (for example larger than `message.max.bytes`); for a side copy, the copy, to be
-    /// sent again (`halt`).
+    /// Refused (for example larger than `message.max.bytes`); for a side copy, or a record for
+    /// the output refused for its size ([`too_large`]), the copy, to be sent again (`halt`) or
+    /// dead-lettered.
     Kafka(KafkaError, Option<Box<SideCopy>>),
+}
+
+/// True when `e` says a record is too large for the producer's `message.max.bytes` (which
+/// [`crate::kafka::fit_to_output`] fits to the output topic's `max.message.bytes`) or for the
+/// topic: a refusal of that one record, which halts its partition or dead-letters it, not a
+/// failure of the producer.
+pub(super) fn too_large(e: &KafkaError) -> bool {
+    e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge)
 }
 
 /// Produces a copy of `msg` (key, value, headers, timestamp) to `to`. Waits while librdkafka's
@@ -122,7 +131,8 @@ pub(super) fn send(
                 std::thread::sleep(Duration::from_millis(2));
             }
             Err((e, r)) => {
-                let copy = (to.target == Target::Side).then(|| Box::new(SideCopy::of_record(r)));
+                let keep = to.target == Target::Side || too_large(&e);
+                let copy = keep.then(|| Box::new(SideCopy::of_record(r)));
                 return Err(Refused::Kafka(e, copy));
             }
         }

@@ -8,7 +8,7 @@
 //! | fingerprint not held                | [`Route::Forward`] (and learn the fingerprint)     |
 //! | fingerprint held (a replay)         | [`Route::DropReplay`] (copied to `output.duplicates_topic` if set) |
 //! | no fingerprint, `on_missing = forward`     | [`Route::ForwardUnfingerprintable`]        |
-//! | the same, global scope, stand-in held      | [`Route::DropReplay`]: a second copy of one input record |
+//! | the same, stand-in held                    | [`Route::DropReplay`]: the same input record again (re-taken after a crash, or a second routed copy) |
 //! | no fingerprint, `on_missing = drop`        | [`Route::DropUnfingerprintable`]           |
 //! | no fingerprint, `on_missing = dead_letter` | [`Route::DeadLetter`]                      |
 //! | no fingerprint, `on_missing = fail`        | [`Route::Fail`]: the pipeline stops        |
@@ -61,16 +61,18 @@ pub enum Route {
         /// True when a copy goes to `output.duplicates_topic`.
         copy_to_side: bool,
     },
-    /// No fingerprint, `on_missing = "forward"`: produced to the output topic. Nothing is
-    /// learned, except in the filter stage of the global scope: its stand-in (the hash of its
-    /// provenance, [`Fingerprinter::stand_in`](crate::fingerprint::Fingerprinter::stand_in)), so
-    /// that a second copy the route stage makes of the same input record is dropped.
+    /// No fingerprint, `on_missing = "forward"`: produced to the output topic, and its stand-in
+    /// learned (the hash of its provenance, [`stand_in_at`](crate::fingerprint::stand_in_at)),
+    /// so that the same input record met again is dropped: re-taken after a crash (recovery
+    /// re-learns the stand-in from the output copy's provenance) or after the clean hand-over of
+    /// a halted partition, or copied twice by the route stage (global scope).
     ForwardUnfingerprintable {
         /// Why the record has no fingerprint.
         why: Unfingerprintable,
         /// Output partition, as for [`Route::Forward`].
         partition: Option<i32>,
-        /// The stand-in to learn once the producer took it (global scope), else `None`.
+        /// The stand-in to learn once the producer took it (`None` when not known: a routed
+        /// copy without provenance).
         learn: Option<Fingerprint>,
     },
     /// No fingerprint, `on_missing = "drop"`: dropped and counted.
@@ -106,8 +108,8 @@ impl Route {
 }
 
 /// Decides the route of the record at input `partition` and `offset`, given its fingerprint (or
-/// why it has none), its `stand_in` when it has none (global scope, filter stage: the hash of its
-/// provenance; `None` otherwise, and not used unless `on_missing = "forward"`), and `hit`, what
+/// why it has none), its `stand_in` when it has none (the hash of its provenance; not used unless
+/// `on_missing = "forward"`), and `hit`, what
 /// the partition's generations hold of the fingerprint, or else of the stand-in (`None` when not
 /// held or neither is known).
 pub fn route(
@@ -140,7 +142,8 @@ pub fn route(
     };
     match policy.on_missing {
         OnMissing::Forward => match (stand_in, hit) {
-            // A second copy of one input record (the route stage copied it again after a crash).
+            // The same input record again: re-taken after a crash, or copied again by the route
+            // stage (global scope).
             (Some(_), Some(hit)) => Route::DropReplay {
                 age: hit.age,
                 distance: hit.first_offset.map(|first| offset - first),

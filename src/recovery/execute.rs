@@ -996,8 +996,8 @@ impl Progress<'_> {
                     .map(|s| s.offset);
                 r.take(gens, q, o, t, source);
             }
-            // Global scope, filter stage: a record forwarded without fingerprint is known by its
-            // stand-in (its provenance in the routed-from topic), which the output copy keeps.
+            // A record forwarded without fingerprint is known by its stand-in (the input record
+            // its provenance names), which the pipeline learned when it forwarded it.
             let known = env
                 .fingerprinter
                 .fingerprint(m)

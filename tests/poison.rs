@@ -1,0 +1,386 @@
+//! Issues 22 and 23: one bad record stops at most its own partition, and nothing is lost.
+//! Records without a fingerprint after a crash (issue 22, item 2), records the output refuses
+//! for their size (item 8), a way past a poison record (issue 23, item 3). The binary runs as its
+//! own process against the suite's Apache Kafka.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::*;
+
+const FORWARDED: &str = "kafka_dedup_records_forwarded_total";
+const DROPPED: &str = "kafka_dedup_duplicates_dropped_total";
+
+fn start_with_crash(spec: &FilterSpec, dir: &Path, point: &str) -> FilterProcess {
+    let mut s = spec.clone();
+    s.env.push(("KAFKA_DEDUP_CRASH_AT".into(), point.into()));
+    s.start(dir)
+}
+
+/// The values of `records` as text, `None` for a tombstone.
+fn texts(records: &[Raw]) -> Vec<Option<String>> {
+    records
+        .iter()
+        .map(|r| r.value.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()))
+        .collect()
+}
+
+/// `kafka-dedup audit --json` with `spec`'s configuration: its exit code and what it said.
+fn audit(spec: &FilterSpec, dir: &Path) -> (Option<i32>, String) {
+    let config = dir.join("audit.toml");
+    std::fs::write(&config, spec.toml(free_port())).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        .args(["audit", "--json", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), said)
+}
+
+/// Issue 22, item 2: under the defaults (`source = "value"`, `on_missing = "forward"`) the input
+/// `k1=v1, k1=null, k1=v2` is forwarded, then the process aborts after the third acknowledgement
+/// (`after-ack:3`), before any checkpoint. The restart re-takes the three records from the
+/// committed offset: `v1` and `v2` are replays of fingerprints re-learned from the output, and the
+/// tombstone, which has no fingerprint, must be known too (by its stand-in, re-learned from its
+/// provenance), or it is forwarded a second time, after `v2`.
+#[test]
+fn a_tombstone_forwarded_before_a_crash_is_not_forwarded_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("tomb-in"), unique("tomb-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    let records = vec![
+        raw(Some("k1"), Some("v1"), &[]),
+        raw(Some("k1"), None, &[]),
+        raw(Some("k1"), Some("v2"), &[]),
+    ];
+    kafka().produce_raw(&input, 0, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
+    spec.interval = "1h"; // no checkpoint: only the commit made when the partition starts
+    let mut filter = start_with_crash(&spec, dir.path(), "after-ack:3");
+    let status = filter.wait_exit(Duration::from_secs(60));
+    assert!(!status.success(), "aborted at the crash point:\n{}", filter.logs());
+    assert_eq!(
+        texts(&kafka().read_records(&output, 1)[&0]).len(),
+        3,
+        "all three reached the output"
+    );
+    assert_eq!(kafka().committed(&spec.group, &input, 1)[&0].0, Some(0));
+
+    spec.interval = "1s";
+    let mut filter = spec.survivor().start(dir.path());
+    let three = [(0, 3)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &three, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let out = kafka().read_forwarded(&output, 1, &input);
+    assert_eq!(
+        texts(&out[&0]),
+        [Some("v1".to_string()), None, Some("v2".to_string())],
+        "{scrape}"
+    );
+    assert_eq!(metric(&scrape, FORWARDED, &[]), 0.0, "{scrape}");
+    assert_eq!(metric(&scrape, DROPPED, &[]), 3.0, "{scrape}");
+    let (code, said) = audit(&spec, dir.path());
+    assert_eq!(code, Some(0), "{said}");
+}
+
+const REFUSED: &str = "kafka_dedup_output_refused_total";
+const SKIPPED: &str = "kafka_dedup_records_skipped_total";
+
+/// Writes `records` to `topic`, partition by partition, with a producer that takes records up to
+/// the broker's default limit (librdkafka's own default, 1,000,000 bytes, is lower).
+fn produce_large(topic: &str, records: &[(i32, Raw)]) {
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    let mut c = kafka().client();
+    c.set("message.max.bytes", "1100000");
+    let producer: ThreadedProducer<_> = c.create().unwrap();
+    for (p, r) in records {
+        let mut rec: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(*p);
+        if let Some(k) = &r.key {
+            rec = rec.key(k.as_slice());
+        }
+        if let Some(v) = &r.value {
+            rec = rec.payload(v.as_slice());
+        }
+        producer.send(rec).map_err(|(e, _)| e).unwrap();
+        producer.flush(Duration::from_secs(30)).unwrap();
+    }
+}
+
+/// Small records `name-0 .. name-{n-1}` on every one of `partitions` partitions.
+fn small(name: &str, n: usize, partitions: i32) -> Vec<(i32, Raw)> {
+    (0..n)
+        .flat_map(|i| (0..partitions).map(move |p| (p, raw(None, Some(&format!("{name}-{p}-{i}")), &[]))))
+        .collect()
+}
+
+/// The texts of what was forwarded to `output` from `input`, per partition.
+fn forwarded(output: &str, input: &str, partitions: i32) -> std::collections::BTreeMap<i32, Vec<Option<String>>> {
+    kafka()
+        .read_forwarded(output, partitions, input)
+        .into_iter()
+        .map(|(p, rs)| (p, texts(&rs)))
+        .collect()
+}
+
+/// Issue 22, item 8 (first half): a record of 1,040,000 bytes, which the input took under the
+/// broker's default limit (1,048,588), fits the output (same default) with its provenance header:
+/// librdkafka's own producer default (`message.max.bytes` 1,000,000) refused it, which stopped
+/// every partition. Forwarded now, with everything around it.
+#[test]
+fn a_record_the_input_took_fits_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("big-in"), unique("big-out"));
+    kafka().create_topic(&input, 3);
+    kafka().create_topic(&output, 3);
+    let big = "x".repeat(1_040_000);
+    let mut records = small("a", 2, 3);
+    records.push((0, raw(None, Some(&big), &[])));
+    records.extend(small("b", 2, 3));
+    produce_large(&input, &records);
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(FORWARDED, &[], records.len() as f64, Duration::from_secs(60));
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let out = forwarded(&output, &input, 3);
+    assert_eq!(out[&0].len(), 5);
+    assert_eq!(out[&0][2].as_ref().map(String::len), Some(1_040_000));
+}
+
+/// Issue 22, item 8 (second half), and issue 23, item 3: the output topic's own
+/// `max.message.bytes` is lower than the input's, and a record on partition 0 exceeds it. Only
+/// partition 0 halts: the others run on, the process stays up, the refusal is counted and
+/// `/readyz` names the partition and the reason, with the ways past. One of them,
+/// `input.skip = "0:2"`, lets exactly that record past at the next start (counted, logged);
+/// nothing else of partition 0 is lost or repeated.
+#[test]
+fn a_record_over_the_outputs_limit_halts_only_its_partition_until_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("limit-in"), unique("limit-out"));
+    kafka().create_topic(&input, 3);
+    kafka().create_topic_with(&output, 3, &[("max.message.bytes", "100000")]);
+    let big = "y".repeat(150_000);
+    let mut records = small("a", 2, 3);
+    records.push((0, raw(None, Some(&big), &[])));
+    records.extend(small("b", 2, 3));
+    produce_large(&input, &records);
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    // Partitions 1 and 2 forward all their 4 records, partition 0 the 2 before the big one.
+    filter.wait_metric(FORWARDED, &[], 10.0, Duration::from_secs(60));
+    filter.wait_metric(REFUSED, &["partition=\"0\""], 1.0, Duration::from_secs(60));
+    let (code, body) = http_get(&filter.http, "/readyz").unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("halted") && body.contains("offset 2") && body.contains("input.skip"),
+        "{body}"
+    );
+    // The other partitions are committed to their end; partition 0 up to the refused record.
+    let ends = [(0, 2), (1, 4), (2, 4)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &ends, Duration::from_secs(60), || filter.logs());
+    assert!(filter.running(), "{}", filter.logs());
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(kafka().committed(&spec.group, &input, 3)[&0].0, Some(2));
+
+    let mut skipping = spec.clone();
+    skipping.env.push(("KAFKA_DEDUP__INPUT__SKIP".into(), "0:2".into()));
+    let mut filter = skipping.start(dir.path());
+    let five = [(0, 5), (1, 4), (2, 4)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &five, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(metric(&scrape, SKIPPED, &["partition=\"0\""]), 1.0, "{scrape}");
+    assert!(filter.logs().contains("input.skip"), "{}", filter.logs());
+    let out = forwarded(&output, &input, 3);
+    let want = |p: i32| -> Vec<Option<String>> {
+        ["a-{p}-0", "a-{p}-1", "b-{p}-0", "b-{p}-1"]
+            .iter()
+            .map(|t| Some(t.replace("{p}", &p.to_string())))
+            .collect()
+    };
+    for p in 0..3 {
+        assert_eq!(out[&p], want(p), "partition {p}");
+    }
+}
+
+/// Issue 22, item 8 and issue 23, item 3 with `fingerprint.dead_letter_topic` set: the record the
+/// output refuses for its size goes there, with the reason `too_large` and its provenance, and
+/// its partition runs on; counted, nothing halts.
+#[test]
+fn a_record_over_the_outputs_limit_goes_to_the_dead_letter_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output, dlq) = (unique("dl-in"), unique("dl-out"), unique("dl-dlq"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic_with(&output, 1, &[("max.message.bytes", "100000")]);
+    kafka().create_topic(&dlq, 1);
+    let big = "z".repeat(150_000);
+    let mut records = small("a", 2, 1);
+    records.push((0, raw(None, Some(&big), &[])));
+    records.extend(small("b", 2, 1));
+    produce_large(&input, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.fingerprint = format!("[fingerprint]\nsource = \"value\"\ndead_letter_topic = \"{dlq}\"\n");
+    let mut filter = spec.start(dir.path());
+    let five = [(0, 5)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &five, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(
+        metric(&scrape, REFUSED, &["partition=\"0\"", "action=\"dead_letter\""]),
+        1.0,
+        "{scrape}"
+    );
+    assert_eq!(
+        forwarded(&output, &input, 1)[&0],
+        [
+            Some("a-0-0".into()),
+            Some("a-0-1".into()),
+            Some("b-0-0".into()),
+            Some("b-0-1".into())
+        ]
+    );
+    let dead = kafka().read_records(&dlq, 1);
+    assert_eq!(dead[&0].len(), 1);
+    assert_eq!(dead[&0][0].value.as_ref().map(Vec::len), Some(150_000));
+    assert_eq!(dead[&0][0].header("kafka-dedup.reason"), Some(Some(&b"too_large"[..])));
+}
+
+/// Issue 23, item 3: `on_missing = "fail"` stops on a record without fingerprint and says how to
+/// get past it; `input.skip` names it, and the next start lets exactly that record past (to the
+/// dead-letter topic when one is set; here none: dropped, logged and counted).
+#[test]
+fn a_record_that_stops_the_filter_can_be_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("fail-in"), unique("fail-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    let records = vec![
+        raw(None, Some("v1"), &[]),
+        raw(None, None, &[]),
+        raw(None, Some("v2"), &[]),
+    ];
+    kafka().produce_raw(&input, 0, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.fingerprint = "[fingerprint]\nsource = \"value\"\non_missing = \"fail\"\n".into();
+    let mut filter = spec.start(dir.path());
+    let status = filter.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(1), "{}", filter.logs());
+    let logs = filter.logs();
+    assert!(
+        logs.contains("partition 0 offset 1") && logs.contains("input.skip = \"0:1\""),
+        "{logs}"
+    );
+
+    let mut skipping = spec.clone();
+    skipping.env.push(("KAFKA_DEDUP__INPUT__SKIP".into(), "0:1".into()));
+    let mut filter = skipping.start(dir.path());
+    let three = [(0, 3)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &three, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(metric(&scrape, SKIPPED, &["partition=\"0\""]), 1.0, "{scrape}");
+    assert_eq!(
+        forwarded(&output, &input, 1)[&0],
+        [Some("v1".to_string()), Some("v2".to_string())]
+    );
+}
+
+/// Issue 22, item 9: an output partition offline (its leader down on librdkafka's mock cluster)
+/// leaves that partition's records unacknowledged for as long as it lasts (the output's producer
+/// waits: nothing may be lost or reordered). The periodic checkpoint must still commit the
+/// partitions that are done: partition 0's committed offset reaches its end while partition 1's
+/// stays where its output stopped acknowledging. Once the leader is back, everything is
+/// committed and the output holds every record once, in order.
+#[test]
+fn an_offline_output_partition_does_not_freeze_the_other_partitions_checkpoints() {
+    use rdkafka::mocking::{MockCluster, MockCoordinator};
+    let cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext> = MockCluster::new(2).unwrap();
+    cluster.create_topic("in", 2, 1).unwrap();
+    cluster.create_topic("out", 2, 1).unwrap();
+    cluster.partition_leader("in", 0, Some(1)).unwrap();
+    cluster.partition_leader("in", 1, Some(1)).unwrap();
+    cluster.partition_leader("out", 0, Some(1)).unwrap();
+    cluster.partition_leader("out", 1, Some(2)).unwrap();
+    let broker = Broker::at(cluster.bootstrap_servers());
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
+    spec.session_timeout_ms = Some(6000);
+    cluster
+        .coordinator(MockCoordinator::Group(spec.group.clone()), 1)
+        .unwrap();
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    let values = |range: std::ops::Range<u64>| -> Vec<(i32, u64)> { range.map(|v| ((v % 2) as i32, v)).collect() };
+    broker.produce_values("in", &values(0..200), Duration::ZERO);
+    let half = [(0, 100), (1, 100)].into_iter().collect();
+    broker.wait_committed(&spec.group, "in", &half, Duration::from_secs(60), || filter.logs());
+
+    cluster.broker_down(2).unwrap();
+    broker.produce_values("in", &values(200..400), Duration::ZERO);
+    let p0_done = [(0, 200)].into_iter().collect();
+    broker.wait_committed(&spec.group, "in", &p0_done, Duration::from_secs(30), || filter.logs());
+    let c = broker.committed(&spec.group, "in", 2);
+    assert_eq!(c[&1].0, Some(100), "partition 1 waits for its output: {c:?}");
+    assert!(filter.running(), "{}", filter.logs());
+
+    cluster.broker_up(2).unwrap();
+    let ends = [(0, 200), (1, 200)].into_iter().collect();
+    broker.wait_committed(&spec.group, "in", &ends, Duration::from_secs(60), || filter.logs());
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let out = broker.read_values("out", 2);
+    let v = kafka_dedup::scenario::verify(&values(0..400), &out);
+    assert!(v.ok() && v.output_records == 400, "{v:?}");
+}
+
+/// Issue 22, "Low": a lost assignment (session timeout) of a halted partition whose only
+/// unacknowledged record is the refused one, which is not in the producer, has nothing to drop:
+/// released without commit, and the process runs on (it exited, `AssignmentLost`, because the
+/// refused record counted as in flight). The process is stopped (SIGSTOP) past its 6 s session
+/// timeout, then continued: the group gives it the partition back, which halts again at the same
+/// record.
+#[test]
+fn a_lost_assignment_of_a_halted_partition_does_not_stop_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("lost-in"), unique("lost-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic_with(&output, 1, &[("max.message.bytes", "100000")]);
+    let mut records = small("a", 1, 1);
+    records.push((0, raw(None, Some(&"w".repeat(150_000)), &[])));
+    produce_large(&input, &records);
+    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(REFUSED, &["partition=\"0\""], 1.0, Duration::from_secs(60));
+    filter.signal(libc::SIGSTOP);
+    // The stimulus, not a wait for an event: stopped for longer than the session timeout (6 s).
+    std::thread::sleep(Duration::from_secs(9));
+    filter.signal(libc::SIGCONT);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let relearned = |logs: &str| logs.matches("partition running").count() >= 2 && logs.contains("assignment lost");
+    while !relearned(&filter.logs()) {
+        assert!(filter.running(), "kafka-dedup exited:\n{}", filter.logs());
+        assert!(std::time::Instant::now() < deadline, "{}", filter.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Owned again, it meets the record again and halts again.
+    while !http_get(&filter.http, "/readyz").is_some_and(|(_, body)| body.contains("halted")) {
+        assert!(filter.running(), "kafka-dedup exited:\n{}", filter.logs());
+        assert!(std::time::Instant::now() < deadline, "{}", filter.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(filter.logs().contains("releasing without commit"), "{}", filter.logs());
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(
+        kafka().committed(&spec.group, &input, 1)[&0].0,
+        Some(1),
+        "committed up to the refused record:\n{}",
+        filter.logs()
+    );
+}
