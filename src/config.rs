@@ -266,6 +266,70 @@ impl KafkaConfig {
         }
         warnings
     }
+
+    /// The consumer group protocol `group.protocol` selects ([`GroupProtocol::of`]).
+    pub fn group_protocol(&self) -> GroupProtocol {
+        GroupProtocol::of(&self.flat_properties())
+    }
+}
+
+/// librdkafka's `group.protocol`: how the group consumer of the input joins its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupProtocol {
+    /// The original protocol (JoinGroup/SyncGroup): the members assign the partitions among
+    /// themselves; every Kafka-compatible broker speaks it. librdkafka 2.12's default.
+    Classic,
+    /// KIP-848 (`ConsumerGroupHeartbeat`, Apache Kafka 4.0 and later): the group coordinator
+    /// assigns the partitions, incrementally; the session timeout, the heartbeat interval and
+    /// the assignor are the broker's.
+    Consumer,
+}
+
+/// Consumer properties that only [`GroupProtocol::Classic`] takes, and why: with
+/// `group.protocol = "consumer"` librdkafka 2.12 refuses to create a consumer that sets any of
+/// them (`rd_kafka_conf_finalize`), because KIP-848 moved them to the broker.
+pub const CLASSIC_ONLY: &[(&str, &str)] = &[
+    (
+        "partition.assignment.strategy",
+        "the group coordinator assigns the partitions with group.protocol = \"consumer\" (KIP-848); \
+         choose its assignor with group.remote.assignor (uniform or range), or remove it",
+    ),
+    (
+        "session.timeout.ms",
+        "with group.protocol = \"consumer\" (KIP-848) the broker sets it \
+         (group.consumer.session.timeout.ms, 45 s by default, per group through IncrementalAlterConfigs); remove it",
+    ),
+    (
+        "heartbeat.interval.ms",
+        "with group.protocol = \"consumer\" (KIP-848) the broker sets it \
+         (group.consumer.heartbeat.interval.ms, 5 s by default); remove it",
+    ),
+    (
+        "group.protocol.type",
+        "only the classic group protocol has protocol types; remove it with group.protocol = \"consumer\"",
+    ),
+];
+
+impl GroupProtocol {
+    /// The protocol the flattened `[kafka.properties]` select: `group.protocol`, compared
+    /// without case as librdkafka does; [`GroupProtocol::Classic`] when unset (librdkafka's
+    /// default) or anything else (librdkafka refuses other values when the properties are
+    /// checked).
+    pub fn of(props: &BTreeMap<String, String>) -> GroupProtocol {
+        match props.get("group.protocol") {
+            Some(v) if v.trim().eq_ignore_ascii_case("consumer") => GroupProtocol::Consumer,
+            _ => GroupProtocol::Classic,
+        }
+    }
+
+    /// The first property of `props` (flattened `[kafka.properties]`) that this protocol
+    /// refuses, with why ([`CLASSIC_ONLY`]); `None` when it takes them all.
+    pub fn refused(self, props: &BTreeMap<String, String>) -> Option<(&'static str, &'static str)> {
+        match self {
+            GroupProtocol::Classic => None,
+            GroupProtocol::Consumer => CLASSIC_ONLY.iter().copied().find(|(k, _)| props.contains_key(*k)),
+        }
+    }
 }
 
 /// Where consumption starts for a partition with no committed offset.
@@ -715,7 +779,11 @@ impl Config {
                 ));
             }
         }
-        Ok(security::validate(&props)?)
+        security::validate(&props)?;
+        if let Some((name, why)) = GroupProtocol::of(&props).refused(&props) {
+            return Err(ConfigError::key(format!("kafka.properties.{name}"), why));
+        }
+        Ok(())
     }
 
     /// Topics named, distinct, and a dead-letter topic when `on_missing` needs one.

@@ -19,7 +19,7 @@ use super::ownership::Recoveries;
 use super::produce::{encode_opaque, send, Added, DeliveryEvent, Destination, Refused};
 use super::route::{route, Policy, Route};
 use super::{Fatal, RunError, Shutdown, TopicCounts, KAFKA_TIMEOUT};
-use crate::config::{Config, OnMissing};
+use crate::config::{Config, GroupProtocol, OnMissing};
 use crate::fingerprint::{stand_in_at, Fingerprint, Fingerprinter, Unfingerprintable};
 use crate::generations::{now_ms, Generation};
 use crate::global::{self, CopyFate};
@@ -409,6 +409,7 @@ impl Filter {
         self.drive_checkpoint(consumer)?;
         if self.last_gauges.elapsed() >= GAUGE_EVERY {
             self.last_gauges = Instant::now();
+            self.note_membership(consumer);
             self.refresh_gauges();
             self.warn_if_idle();
         }
@@ -455,6 +456,19 @@ impl Filter {
     /// Records a fatal error: nothing is committed or stored from now on.
     pub(super) fn fail(&mut self, e: Fatal) {
         self.failure = Some(e);
+    }
+
+    /// With `group.protocol = "consumer"`, marks the group joined once the coordinator gave this
+    /// member an epoch ([`crate::kafka::member_epoch`]): a member given no partition gets no
+    /// rebalance callback from librdkafka 2.12, and would otherwise never be ready. (The classic
+    /// protocol calls the callback with an empty assignment; its generation is set before the
+    /// assignment arrives, so it is not used there.)
+    fn note_membership(&self, consumer: &FilterConsumer) {
+        if self.cfg.kafka.group_protocol() == GroupProtocol::Consumer
+            && crate::kafka::member_epoch(consumer).is_some_and(|epoch| epoch > 0)
+        {
+            self.status.set_joined();
+        }
     }
 
     /// An instance that owns no partition is ready (a replica beyond the partition count is idle
