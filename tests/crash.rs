@@ -552,7 +552,7 @@ fn records_forwarded_after_the_snapshot_are_relearned() {
 }
 
 /// Rule: a new owner does not read the output's end before `output.fence_wait` has passed, so
-/// records a killed owner had already sent land before the re-read (README, "Crash safety").
+/// records a killed owner had already sent land before the re-read (docs/guarantee.md, "Crash safety").
 /// The broker is the test's own, behind a proxy ([`common::proxy`]). The first filter forwards
 /// 0..300; then the proxy holds back everything its producer sends, the filter takes 300..500
 /// (its produce requests now wait in the proxy) and is killed. The second filter (its own
