@@ -934,7 +934,9 @@ fn measure_latency(args: &Args, rate: u64, brokers: &str, input: &str, output: &
             args.bytes(),
         );
         std::thread::spawn(move || -> Result<(), String> {
-            let p = producer(&brokers, "0")?;
+            // linger.ms 5 (librdkafka's default, kafka-dedup's): at half the copier's rate, one
+            // request per record would make the parent the limit; a and b wait the same.
+            let p = producer(&brokers, "5")?;
             let start = Instant::now();
             for i in 0..n {
                 let due = start + Duration::from_secs_f64(i as f64 / rate as f64);

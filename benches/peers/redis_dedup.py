@@ -14,7 +14,7 @@ import sys
 import time
 
 import redis
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 
 
 def main():
@@ -59,7 +59,10 @@ def main():
             producer.poll(0)
         if time.monotonic() >= next_commit:
             producer.flush()
-            consumer.commit(asynchronous=False) if consumer.assignment() else None
+            try:
+                consumer.commit(asynchronous=False)
+            except KafkaException:
+                pass  # nothing consumed yet
             next_commit = time.monotonic() + 5.0
     producer.flush()
     consumer.close()
