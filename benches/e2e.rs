@@ -759,6 +759,20 @@ struct Broker {
 }
 
 impl Broker {
+    /// Deletes a run's topics once its figures are in (a real broker keeps every record on disk:
+    /// 1M records of 1 KB are 1 GB a topic). Best effort; nothing on the mock cluster.
+    fn delete_topics(&self, names: &[&str]) {
+        if self.mock.is_some() {
+            return;
+        }
+        let Ok(admin) = client(&self.brokers).create::<AdminClient<DefaultClientContext>>() else {
+            return;
+        };
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            let _ = rt.block_on(admin.delete_topics(names, &AdminOptions::new()));
+        }
+    }
+
     fn create_topic(&self, name: &str, partitions: i32) -> Result<(), String> {
         if let Some(m) = &self.mock {
             m.create_topic(name, partitions, 1).map_err(|e| e.to_string())?;
@@ -1119,6 +1133,7 @@ fn run_one(
     }
     drop(stdin);
     let status = child.wait().map_err(|e| e.to_string())?;
+    broker.delete_topics(&[&output, &lat_in, &lat_out, &route, &lat_route]);
     if let Some(e) = failed {
         return Err(e);
     }
@@ -1241,6 +1256,9 @@ fn run_peer(
             idle = Instant::now();
         }
     }
+    drop(reader);
+    // Kafka Streams' changelog of the store too.
+    broker.delete_topics(&[&output, &format!("{group}-ids-changelog")]);
     let scale = args.records as f64 / distinct.max(1) as f64;
     let mut milestones = Marks::new();
     let started = (t0 - spawned).as_secs_f64();
@@ -1590,6 +1608,7 @@ fn one_pass(args: &Args, broker: &Broker) -> Result<(), String> {
         );
     }
 
+    broker.delete_topics(&[input]);
     startup_table(&variants, &letters, &results);
     println!(
         "\ncheck: every run of a delivered {} records; every run of kafka-dedup forwarded the {distinct} distinct and dropped the {replays} replays",
