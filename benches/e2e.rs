@@ -288,11 +288,13 @@ fn config(spec: &RunSpec, input: &str, output: &str, group: &str, store: &std::p
     let mut cfg = bench_config(&spec.brokers, spec.interval, input, output, group, store);
     cfg.output.provenance = spec.provenance;
     let session = spec.session_timeout.map(|s| s.as_millis());
-    for (k, v) in session.into_iter().flat_map(|session| [
-        ("session.timeout.ms", session),
-        // librdkafka's default (3 s) unless a third of the session is shorter.
-        ("heartbeat.interval.ms", (session / 3).min(3000)),
-    ]) {
+    for (k, v) in session.into_iter().flat_map(|session| {
+        [
+            ("session.timeout.ms", session),
+            // librdkafka's default (3 s) unless a third of the session is shorter.
+            ("heartbeat.interval.ms", (session / 3).min(3000)),
+        ]
+    }) {
         cfg.kafka
             .properties
             .insert(k.into(), kafka_dedup::config::PropertyValue::String(v.to_string()));
@@ -318,9 +320,7 @@ fn bench_config(
     group: &str,
     store: &std::path::Path,
 ) -> Config {
-    let text = format!(
-        "[input]\ntopic = \"{input}\"\ngroup_id = \"{group}\"\n[output]\ntopic = \"{output}\"\n"
-    );
+    let text = format!("[input]\ntopic = \"{input}\"\ngroup_id = \"{group}\"\n[output]\ntopic = \"{output}\"\n");
     let mut cfg = Config::from_toml_str(&text, Some(Default::default())).expect("the bench configuration is valid");
     cfg.kafka.bootstrap_servers = brokers.to_string();
     cfg.checkpoint.interval = interval;
@@ -941,12 +941,7 @@ fn measure_latency(args: &Args, rate: u64, brokers: &str, input: &str, output: &
     reader.assign(&tpl).map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel();
     let writer = {
-        let (brokers, input, rate, bytes) = (
-            brokers.to_string(),
-            input.to_string(),
-            rate.max(1),
-            args.bytes(),
-        );
+        let (brokers, input, rate, bytes) = (brokers.to_string(), input.to_string(), rate.max(1), args.bytes());
         std::thread::spawn(move || -> Result<(), String> {
             // linger.ms 5 (librdkafka's default, kafka-dedup's): at half the copier's rate, one
             // request per record would make the parent the limit; a and b wait the same.
@@ -1162,7 +1157,8 @@ fn run_peer(
     let state = tempfile::tempdir().map_err(|e| e.to_string())?;
     // The horizon kafka-dedup keeps at most: `checkpoint.generations` (default 2) intervals.
     let horizon_ms = (Duration::from(args.checkpoint_interval).as_millis() * 2).to_string();
-    let var = |n: &str| std::env::var(n).map_err(|_| format!("--peers: {n} is not set (scripts/bench.sh --peers sets it)"));
+    let var =
+        |n: &str| std::env::var(n).map_err(|_| format!("--peers: {n} is not set (scripts/bench.sh --peers sets it)"));
     let peers = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers");
     let (mut command, extra) = match role {
         Role::Redis => {
@@ -1174,10 +1170,19 @@ fn run_peer(
         }
         _ => {
             let mut c = Command::new("java");
-            let guarantee = if role == Role::StreamsEos { "exactly_once_v2" } else { "at_least_once" };
-            c.args(["-Xmx1g", "-cp", &var("KD_E2E_STREAMS_CP")?, "kafkadedup.peers.StreamsDedup"])
-                .args([brokers, input, &output, &group, guarantee, &horizon_ms])
-                .arg(state.path());
+            let guarantee = if role == Role::StreamsEos {
+                "exactly_once_v2"
+            } else {
+                "at_least_once"
+            };
+            c.args([
+                "-Xmx1g",
+                "-cp",
+                &var("KD_E2E_STREAMS_CP")?,
+                "kafkadedup.peers.StreamsDedup",
+            ])
+            .args([brokers, input, &output, &group, guarantee, &horizon_ms])
+            .arg(state.path());
             (c, None)
         }
     };
@@ -1222,10 +1227,14 @@ fn run_peer(
             break Ok(());
         }
         if let Ok(Some(status)) = child.try_wait() {
-            break Err(format!("{name} exited ({status}) with {sum} of {distinct} records forwarded"));
+            break Err(format!(
+                "{name} exited ({status}) with {sum} of {distinct} records forwarded"
+            ));
         }
         if now > deadline {
-            break Err(format!("{name}: {sum} of {distinct} records forwarded after 15 minutes"));
+            break Err(format!(
+                "{name}: {sum} of {distinct} records forwarded after 15 minutes"
+            ));
         }
         std::thread::sleep(Duration::from_millis(50));
     };
@@ -1482,7 +1491,16 @@ fn one_pass(args: &Args, broker: &Broker) -> Result<(), String> {
     println!("\nruns, in order:");
     println!(
         "{:<6} {:<18} {:>10} {:>8} {:>8} {:>10} {:>10} {:>11} {:>9} {:>12}",
-        "round", "run", "records/s", "p50 ms", "p99 ms", "RSS MiB", "CPU µs/rec", "broker µs/r", "stall ms", "checkpoints"
+        "round",
+        "run",
+        "records/s",
+        "p50 ms",
+        "p99 ms",
+        "RSS MiB",
+        "CPU µs/rec",
+        "broker µs/r",
+        "stall ms",
+        "checkpoints"
     );
     for (round, variant, r) in &rows {
         let s = summary(std::slice::from_ref(r));
