@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A peer of the end-to-end benchmark (benches/e2e.rs, `--peers`): the dedup a Python user writes
 with confluent-kafka and Redis. Each record's id (its value) is claimed in Redis with
-`SET kd:<id> 1 NX PX <horizon>` (pipelined per polled batch, in record order); a record whose
+`SET <group>:<id> 1 NX PX <horizon>` (a run's ids apart from another's) (pipelined per polled batch, in record order); a record whose
 claim succeeds is produced to the output (same partition, key, value, timestamp), the others are
 dropped. Every 5 s the producer is flushed and the consumer's position committed (at least once).
 
@@ -21,6 +21,7 @@ def main():
     brokers, input_topic, output, group, redis_port, horizon_ms = sys.argv[1:7]
     horizon_ms = int(horizon_ms)
     r = redis.Redis(host="127.0.0.1", port=int(redis_port))
+    prefix = group.encode() + b":"
     consumer = Consumer(
         {
             "bootstrap.servers": brokers,
@@ -40,7 +41,7 @@ def main():
         if records:
             pipe = r.pipeline(transaction=False)
             for m in records:
-                pipe.set(b"kd:" + m.value(), b"1", nx=True, px=horizon_ms)
+                pipe.set(prefix + m.value(), b"1", nx=True, px=horizon_ms)
             for m, claimed in zip(records, pipe.execute()):
                 if not claimed:
                     continue
