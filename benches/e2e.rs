@@ -29,12 +29,12 @@
 //!    also reports the longest time its consumed count stood still while records were waiting
 //!    (a stall: a checkpoint that blocked the poll thread would show here).
 //! 3. Latency, in the same child after the throughput phase: on a second, new pair of topics the
-//!    parent produces `--latency-records` records at `--latency-rate` per second, each stamped with
+//!    parent produces records for `--latency-seconds` at `--latency-rate` per second, each stamped with
 //!    its send time (CreateTime, kept in the output by both a and b), and a reader tailing the
 //!    output computes arrival − timestamp. Apache Kafka's topics keep CreateTime
 //!    (`message.timestamp.type` default), so this is "input send → output readable" for both: the
 //!    same produce and fetch paths, so b − a is the latency kafka-dedup adds. The rate is half the
-//!    copier's steady rate (its first run; `--latency-rate` sets one), for 2 s.
+//!    copier's steady rate (its first run; `--latency-rate` sets one), for 2 s by default.
 //!
 //! CPU per record is the child's, and separately the broker's: with `KD_E2E_BROKER_PID` (set by
 //! `scripts/bench.sh`), the broker JVM's user + system time from `/proc/PID/stat` over the same
