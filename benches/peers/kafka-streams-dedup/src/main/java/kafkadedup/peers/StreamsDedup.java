@@ -26,7 +26,7 @@ import org.apache.kafka.streams.state.WindowStoreIterator;
  * <pre>java -cp 'target/classes:target/lib/*' kafkadedup.peers.StreamsDedup \
  *     BROKERS INPUT OUTPUT APPLICATION_ID at_least_once|exactly_once_v2 HORIZON_MS STATE_DIR</pre>
  *
- * Runs until SIGTERM. Everything else is Kafka Streams' default configuration.
+ * Runs until SIGTERM (or exits 1 when the client shuts down on an error). Everything else is Kafka Streams' default configuration.
  */
 public final class StreamsDedup {
   private static final String STORE = "ids";
@@ -107,7 +107,17 @@ public final class StreamsDedup {
           return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler
               .StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
+    // A client shut down by an error exits (1), so the benchmark sees it end.
+    streams.setStateListener(
+        (now, before) -> {
+          if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.NOT_RUNNING) {
+            stopped.countDown();
+          }
+        });
     streams.start();
     stopped.await();
+    if (streams.state() == KafkaStreams.State.ERROR) {
+      System.exit(1);
+    }
   }
 }
