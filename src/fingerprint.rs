@@ -4,7 +4,7 @@
 //! (`fingerprint.source`). The encoding is:
 //!
 //! ```text
-//! tag:u8 (1 value, 2 key, 3 key_value, 4 header, 5 json)  then the fields of the source, each
+//! tag:u8 (1 value, 2 key, 3 key_value, 4 header, 5 json, 6 composite, 7 avro)  then the fields of the source, each
 //! field := 0x00                          (null: absent key, tombstone value, header without value)
 //!        | 0x01 len:u64-le bytes[len]    (present, possibly empty)
 //! header source: count:u64-le field*     (every value of the named header, in record order)
@@ -48,6 +48,14 @@
 //! | the target is `null`                       | no  | `null_id` |
 //! | the target is `""`                         | no  | `empty_id` |
 //! | anything else (`0`, `false`, `" "`, `[]`, `{}`, ...) | yes: its canonical form | |
+//!
+//! `avro:/POINTER` reads a value in the Schema Registry wire format, decoded with its writer
+//! schema ([`crate::schema_registry`]) into the JSON form of [`avro`], where the pointer is
+//! resolved as above (tag 7): `null_id`, `empty_id` and `pointer_not_found` as for json, and
+//! `no_magic_byte`, `unknown_schema_id`, `not_avro` for a value that is not in the wire format,
+//! names a schema the registry lacks, or does not decode. A registry that cannot be reached is
+//! [`Unfingerprintable::RegistryUnavailable`], which is no property of the record
+//! ([`Unfingerprintable::must_wait`]): the pipeline halts the partition instead.
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -31,7 +31,8 @@
 //! ([`fingerprint::Fingerprinter::stand_in`]). Both stages run in one process.
 //!
 //! Around it: [`config`] (TOML + environment), [`security`] (TLS/SASL checks, secrets from
-//! files), [`schema_registry`] (writer schemas of `avro:` sources, fetched by id and cached), [`kafka`] (client settings), [`service`] (signals, HTTP), [`http`] (every route),
+//! files), [`schema_registry`] (writer schemas of `avro:` sources, fetched by id and cached),
+//! [`kafka`] (client settings), [`service`] (signals, HTTP), [`http`] (every route),
 //! [`status`] (`/readyz`), [`topics`] (topics deleted or recreated while running), [`inspect`]
 //! and [`migrate`] (store tools), [`audit`] (did it work: duplicates, lost records and order,
 //! read from the topics), [`demo`] and [`scenario`]

@@ -23,6 +23,13 @@
 //!   out may have been written) and out of order with later copies: side topics are
 //!   at-least-once.
 //!
+//! A partition also halts when a record's `avro:` fingerprint needs a writer schema and the
+//! schema registry cannot be reached ([`Filter::halt_for_registry`]): the record is not taken
+//! (nothing is committed past it, later records are not taken either), `/readyz` names the
+//! registry's error, and after [`RETRY_FIRST`], doubling up to [`RETRY_MAX`], the partition
+//! resumes at that record, which is fingerprinted again. Forwarding it as a record without
+//! fingerprint would let its replays through (or drop or dead-letter it, by `on_missing`).
+//!
 //! Transactional mode halts the same way when the producer refuses a copy outright (a local
 //! error: nothing entered the transaction). A copy the *broker* refuses fails the open
 //! transaction, which can then only be aborted: the pipeline stops with
