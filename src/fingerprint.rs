@@ -757,8 +757,9 @@ impl Fingerprinter {
     }
 
     /// The fingerprint of `record`, or why it has none (see the module documentation for which
-    /// records have one). Allocation-free except for the json source, whose work is linear in
-    /// the value's size.
+    /// records have one). Allocation-free except for the json and avro sources, whose work is
+    /// linear in the value's size (an avro source may also fetch a schema it has not seen:
+    /// [`crate::schema_registry`], blocking for up to its timeout).
     pub fn fingerprint(&self, record: &dyn RecordFields) -> Result<Fingerprint, Unfingerprintable> {
         let mut h = Xxh3Default::new();
         match &self.reads {
