@@ -1,7 +1,7 @@
 //! Configuration: the TOML file of `--config`, overridden key by key by environment variables
 //! `KAFKA_DEDUP__SECTION__KEY`, validated before anything connects to Kafka.
 //!
-//! The key names are a contract (README, "Configuration"). Every struct denies unknown
+//! The key names are a contract (docs/configuration.md, "Configuration"). Every struct denies unknown
 //! fields, so a typo in a file or an environment variable is an error, not a silently ignored
 //! setting. Every error names the key (`checkpoint.interval`) and the reason; `main` turns it into
 //! exit code 2.
@@ -67,7 +67,7 @@ impl From<SecurityError> for ConfigError {
     }
 }
 
-/// The whole configuration (README, "Configuration").
+/// The whole configuration (docs/configuration.md, "Configuration").
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -266,6 +266,70 @@ impl KafkaConfig {
         }
         warnings
     }
+
+    /// The consumer group protocol `group.protocol` selects ([`GroupProtocol::of`]).
+    pub fn group_protocol(&self) -> GroupProtocol {
+        GroupProtocol::of(&self.flat_properties())
+    }
+}
+
+/// librdkafka's `group.protocol`: how the group consumer of the input joins its group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupProtocol {
+    /// The original protocol (JoinGroup/SyncGroup): the members assign the partitions among
+    /// themselves; every Kafka-compatible broker speaks it. librdkafka 2.12's default.
+    Classic,
+    /// KIP-848 (`ConsumerGroupHeartbeat`, Apache Kafka 4.0 and later): the group coordinator
+    /// assigns the partitions, incrementally; the session timeout, the heartbeat interval and
+    /// the assignor are the broker's.
+    Consumer,
+}
+
+/// Consumer properties that only [`GroupProtocol::Classic`] takes, and why: with
+/// `group.protocol = "consumer"` librdkafka 2.12 refuses to create a consumer that sets any of
+/// them (`rd_kafka_conf_finalize`), because KIP-848 moved them to the broker.
+pub const CLASSIC_ONLY: &[(&str, &str)] = &[
+    (
+        "partition.assignment.strategy",
+        "the group coordinator assigns the partitions with group.protocol = \"consumer\" (KIP-848); \
+         choose its assignor with group.remote.assignor (uniform or range), or remove it",
+    ),
+    (
+        "session.timeout.ms",
+        "with group.protocol = \"consumer\" (KIP-848) the broker sets it \
+         (group.consumer.session.timeout.ms, 45 s by default, per group through IncrementalAlterConfigs); remove it",
+    ),
+    (
+        "heartbeat.interval.ms",
+        "with group.protocol = \"consumer\" (KIP-848) the broker sets it \
+         (group.consumer.heartbeat.interval.ms, 5 s by default); remove it",
+    ),
+    (
+        "group.protocol.type",
+        "only the classic group protocol has protocol types; remove it with group.protocol = \"consumer\"",
+    ),
+];
+
+impl GroupProtocol {
+    /// The protocol the flattened `[kafka.properties]` select: `group.protocol`, compared
+    /// without case as librdkafka does; [`GroupProtocol::Classic`] when unset (librdkafka's
+    /// default) or anything else (librdkafka refuses other values when the properties are
+    /// checked).
+    pub fn of(props: &BTreeMap<String, String>) -> GroupProtocol {
+        match props.get("group.protocol") {
+            Some(v) if v.trim().eq_ignore_ascii_case("consumer") => GroupProtocol::Consumer,
+            _ => GroupProtocol::Classic,
+        }
+    }
+
+    /// The first property of `props` (flattened `[kafka.properties]`) that this protocol
+    /// refuses, with why ([`CLASSIC_ONLY`]); `None` when it takes them all.
+    pub fn refused(self, props: &BTreeMap<String, String>) -> Option<(&'static str, &'static str)> {
+        match self {
+            GroupProtocol::Classic => None,
+            GroupProtocol::Consumer => CLASSIC_ONLY.iter().copied().find(|(k, _)| props.contains_key(*k)),
+        }
+    }
 }
 
 /// Where consumption starts for a partition with no committed offset.
@@ -380,7 +444,7 @@ pub struct OutputConfig {
     pub transactional_id: String,
     /// Idempotent mode only: how long recovery waits, counted from the partition's assignment,
     /// for records that a previous owner which stopped without a clean hand-over had already
-    /// sent to land in the output partition, before re-reading it. See README, "Crash safety".
+    /// sent to land in the output partition, before re-reading it. See docs/guarantee.md, "Crash safety".
     #[serde(default = "default_fence_wait", with = "humantime_serde")]
     pub fence_wait: Duration,
     /// How long a revocation or a stop (SIGTERM) waits for the acknowledgements of the
@@ -419,7 +483,7 @@ fn default_fence_wait() -> Duration {
 }
 
 /// Default of `output.handover_timeout`: a minute, within Kubernetes' and Docker's usual grace
-/// periods once raised for a slow output (README, "Deploying as a sidecar").
+/// periods once raised for a slow output (docs/deploying.md, "Deploying as a sidecar").
 fn default_handover_timeout() -> Duration {
     Duration::from_secs(60)
 }
@@ -608,7 +672,7 @@ pub enum Scope {
     Partition,
     /// Records are first copied to `fingerprint.route_topic`, partition `fingerprint mod N`, and
     /// filtered there: a replay is caught whatever input partition it lands in. Costs an extra
-    /// hop (README, "Global scope").
+    /// hop (docs/global-scope.md, "Global scope").
     Global,
 }
 
@@ -645,7 +709,7 @@ pub struct CheckpointConfig {
     /// Time between checkpoints, and the length of a generation's bucket of record time. The
     /// dedup horizon is `(generations - 1)` (H_min) to `generations` (H_max) intervals
     /// ([`crate::horizon::bounds_ms`]); set it so that H_min exceeds the upstream's checkpoint
-    /// interval plus its recovery time. Default 1 min (README, "Configuration").
+    /// interval plus its recovery time. Default 1 min (docs/configuration.md, "Configuration").
     #[serde(default = "default_interval", with = "humantime_serde")]
     pub interval: Duration,
     /// Fingerprint sets kept per partition: the current one and `generations - 1` previous ones.
@@ -669,7 +733,7 @@ const MAX_FENCE_WAIT: Duration = Duration::from_secs(3600);
 /// 1 min x 3 generations: H_min 2 min covers a Flink job checkpointing every 20-60 s that
 /// restarts in under a minute, and kafka-dedup's own restart after a SIGKILL (45 s session
 /// timeout, 10 s fence wait, the recovery) or a hand-over; a crash re-consumes at most about a
-/// minute of input, and a transaction stays open a minute (README, "Configuration").
+/// minute of input, and a transaction stays open a minute (docs/configuration.md, "Configuration").
 fn default_interval() -> Duration {
     Duration::from_secs(60)
 }
@@ -839,7 +903,11 @@ impl Config {
                 ));
             }
         }
-        Ok(security::validate(&props)?)
+        security::validate(&props)?;
+        if let Some((name, why)) = GroupProtocol::of(&props).refused(&props) {
+            return Err(ConfigError::key(format!("kafka.properties.{name}"), why));
+        }
+        Ok(())
     }
 
     /// Topics named, distinct, and a dead-letter topic when `on_missing` needs one.
@@ -1286,7 +1354,7 @@ fn split_serde_error(path: &str, message: &str) -> (String, String) {
             };
             return (
                 key,
-                "unknown key (check the spelling; see README, Configuration)".to_string(),
+                "unknown key (check the spelling; every key is in docs/configuration.md)".to_string(),
             );
         }
     }

@@ -14,7 +14,10 @@
 //! 2. the **filter stage** is today's filter ([`crate::pipeline::run_filter`]) with
 //!    [`Config::filter_stage`]: it reads the route topic in the group `<input.group_id>-global`.
 //!    A record without fingerprint is known there by its provenance
-//!    ([`Fingerprinter::stand_in`]), so a second copy of it is dropped too.
+//!    ([`Fingerprinter::stand_in`]), so a second copy of it is dropped too. A copy the route stage
+//!    made again (after a crash, a lost assignment, a hand-over that timed out) is dropped there
+//!    whatever its age: [`copy_fate`] compares its provenance with the [`HighWater`] marks of its
+//!    route partition.
 //!
 //! [`crate::service::run`] starts both, sharing the metrics and the HTTP endpoint; the route
 //! stage counts [`RECORDS_ROUTED`].
@@ -37,7 +40,7 @@ use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::kafka::{self, TopicError};
 use crate::partition::{InFlight, Target, SEQ_BITS};
 use crate::pipeline::context::Throttle;
-use crate::pipeline::{Fatal, RunError, Shutdown};
+use crate::pipeline::{Fatal, HandoverError, RunError, Shutdown};
 use crate::provenance::{Provenance, HEADER};
 use crate::status::Status;
 
@@ -45,6 +48,72 @@ use crate::status::Status;
 /// to the route topic, counted when the route topic acknowledged the copy (a record copied again
 /// after a crash counts again). Only in the global scope.
 pub const RECORDS_ROUTED: &str = "kafka_dedup_records_routed_total";
+
+/// `kafka_dedup_route_copies_dropped_total`: copies the filter stage of the global scope dropped
+/// because the route stage had copied their input record before ([`copy_fate`]: its offset at or
+/// below the high-water mark of its input partition), whatever the time since the first copy.
+/// Only in the global scope. Also counted in `records_consumed`, not in `duplicates_dropped`.
+pub const ROUTE_COPIES_DROPPED: &str = "kafka_dedup_route_copies_dropped_total";
+
+/// The filter stage's high-water marks of one route partition: per input partition (of
+/// `input.topic`), the highest input offset whose copy it took (forwarded, dropped or copied
+/// aside), by the copy's provenance header. Kept in the checkpoint (offset metadata, `hw`) and
+/// rebuilt from the output on recovery ([`crate::recovery`]).
+pub type HighWater = BTreeMap<i32, i64>;
+
+/// What the filter stage makes of a routed copy, by its provenance ([`copy_fate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CopyFate {
+    /// Not copied before: looked up by fingerprint as usual, and its offset becomes its input
+    /// partition's mark once taken ([`note_taken`]).
+    New,
+    /// Its input record was copied to this route partition before and taken: dropped, whatever
+    /// its fingerprint's age.
+    Recopy,
+    /// No provenance of `input.topic` (or no fingerprint, nor stand-in: a record without identity
+    /// follows `on_missing` as before): looked up by fingerprint as usual.
+    Unknown,
+}
+
+/// The fate of a routed copy whose provenance is `source` (input partition, offset; `None`
+/// without one), given the route partition's marks `high_water`.
+///
+/// The rule (docs/GLOBAL_SCOPE.md, "Re-copies"): the route stage copies each input partition in
+/// input order with one idempotent producer (no gap, no reordering within a route partition), and
+/// it resumes an input partition only at an offset whose every earlier copy was acknowledged. So
+/// when a route partition holds a copy of input offset `h` of partition `p`, it already holds
+/// every earlier record of `p` that routes to it, before that copy: a copy of an offset at or
+/// below `h` met later is a second copy (a re-copy after a crash, or a late copy of a previous
+/// owner) and is dropped. Nothing else is: a first copy always comes above every mark of its
+/// input partition.
+pub fn copy_fate(high_water: &HighWater, source: Option<(i32, i64)>) -> CopyFate {
+    match source {
+        None => CopyFate::Unknown,
+        Some((p, offset)) if high_water.get(&p).is_some_and(|h| offset <= *h) => CopyFate::Recopy,
+        Some(_) => CopyFate::New,
+    }
+}
+
+/// Raises the mark of `source`'s input partition to its offset (a copy taken).
+pub fn note_taken(high_water: &mut HighWater, source: Option<(i32, i64)>) {
+    if let Some((p, offset)) = source {
+        let h = high_water.entry(p).or_insert(offset);
+        *h = (*h).max(offset);
+    }
+}
+
+/// Raises every mark of `into` to the one of `from` (the checkpoint's, the output's re-read).
+pub fn merge_high_water(into: &mut HighWater, from: &HighWater) {
+    for (p, o) in from {
+        note_taken(into, Some((*p, *o)));
+    }
+}
+
+/// `kafka_dedup_route_lag_records{partition}`: the route stage's lag on an input partition (global
+/// scope): its high watermark (last stable offset) minus the route stage's committed offset, from
+/// librdkafka statistics, as [`crate::telemetry::CONSUMER_LAG`] is the filter stage's on the
+/// route topic. Set to 0 when the partition is revoked.
+pub const ROUTE_LAG: &str = "kafka_dedup_route_lag_records";
 
 /// How long one poll waits for a record.
 const POLL_WAIT: Duration = Duration::from_millis(100);
@@ -230,6 +299,7 @@ impl Router {
                         offset,
                         topic: cfg.fingerprint.route_topic.clone(),
                         error,
+                        skippable: false,
                     });
                 }
             }
@@ -328,6 +398,7 @@ impl Router {
                         offset: t.inflight.watermark(),
                         topic: self.cfg.fingerprint.route_topic.clone(),
                         error,
+                        skippable: false,
                     });
                 }
             }
@@ -379,10 +450,39 @@ impl Router {
         }
     }
 
+    /// Copies of `parts` are not acknowledged at a hand-over (timed out, or `lost`): purges the
+    /// producer's queue and in-flight requests (librdkafka neither sends nor retries them) and
+    /// stops the stage, unless it failed already.
+    fn give_up(&mut self, parts: &[i32], lost: bool) {
+        error!(
+            partitions = ?parts, lost,
+            "route stage: hand-over with copies not acknowledged; dropping them from the producer and stopping \
+             (the next owner copies them again)"
+        );
+        self.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+        if self.failure.is_none() {
+            self.failure = Some(if lost {
+                Fatal::AssignmentLost {
+                    partitions: parts.to_vec(),
+                }
+            } else {
+                Fatal::Handover {
+                    partitions: parts.to_vec(),
+                    error: Arc::new(HandoverError::Timeout),
+                }
+            });
+        }
+    }
+
     /// Hands `parts` over (revocation, stop): waits up to `output.handover_timeout` for their
-    /// copies' acknowledgements, commits what is acknowledged (unless the assignment was `lost`:
-    /// another member may own them already) and forgets them. Copies still unacknowledged are
-    /// made again by the next owner; the filter stage drops the second copies.
+    /// copies' acknowledgements (not at all when the assignment was `lost`), commits what is
+    /// acknowledged (unless `lost`: another member may own them already) and forgets them.
+    /// Copies still unacknowledged then (a timeout, a lost assignment) are purged from the
+    /// producer, which would otherwise retry them for ever and land them after the next owner's
+    /// copies, and the stage stops ([`Fatal::Handover`], [`Fatal::AssignmentLost`]), as the
+    /// filter does; the next owner copies them again (and the filter stage drops any copy that
+    /// was already on the wire by provenance, [`copy_fate`]).
     fn hand_over(&mut self, consumer: &RouteConsumer, parts: &[i32], lost: bool) {
         let deadline = Instant::now() + self.cfg.output.handover_timeout;
         loop {
@@ -393,9 +493,9 @@ impl Router {
                     .is_none_or(|t| t.inflight.watermark() >= t.inflight.next_offset())
             });
             let left = deadline.saturating_duration_since(Instant::now());
-            if idle || self.failure.is_some() || left.is_zero() {
+            if idle || lost || self.failure.is_some() || left.is_zero() {
                 if !idle {
-                    warn!(partitions = ?parts, "route stage: hand-over with copies not acknowledged; the next owner copies them again");
+                    self.give_up(parts, lost);
                 }
                 break;
             }
@@ -419,6 +519,10 @@ impl Router {
 struct RouteContext {
     router: Mutex<Router>,
     input_topic: String,
+    /// `input.start`: with `latest`, partitions without a commit start at the end.
+    start: Start,
+    /// The input partitions assigned to the route stage (the lag metric's).
+    assigned: Mutex<std::collections::BTreeSet<i32>>,
     status: Arc<Status>,
     throttle: Throttle,
 }
@@ -430,6 +534,19 @@ impl RouteContext {
 }
 
 impl ClientContext for RouteContext {
+    /// The route stage's lag per assigned input partition ([`ROUTE_LAG`]).
+    fn stats(&self, stats: rdkafka::statistics::Statistics) {
+        let Some(t) = stats.topics.get(&self.input_topic) else {
+            return;
+        };
+        let Ok(assigned) = self.assigned.lock() else { return };
+        for (p, ps) in &t.partitions {
+            if *p >= 0 && ps.consumer_lag >= 0 && assigned.contains(p) {
+                route_lag(*p, ps.consumer_lag);
+            }
+        }
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         self.status.note_client_error(&error, reason);
         if let Some(suppressed) = self.throttle.admit(&error, Instant::now()) {
@@ -440,6 +557,9 @@ impl ClientContext for RouteContext {
 
 impl ConsumerContext for RouteContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let (Rebalance::Assign(tpl), Start::Latest) = (rebalance, self.start) {
+            start_at_the_end(consumer, &self.input_topic, tpl);
+        }
         if let Rebalance::Revoke(tpl) = rebalance {
             let parts: Vec<i32> = tpl
                 .elements_for_topic(&self.input_topic)
@@ -451,11 +571,17 @@ impl ConsumerContext for RouteContext {
             if let Ok(mut r) = self.router.lock() {
                 r.hand_over(consumer, &parts, lost);
             }
+            if let Ok(mut a) = self.assigned.lock() {
+                for p in &parts {
+                    a.remove(p);
+                    route_lag(*p, 0); // no stale lag for released partitions
+                }
+            }
             self.status.set_route_partitions(&[], &parts);
         }
     }
 
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
                 let parts: Vec<i32> = tpl
@@ -464,6 +590,21 @@ impl ConsumerContext for RouteContext {
                     .map(|e| e.partition())
                     .collect();
                 info!(partitions = ?parts, "route stage: partitions assigned");
+                // librdkafka keeps a partition's pause across assignments: one revoked while the
+                // stage was backed off would otherwise stay paused for ever. Paused while backed
+                // off (resumed with the others), resumed otherwise.
+                let backed_off = self.lock().backpressure.is_some();
+                let set = if backed_off {
+                    consumer.pause(tpl)
+                } else {
+                    consumer.resume(tpl)
+                };
+                if let Err(e) = set {
+                    warn!(error = %e, backed_off, "route stage: pausing or resuming assigned partitions failed");
+                }
+                if let Ok(mut a) = self.assigned.lock() {
+                    a.extend(parts.iter().copied());
+                }
                 self.status.set_route_partitions(&parts, &[]);
             }
             Rebalance::Revoke(_) => {}
@@ -473,6 +614,44 @@ impl ConsumerContext for RouteContext {
 }
 
 type RouteConsumer = BaseConsumer<RouteContext>;
+
+/// Sets the route stage's lag of input partition `p` ([`ROUTE_LAG`]).
+fn route_lag(p: i32, lag: i64) {
+    metrics::gauge!(ROUTE_LAG, "partition" => p.to_string()).set(lag as f64);
+}
+
+/// `input.start = "latest"`, before the assignment `tpl` takes effect: commits the end of each of
+/// its partitions that has no committed offset, so that they start there (and a restart before
+/// the first periodic commit resumes there), while `auto.offset.reset` stays `earliest`: a
+/// committed offset that retention deleted resumes at the oldest record left, never at the end
+/// (as the filter does, `recovery`). A failure is logged; such a partition starts at the log
+/// start instead (it copies more, loses nothing).
+fn start_at_the_end(consumer: &RouteConsumer, topic: &str, tpl: &TopicPartitionList) {
+    let parts: Vec<i32> = tpl.elements_for_topic(topic).iter().map(|e| e.partition()).collect();
+    if parts.is_empty() {
+        return;
+    }
+    let result = consumer.committed_offsets(tpl.clone(), KAFKA_TIMEOUT).and_then(|committed| {
+        let mut ends = TopicPartitionList::new();
+        for p in &parts {
+            let known = committed
+                .find_partition(topic, *p)
+                .is_some_and(|e| matches!(e.offset(), Offset::Offset(_)));
+            if !known {
+                let (_, high) = consumer.fetch_watermarks(topic, *p, KAFKA_TIMEOUT)?;
+                ends.add_partition_offset(topic, *p, Offset::Offset(high))?;
+            }
+        }
+        if ends.count() > 0 {
+            consumer.commit(&ends, CommitMode::Sync)?;
+            info!(positions = ?ends.to_topic_map(), "route stage: nothing committed for these partitions; starting at the input's end (input.start = latest)");
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        warn!(partitions = ?parts, error = %e, "route stage: committing the input's end (input.start = latest) failed; partitions without a commit start at the log start");
+    }
+}
 
 /// Runs the route stage until `shutdown` is triggered (then hands every partition over and
 /// returns `Ok`) or a fatal error (returns it; nothing committed past the record concerned).
@@ -487,6 +666,12 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
     );
     let routed = metrics::counter!(RECORDS_ROUTED);
     routed.increment(0);
+    metrics::describe_counter!(
+        ROUTE_COPIES_DROPPED,
+        metrics::Unit::Count,
+        "Copies the filter stage dropped as the route stage's second copies of an input record (global scope)."
+    );
+    metrics::counter!(ROUTE_COPIES_DROPPED).increment(0);
     status.set_route_partitions(&[], &[]);
     crate::crash::panic_point("route");
     let Some(route_partitions) = wait_for_topics(&cfg, &shutdown)? else {
@@ -520,16 +705,19 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(DEFAULT_QUEUE_MESSAGES),
     };
-    let mut consumer_cfg = kafka::consumer_config(&cfg);
-    // The lag metric is the filter stage's (of the route topic); without a handler rdkafka would
-    // log each statistics report.
-    consumer_cfg.remove("statistics.interval.ms");
-    if cfg.input.start == Start::Latest {
-        consumer_cfg.set("auto.offset.reset", "latest");
-    }
+    metrics::describe_gauge!(
+        ROUTE_LAG,
+        metrics::Unit::Count,
+        "Route stage lag per input partition (global scope), from librdkafka statistics."
+    );
+    // `auto.offset.reset` stays `earliest` (`kafka::consumer_config`): `input.start = "latest"`
+    // is applied where nothing is committed only ([`start_at_the_end`]).
+    let consumer_cfg = kafka::consumer_config(&cfg);
     let consumer: RouteConsumer = consumer_cfg.create_with_context(RouteContext {
         router: Mutex::new(router),
         input_topic: cfg.input.topic.clone(),
+        start: cfg.input.start,
+        assigned: Mutex::new(Default::default()),
         status: status.clone(),
         throttle: Throttle::default(),
     })?;
@@ -647,6 +835,43 @@ mod tests {
         for (case, fingerprint, input, n, want) in rows {
             assert_eq!(route_partition(fingerprint, input, n), want, "{case}");
         }
+    }
+
+    /// The re-copy rule, one row per case: marks, provenance, the fate.
+    #[test]
+    fn copy_fate_in_a_table() {
+        let marks: HighWater = [(0, 100), (2, 7)].into_iter().collect();
+        #[rustfmt::skip]
+        let rows = [
+            ("no provenance", None::<(i32, i64)>, CopyFate::Unknown),
+            ("above the mark: a first copy", Some((0, 101)), CopyFate::New),
+            ("far above the mark (records routed elsewhere between)", Some((0, 5_000)), CopyFate::New),
+            ("at the mark: the same record again", Some((0, 100)), CopyFate::Recopy),
+            ("below the mark: a re-copy after a crash", Some((0, 42)), CopyFate::Recopy),
+            ("another partition's mark does not count", Some((2, 42)), CopyFate::New),
+            ("below another partition's mark", Some((2, 0)), CopyFate::Recopy),
+            ("a partition without a mark", Some((1, 0)), CopyFate::New),
+        ];
+        for (case, source, want) in rows {
+            assert_eq!(copy_fate(&marks, source), want, "{case}");
+        }
+    }
+
+    /// A taken copy raises its partition's mark, never lowers it; merging keeps the higher mark.
+    #[test]
+    fn marks_only_rise() {
+        let mut marks = HighWater::new();
+        note_taken(&mut marks, Some((0, 10)));
+        note_taken(&mut marks, Some((0, 5))); // a late copy taken (not one the rule drops)
+        note_taken(&mut marks, None);
+        assert_eq!(marks, [(0, 10)].into_iter().collect());
+        merge_high_water(&mut marks, &[(0, 3), (1, 9)].into_iter().collect());
+        assert_eq!(marks, [(0, 10), (1, 9)].into_iter().collect());
+        // The route stage's order: a re-copy of 4..=10 after 10 was taken is dropped whole,
+        // and the next first copy is not.
+        let fates: Vec<CopyFate> = (4..=11).map(|o| copy_fate(&marks, Some((0, o)))).collect();
+        assert_eq!(fates[..7], [CopyFate::Recopy; 7]);
+        assert_eq!(fates[7], CopyFate::New);
     }
 
     /// Every copy of an event meets in one partition, through whichever input partition it came;

@@ -12,7 +12,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::BaseProducer;
 
-use crate::config::{Config, ConfigError, Delivery};
+use crate::config::{Config, ConfigError, Delivery, GroupProtocol};
 
 /// Properties kafka-dedup sets itself, whatever `[kafka.properties]` says, and why.
 pub const ENFORCED: &[(&str, &str)] = &[
@@ -137,7 +137,9 @@ pub const METADATA_REFRESH_MS: &str = "30000";
 /// The group consumer of the input topic.
 ///
 /// Defaults (overridable): `partition.assignment.strategy=cooperative-sticky` (a rebalance moves
-/// only the partitions that change owner), `isolation.level=read_committed` (librdkafka default,
+/// only the partitions that change owner; with `group.protocol = "consumer"` not set: the broker
+/// assigns, incrementally, and librdkafka refuses the property, [`GroupProtocol`]),
+/// `isolation.level=read_committed` (librdkafka default,
 /// stated), `statistics.interval.ms=5000` (consumer lag metric), `fetch.wait.max.ms=100`
 /// (librdkafka's is 500): a partition resumed after its recovery joins the consumer's fetches only
 /// when the fetch in flight returns, and a broker holds a fetch of caught-up partitions that long;
@@ -151,7 +153,9 @@ pub fn consumer_config(cfg: &Config) -> ClientConfig {
     if !cfg.input.group_instance_id.is_empty() {
         c.set("group.instance.id", &cfg.input.group_instance_id);
     }
-    set_default(&mut c, "partition.assignment.strategy", "cooperative-sticky");
+    if cfg.kafka.group_protocol() == GroupProtocol::Classic {
+        set_default(&mut c, "partition.assignment.strategy", "cooperative-sticky");
+    }
     set_default(&mut c, "isolation.level", "read_committed");
     set_default(&mut c, "statistics.interval.ms", "5000");
     set_default(&mut c, "fetch.wait.max.ms", "100");
@@ -268,9 +272,11 @@ pub fn fit_to_output(c: &mut ClientConfig, cfg: &Config, limit: Option<usize>) {
 }
 
 /// The `max.message.bytes` of `topic` (the largest record batch it takes, bytes), asked with
-/// DescribeConfigs through an admin client of `cfg`'s brokers. `None` when the broker does not
-/// say (no `DescribeConfigs` permission on the topic, a broker that does not implement it).
-/// Errors: the request failed (brokers unreachable).
+/// DescribeConfigs through an admin client of `cfg`'s brokers. `None` when the broker answers
+/// without it. Errors: the request failed (brokers unreachable, a broker that does not implement
+/// it and never answers), or the broker refused it for the topic (no `DESCRIBE_CONFIGS`
+/// permission: the principal needs it on the output topic for the fit, see
+/// [`fit_to_output`]).
 pub fn topic_max_message_bytes(cfg: &Config, topic: &str, timeout: Duration) -> Result<Option<usize>, KafkaError> {
     use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
     let admin: AdminClient<rdkafka::client::DefaultClientContext> = base(cfg, Role::Producer).create()?;
@@ -282,10 +288,16 @@ pub fn topic_max_message_bytes(cfg: &Config, topic: &str, timeout: Duration) -> 
         &[ResourceSpecifier::Topic(topic)],
         &AdminOptions::new().request_timeout(Some(timeout)),
     ))?;
-    Ok(answers.into_iter().filter_map(Result::ok).find_map(|r| {
-        r.get("max.message.bytes")
+    for answer in answers {
+        let resource = answer.map_err(KafkaError::AdminOp)?;
+        if let Some(limit) = resource
+            .get("max.message.bytes")
             .and_then(|e| e.value.as_deref()?.parse().ok())
-    }))
+        {
+            return Ok(Some(limit));
+        }
+    }
+    Ok(None)
 }
 
 /// Producer properties kafka-dedup sets in idempotent mode, with their values (see
@@ -313,9 +325,13 @@ pub fn reader_config(cfg: &Config) -> ClientConfig {
     c.set("enable.auto.offset.store", "false");
     c.set("enable.partition.eof", "true");
     c.set("auto.offset.reset", "earliest");
-    // Rebalance and statistics settings make no sense here.
+    // Rebalance and statistics settings make no sense here: the reader never joins the group
+    // (it assigns partitions itself and only fetches the group's offsets, which any protocol's
+    // group answers), so it keeps librdkafka's classic protocol whatever the group consumer's.
     c.remove("statistics.interval.ms");
     c.remove("group.instance.id");
+    c.remove("group.protocol");
+    c.remove("group.remote.assignor");
     c
 }
 
@@ -433,6 +449,44 @@ pub fn key_placed_in(key: &[u8], partition: i32, partitions: usize) -> bool {
     let java = ((murmur2(key) as u32) & 0x7fff_ffff) % n;
     let librdkafka = crc32fast::hash(key) % n;
     java as i32 == partition || librdkafka as i32 == partition
+}
+
+/// The generation (classic group protocol) or member epoch (KIP-848) librdkafka holds for the
+/// group consumer `consumer`: above 0 once the group coordinator has accepted it as a member, 0
+/// or -1 before, and after it left or was fenced. `None` when librdkafka has no group metadata
+/// (a consumer without `group.id`). With `group.protocol = "consumer"` this is how kafka-dedup
+/// knows it joined when the group gives it no partition: librdkafka 2.12 calls no rebalance
+/// callback for an assignment that stays empty. Read from librdkafka's serialized consumer group
+/// metadata ([`generation_of`]).
+pub fn member_epoch<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>) -> Option<i32> {
+    use rdkafka::bindings as rd;
+    // SAFETY: the metadata is created from the live client and destroyed here; the buffer
+    // librdkafka writes is read within its `size` and freed with librdkafka's allocator.
+    unsafe {
+        let md = rd::rd_kafka_consumer_group_metadata(consumer.client().native_ptr());
+        if md.is_null() {
+            return None;
+        }
+        let (mut buf, mut size) = (std::ptr::null_mut(), 0usize);
+        let error = rd::rd_kafka_consumer_group_metadata_write(md, &mut buf, &mut size);
+        rd::rd_kafka_consumer_group_metadata_destroy(md);
+        if !error.is_null() {
+            rd::rd_kafka_error_destroy(error);
+            return None;
+        }
+        let epoch = generation_of(std::slice::from_raw_parts(buf as *const u8, size));
+        rd::rd_kafka_mem_free(std::ptr::null_mut(), buf);
+        epoch
+    }
+}
+
+/// The generation id in librdkafka's serialized consumer group metadata (format v2 of
+/// `rd_kafka_consumer_group_metadata_write`, librdkafka 2.12: the 7 bytes `CGMDv2:`, then the
+/// generation as a native-endian `i32`, then the group id, member id and instance id). `None`
+/// for any other format.
+pub fn generation_of(serialized: &[u8]) -> Option<i32> {
+    let rest = serialized.strip_prefix(b"CGMDv2:")?;
+    Some(i32::from_ne_bytes(rest.get(..4)?.try_into().ok()?))
 }
 
 /// Context of the consumers that read to the end of partitions (recovery, tests): the
@@ -560,6 +614,94 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    /// Issue 21, item 3: `group.protocol = "consumer"` (KIP-848). The consumer kafka-dedup builds
+    /// from the configuration is created by librdkafka (as `run` and `check-config` do, without
+    /// connecting), and a property that protocol refuses is a configuration error naming it.
+    /// Each row: the `[kafka.properties]`, then `Ok(())` or the key of the error.
+    #[test]
+    fn group_protocols_and_the_properties_they_refuse() {
+        let rows: &[(&str, Result<(), &str>)] = &[
+            ("", Ok(())),
+            (
+                "\"group.protocol\" = \"classic\"\n\"session.timeout.ms\" = 6000\n\"heartbeat.interval.ms\" = 500",
+                Ok(()),
+            ),
+            (
+                "\"group.protocol\" = \"classic\"\n\"partition.assignment.strategy\" = \"range\"",
+                Ok(()),
+            ),
+            ("\"group.protocol\" = \"consumer\"", Ok(())),
+            ("\"group.protocol\" = \"CONSUMER\"", Ok(())),
+            (
+                "\"group.protocol\" = \"consumer\"\n\"group.remote.assignor\" = \"range\"",
+                Ok(()),
+            ),
+            (
+                "\"group.protocol\" = \"consumer\"\n\"session.timeout.ms\" = 6000",
+                Err("kafka.properties.session.timeout.ms"),
+            ),
+            (
+                "\"group.protocol\" = \"consumer\"\n\"heartbeat.interval.ms\" = 500",
+                Err("kafka.properties.heartbeat.interval.ms"),
+            ),
+            (
+                "\"group.protocol\" = \"consumer\"\n\"partition.assignment.strategy\" = \"cooperative-sticky\"",
+                Err("kafka.properties.partition.assignment.strategy"),
+            ),
+            (
+                "\"group.protocol\" = \"consumer\"\n\"group.protocol.type\" = \"consumer\"",
+                Err("kafka.properties.group.protocol.type"),
+            ),
+        ];
+        for (props, expected) in rows {
+            let text = format!("[kafka.properties]\n{props}\n[input]\ntopic = \"in\"\n[output]\ntopic = \"out\"\n");
+            let got = Config::from_toml_str(&text, Some(Default::default())).and_then(|cfg| {
+                check_clients(&cfg)?;
+                Ok(cfg)
+            });
+            match (expected, &got) {
+                (Ok(()), Ok(cfg)) => {
+                    let consumer = consumer_config(cfg);
+                    let classic = !props.to_ascii_lowercase().contains("\"consumer\"");
+                    let strategy = consumer.get("partition.assignment.strategy");
+                    assert_eq!(strategy.is_some(), classic, "{props}: {strategy:?}");
+                }
+                (Err(key), Err(e)) => {
+                    assert_eq!(e.key_name(), Some(*key), "{props}: {e}");
+                    assert!(e.to_string().contains("group.protocol"), "{props}: says why: {e}");
+                }
+                _ => panic!("{props}: expected {expected:?}, got {:?}", got.map(drop)),
+            }
+        }
+    }
+
+    /// The generation read back from librdkafka's own serialization, and other formats refused.
+    #[test]
+    fn the_generation_is_read_from_librdkafkas_group_metadata() {
+        use rdkafka::bindings as rd;
+        for generation in [-1, 0, 1, 7, i32::MAX] {
+            // SAFETY: the strings outlive the call; the metadata and the buffer are freed here.
+            let bytes = unsafe {
+                let (group, member, instance) = (c"g", c"m-1", c"pod-0");
+                let md = rd::rd_kafka_consumer_group_metadata_new_with_genid(
+                    group.as_ptr(),
+                    generation,
+                    member.as_ptr(),
+                    instance.as_ptr(),
+                );
+                let (mut buf, mut size) = (std::ptr::null_mut(), 0usize);
+                assert!(rd::rd_kafka_consumer_group_metadata_write(md, &mut buf, &mut size).is_null());
+                rd::rd_kafka_consumer_group_metadata_destroy(md);
+                let bytes = std::slice::from_raw_parts(buf as *const u8, size).to_vec();
+                rd::rd_kafka_mem_free(std::ptr::null_mut(), buf);
+                bytes
+            };
+            assert_eq!(generation_of(&bytes), Some(generation));
+        }
+        assert_eq!(generation_of(b"CGMDv1:\x01\0\0\0g\0"), None);
+        assert_eq!(generation_of(b"CGMDv2:\x01"), None);
     }
 
     #[test]

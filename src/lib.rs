@@ -28,7 +28,8 @@
 //! acknowledged; steps 1 to 7 then run unchanged on the route topic
 //! ([`config::Config::filter_stage`]), where every copy of an event meets in one partition. A
 //! record without fingerprint is known there by its provenance
-//! ([`fingerprint::Fingerprinter::stand_in`]). Both stages run in one process.
+//! ([`fingerprint::Fingerprinter::stand_in`]); a second copy the route stage made of one input
+//! record is dropped by its provenance ([`global::copy_fate`]). Both stages run in one process.
 //!
 //! Around it: [`config`] (TOML + environment), [`security`] (TLS/SASL checks, secrets from
 //! files), [`schema_registry`] (writer schemas of `avro:` sources, fetched by id and cached),

@@ -18,8 +18,13 @@
 //!   rotates its generations nor seeds the clock. Absent in a commit of an older kafka-dedup
 //!   (or of a partition that has taken no record yet): the next owner takes the newest timestamp
 //!   among the output records it re-reads, or, with nothing re-read, its first record's.
+//! - `hw` (optional, global scope, filter stage): per input partition of `input.topic`, the
+//!   highest input offset taken from this route partition ([`crate::global::HighWater`]), so
+//!   that the next owner drops the route stage's re-copies whatever their age. Absent when empty
+//!   (the partition scope) and in a commit of an older kafka-dedup: the next owner rebuilds the
+//!   marks from the provenance of the output records it re-reads.
 //!
-//! Version: `kd` 1. `clock` was added without a new version: it is optional, the other fields
+//! Version: `kd` 1. `clock` and `hw` were added without a new version: it is optional, the other fields
 //! kept their meaning (`gens` still lists the live generations, oldest first, whatever rotates
 //! them), and an older kafka-dedup that reads it ignores it and falls back to its own rotation,
 //! which is harmless; a new version would instead make an older instance in a rolling update
@@ -34,8 +39,12 @@
 //! generations were live. Recovery then finds where they begin in the output by record time,
 //! back from `clock` (see `recovery::plan`, `Plan::RebuildByTime`), and reads the output to its
 //! end (transactional mode: to the last stable offset; `out_end` is left out too). Everything
-//! else is a fixed size, so this form fits whatever the partition count. An older kafka-dedup,
+//! else is a fixed size but `hw` (about 20 bytes per input partition), which is left out last
+//! when even that form does not fit (the next owner rebuilds the marks from the output), so this
+//! form fits whatever the partition counts. An older kafka-dedup,
 //! which requires `gens`, reads it as foreign metadata.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -78,6 +87,10 @@ pub struct CheckpointMeta {
     /// The partition clock at this checkpoint, ms since the Unix epoch; `None` when not known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<i64>,
+    /// Global scope, filter stage: the high-water marks (input partition → highest input offset
+    /// taken); empty (left out) otherwise, or when they did not fit.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hw: BTreeMap<i32, i64>,
 }
 
 impl CheckpointMeta {
@@ -86,8 +99,9 @@ impl CheckpointMeta {
     /// mode), only the oldest generation's are kept: recovery then re-learns everything into one
     /// generation, which widens the horizon but loses nothing. If even those (with `out_end`) do
     /// not fit, the positions are left out ([`Self::elided`]): recovery finds them by record time.
-    /// The last form holds fixed-size fields only (the checkpoint id is 16 hex digits), so it
-    /// always fits.
+    /// If that form does not fit with the high-water marks `hw` (hundreds of input partitions),
+    /// they are left out too. The last form holds fixed-size fields only (the checkpoint id is
+    /// 16 hex digits), so it always fits.
     pub fn encode(&self) -> String {
         let s = serde_json::to_string(self).expect("metadata serializes");
         if s.len() <= MAX_METADATA_BYTES {
@@ -106,6 +120,14 @@ impl CheckpointMeta {
             elided: Some(self.live_generations().max(1)),
             out_end: None,
             ..self.clone()
+        };
+        let s = serde_json::to_string(&bare).expect("metadata serializes");
+        if s.len() <= MAX_METADATA_BYTES {
+            return s;
+        }
+        let bare = CheckpointMeta {
+            hw: BTreeMap::new(),
+            ..bare
         };
         serde_json::to_string(&bare).expect("metadata serializes")
     }
@@ -151,6 +173,7 @@ mod tests {
             clean: false,
             out_end: None,
             clock: Some(1_700_000_009_300),
+            hw: BTreeMap::new(),
         };
         let s = m.encode();
         assert!(s.len() < 200, "{s}");
@@ -189,6 +212,7 @@ mod tests {
                 clean: false,
                 out_end,
                 clock: Some(i64::MAX),
+                hw: BTreeMap::new(),
             };
             let s = m.encode();
             assert!(s.len() <= MAX_METADATA_BYTES, "{} bytes", s.len());
@@ -230,10 +254,43 @@ mod tests {
             clean: true,
             out_end: None,
             clock: Some(i64::MAX),
+            hw: BTreeMap::new(),
         };
         let s = m.encode();
         assert!(s.len() <= MAX_METADATA_BYTES, "{}", s.len());
         let back = CheckpointMeta::decode(&s).unwrap();
         assert_eq!(back.gens.len(), 1);
+    }
+
+    /// The global scope's high-water marks (`hw`) round-trip; at a few input partitions they fit
+    /// beside the positions; at 1,000 input partitions they are left out last (after the
+    /// positions), and the commit still fits and decodes.
+    #[test]
+    fn high_water_marks_fit_or_are_left_out_last() {
+        let m = |inputs: i32, outputs: i32| CheckpointMeta {
+            kd: 1,
+            epoch: 3,
+            ckpt: "0".repeat(16),
+            gens: vec![(0..outputs).map(|p| (p, 1_000_000_000i64)).collect()],
+            elided: None,
+            clean: false,
+            out_end: None,
+            clock: Some(1),
+            hw: (0..inputs).map(|p| (p, 9_000_000_000i64)).collect(),
+        };
+        let small = m(12, 1);
+        let s = small.encode();
+        assert!(s.contains(r#""hw":{"0":9000000000,"#), "{s}");
+        assert_eq!(CheckpointMeta::decode(&s), Some(small));
+        // Marks that fit only without the positions keep the marks.
+        let back = CheckpointMeta::decode(&m(150, 150).encode()).unwrap();
+        assert_eq!((back.gens.len(), back.hw.len()), (0, 150));
+        let s = m(1000, 1).encode();
+        assert!(s.len() <= MAX_METADATA_BYTES, "{}", s.len());
+        let back = CheckpointMeta::decode(&s).unwrap();
+        assert!(
+            back.hw.is_empty() && back.gens.is_empty() && back.elided == Some(1),
+            "{s}"
+        );
     }
 }

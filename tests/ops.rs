@@ -281,8 +281,9 @@ fn every_dashboard_metric_is_in_a_live_scrape() {
         let present = sample_names(&s);
         let missing: Vec<&String> = wanted.difference(&present).collect();
         // The gauges are refreshed every second: wait until they show the last records too
-        // (per partition, 300 re-learned and 100 new).
-        if missing.is_empty() && metric(&s, FINGERPRINTS_HELD, &[]) >= 800.0 {
+        // (per partition, 300 re-learned and 100 new, and the two tombstones' stand-ins: the
+        // first run's re-learned by its provenance, the second's learned when forwarded).
+        if missing.is_empty() && metric(&s, FINGERPRINTS_HELD, &[]) >= 804.0 {
             break s;
         }
         assert!(filter.running(), "kafka-dedup exited:\n{}", filter.logs());
@@ -303,7 +304,7 @@ fn every_dashboard_metric_is_in_a_live_scrape() {
     assert_eq!(v(STORE_REBUILDS, &["reason=\"missing\""]), 2.0, "{scrape}");
     // Everything forwarded before the restart, unless a (slow) first run rotated a generation out.
     assert!((1.0..=602.0).contains(&v(RECOVERY_SCANNED, &[])), "{scrape}");
-    assert_eq!(v(FINGERPRINTS_HELD, &[]), 800.0, "{scrape}");
+    assert_eq!(v(FINGERPRINTS_HELD, &[]), 804.0, "{scrape}");
     assert!(v(STORE_SIZE, &[]) > 0.0, "{scrape}");
     assert!(
         scrape.contains(&format!("{CONSUMER_LAG}{{partition=\"0\"}}")),
@@ -517,73 +518,6 @@ fn security_misconfigurations_exit_2_naming_the_key() {
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("\"sasl.password\" = \"<redacted>\""), "{stdout}");
     assert!(!stdout.contains(SECRET) && !stderr.contains(SECRET), "{stdout}{stderr}");
-}
-
-/// An authentication failure at run time (SASL against tansu's listener, which offers none):
-/// `/readyz` says not ready and why, `/healthz` says alive, the same process keeps retrying
-/// instead of exiting (no crash loop), the secret never reaches the logs, and SIGTERM stops it
-/// cleanly.
-#[test]
-fn authentication_failure_at_run_time_leaves_the_process_alive_and_not_ready() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("ops-auth-in"), unique("ops-auth-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
-    let secret_file = dir.path().join("password");
-    std::fs::write(&secret_file, format!("{SECRET}\n")).unwrap();
-    let mut spec = FilterSpec::new(&input, &output, dir.path());
-    for (k, v) in [
-        ("SECURITY_PROTOCOL", "SASL_PLAINTEXT".to_string()),
-        ("SASL_MECHANISM", "SCRAM-SHA-256".to_string()),
-        ("SASL_USERNAME", "dedup".to_string()),
-        ("SASL_PASSWORD", format!("file:{}", secret_file.display())),
-    ] {
-        spec.env.push((format!("KAFKA_DEDUP__KAFKA__PROPERTIES__{k}"), v));
-    }
-    let mut filter = spec.start(dir.path());
-    let pid = filter.pid();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let reason = loop {
-        assert!(filter.running(), "kafka-dedup exited:\n{}", filter.logs());
-        assert!(
-            Instant::now() < deadline,
-            "/readyz never named the failure:\n{}",
-            filter.logs()
-        );
-        if let Some((code, body)) = http_get(&filter.http, "/readyz") {
-            assert_eq!(code, 503, "ready without authenticating: {body}");
-            let r: serde_json::Value = serde_json::from_str(&body).unwrap();
-            let reason = r["reason"].as_str().unwrap_or_default().to_string();
-            if reason.contains("authentication") {
-                break reason;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(reason.contains("SASL"), "the reason says what failed: {reason}");
-    assert_eq!(http_get(&filter.http, "/healthz").map(|h| h.0), Some(200));
-    assert_eq!(metric(&filter.scrape(), READY, &[]), 0.0);
-
-    // Not a crash loop: the same process retries (a metadata request times out after 10 s and is
-    // retried) and stays not ready with the same kind of reason.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !filter.logs().contains("cannot reach the brokers; retrying") {
-        assert!(filter.running(), "kafka-dedup exited:\n{}", filter.logs());
-        assert!(Instant::now() < deadline, "no retry:\n{}", filter.logs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    assert!(filter.running() && filter.pid() == pid);
-    let (code, body) = http_get(&filter.http, "/readyz").unwrap();
-    assert_eq!(code, 503);
-    assert!(body.contains("authentication"), "{body}");
-    let status = filter.terminate();
-    assert!(status.success(), "{status}: {}", filter.logs());
-    let logs = filter.logs();
-    assert!(!logs.contains(SECRET), "the secret reached the logs");
-    assert!(
-        logs.contains("<redacted>"),
-        "the start-up line shows the configuration redacted"
-    );
 }
 
 /// Dockerfile instructions as (keyword, arguments): comments dropped, continuation lines joined.

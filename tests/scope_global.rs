@@ -21,6 +21,8 @@ use common::*;
 const ROUTED: &str = "kafka_dedup_records_routed_total";
 const DROPPED: &str = "kafka_dedup_duplicates_dropped_total";
 const FORWARDED: &str = "kafka_dedup_records_forwarded_total";
+/// Second copies of the route stage, dropped by provenance (issue 22).
+const RECOPIES: &str = "kafka_dedup_route_copies_dropped_total";
 
 /// Distinct values written first.
 const DISTINCT: u64 = 3_000;
@@ -57,6 +59,25 @@ fn global(topics: &Topics, dir: &Path) -> FilterSpec {
     );
     spec.interval = "2s";
     spec
+}
+
+/// Waits until `f` dropped `n` copies, as replays (by fingerprint) or as the route stage's second
+/// copies (by provenance: a copy made again after a kill is dropped either way).
+fn wait_dropped(f: &mut FilterProcess, n: f64, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let s = f.scrape();
+        if metric(&s, DROPPED, &[]) + metric(&s, RECOPIES, &[]) >= n {
+            return;
+        }
+        assert!(f.running(), "kafka-dedup exited:\n{}", f.logs());
+        assert!(
+            Instant::now() < deadline,
+            "fewer than {n} dropped after {timeout:?}:\n{s}\n{}",
+            f.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The first copies: value `v` to partition `v mod 3`.
@@ -225,9 +246,8 @@ fn a_sigkill_in_the_middle_of_the_replay_loses_and_duplicates_nothing() {
         copies > (DISTINCT + REPLAYED) as i64,
         "some replays were copied twice: {copies} copies"
     );
-    restarted.wait_metric(
-        DROPPED,
-        &[],
+    wait_dropped(
+        &mut restarted,
         (copies - DISTINCT as i64) as f64,
         Duration::from_secs(180),
     );
@@ -273,7 +293,7 @@ fn records_without_fingerprint_are_forwarded_once_across_a_sigkill() {
 
     let mut restarted = spec.survivor().start(dir.path());
     // 120 copies read (60 copied before the kill, 60 after), 60 forwarded before: all dropped.
-    restarted.wait_metric(DROPPED, &[], 120.0, Duration::from_secs(90));
+    wait_dropped(&mut restarted, 120.0, Duration::from_secs(90));
     assert!(restarted.terminate().success(), "{}", restarted.logs());
     assert_eq!(kafka().end_offsets(&topics.route, 3).values().sum::<i64>(), 120);
     let n = counts(&topics.output);
@@ -341,6 +361,74 @@ fn three_instances_one_killed_one_joining() {
     assert_each_once(&topics.output);
     eprintln!(
         "three instances, one killed, one joining: done in {:?}",
+        started.elapsed()
+    );
+}
+
+/// Issue 22 item 1: with records stamped when produced, the other instances keep every route
+/// partition's clock moving while a killed instance's input partitions wait for the session
+/// timeout; the new owner's second copies of what the killed one copied since its last commit
+/// arrive past H_max (interval 1 s, 2 generations: 2 s; the session 6 s) and, by fingerprint
+/// alone, would be forwarded again. The filter stage drops them by provenance: each value once,
+/// with input flowing on every partition for more than 3 x H_max after the kill.
+#[test]
+fn copies_made_again_after_a_kill_past_the_horizon_are_dropped() {
+    const VALUES: u64 = 12_000;
+    let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let topics = Topics::new("global-recopy");
+    let mut spec = global(&topics, dir.path()).killable();
+    spec.interval = "1s";
+    let replica = |name: &str| {
+        let mut s = if name == "a" { spec.clone() } else { spec.survivor() };
+        s.store = dir.path().join(format!("store-{name}"));
+        s
+    };
+    let mut a = replica("a").start(dir.path());
+    let b = replica("b").start(dir.path());
+    let c = replica("c").start(dir.path());
+    // Distinct values, stamped when produced, over 40 s on every partition.
+    let writer = {
+        let input = topics.input.clone();
+        std::thread::spawn(move || {
+            let all: Vec<(i32, u64)> = (0..VALUES).map(|v| ((v % 3) as i32, v)).collect();
+            kafka().produce_values(&input, &all, Duration::from_secs(40));
+            Instant::now()
+        })
+    };
+    // A copies one input partition (or more) before it is killed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&a.scrape(), ROUTED, &[]) < 600.0 {
+        assert!(Instant::now() < deadline, "A routes nothing:\n{}", a.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    a.kill9();
+    let killed = Instant::now();
+    let written = writer.join().unwrap();
+    assert!(
+        written.duration_since(killed) > Duration::from_secs(6),
+        "input flowed {:?} after the kill, not more than 3 x H_max",
+        written.duration_since(killed)
+    );
+    wait_both_drained(&spec, &topics.route, &[&b, &c]);
+    let copied_twice = counts(&topics.route).values().filter(|n| **n > 1).count();
+    let dropped: f64 = [&b, &c].iter().map(|f| metric(&f.scrape(), RECOPIES, &[])).sum();
+    for mut f in [b, c] {
+        assert!(f.terminate().success(), "{}", f.logs());
+    }
+    assert!(copied_twice > 0, "the kill left no copy to make again");
+    let n = counts(&topics.output);
+    let twice: Vec<_> = n.iter().filter(|(_, c)| **c > 1).map(|(v, _)| *v).collect();
+    let missing = (0..VALUES).filter(|v| !n.contains_key(v)).count();
+    assert!(
+        twice.is_empty() && missing == 0,
+        "{} values forwarded twice (first: {:?}) of {copied_twice} copied twice, {missing} missing",
+        twice.len(),
+        &twice[..twice.len().min(5)]
+    );
+    eprintln!(
+        "killed with copies since its last commit: {copied_twice} copied twice, {dropped} dropped by provenance, \
+         done in {:?}",
         started.elapsed()
     );
 }
@@ -428,6 +516,227 @@ fn a_route_topic_outage_pauses_the_route_stage_without_leaving_the_group() {
     }
     assert_eq!(n.len(), 3000, "every value");
     assert!(n.values().all(|c| *c == 1), "each once: {n:?}");
+}
+
+/// Issue 22 item 4, on librdkafka's mock cluster (retention 5 MB per partition): the route stage
+/// copies 100 records and stops (committed 100); while it is down 6 MB more arrive and retention
+/// deletes the oldest, the committed offset included. Restarted with `input.start = "latest"`,
+/// it must resume at the oldest record left, not jump to the end (`input.start` applies only
+/// where nothing is committed). Its lag is exported per input partition
+/// (`kafka_dedup_route_lag_records`) and reaches 0.
+#[test]
+fn the_route_stage_resumes_at_the_log_start_when_retention_deleted_its_committed_offset() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::mocking::MockCluster;
+    let cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext> = MockCluster::new(1).unwrap();
+    for (topic, partitions) in [("in", 1), ("route", 2), ("out", 2)] {
+        cluster.create_topic(topic, partitions, 1).unwrap();
+    }
+    let broker = Broker::at(cluster.bootstrap_servers());
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
+    spec.session_timeout_ms = Some(6000);
+    spec.fingerprint = "[fingerprint]\nsource = \"value\"\nscope = \"global\"\nroute_topic = \"route\"\n".into();
+    spec.env.push((
+        "KAFKA_DEDUP__KAFKA__PROPERTIES__STATISTICS_INTERVAL_MS".to_string(),
+        "500".to_string(),
+    ));
+    broker.produce_values("in", &(0..100).map(|v| (0, v)).collect::<Vec<_>>(), Duration::ZERO);
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(60));
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(broker.committed(&spec.group, "in", 1)[&0].0, Some(100));
+    spec.env
+        .push(("KAFKA_DEDUP__INPUT__START".to_string(), "latest".to_string()));
+
+    let big: Vec<Raw> = (0..600u32)
+        .map(|i| raw(None, Some(&format!("{i:>10000}")), &[]))
+        .collect();
+    broker.produce_raw("in", 0, &big);
+    let reader: BaseConsumer = broker.client().create().unwrap();
+    let (low, high) = reader.fetch_watermarks("in", 0, Duration::from_secs(10)).unwrap();
+    assert!(
+        low > 100,
+        "retention moved the log start past the committed offset: {low}..{high}"
+    );
+
+    let mut again = spec.start(dir.path());
+    again.wait_metric(FORWARDED, &[], (high - low) as f64, Duration::from_secs(60));
+    // The route stage's lag is exported, and reaches 0 once everything is committed.
+    let lag = "kafka_dedup_route_lag_records{partition=\"0\"} ";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let scrape = again.scrape();
+        if scrape.lines().any(|l| l.strip_prefix(lag) == Some("0")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "route lag not 0:\n{scrape}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(again.terminate().success(), "{}", again.logs());
+    assert_eq!(broker.committed(&spec.group, "in", 1)[&0].0, Some(high));
+}
+
+/// Issue 22 item 3, on librdkafka's mock cluster: the route topic's broker down, instance A holds
+/// copies it cannot deliver when B joins and takes a partition; A's hand-over times out
+/// (`output.handover_timeout` 2 s). A must purge them and exit 1 (as the filter does), not keep a
+/// producer that retries them for ever and lands them after B's copies. With the broker back, B
+/// copies everything once more and the output holds each value once.
+#[test]
+fn a_route_hand_over_that_times_out_purges_and_exits() {
+    use rdkafka::mocking::{MockCluster, MockCoordinator};
+    let cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext> = MockCluster::new(2).unwrap();
+    for (topic, broker) in [("in", 1), ("route", 2), ("out", 1)] {
+        cluster.create_topic(topic, 2, 1).unwrap();
+        for p in 0..2 {
+            cluster.partition_leader(topic, p, Some(broker)).unwrap();
+        }
+    }
+    let broker = Broker::at(cluster.bootstrap_servers());
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
+    spec.session_timeout_ms = Some(6000);
+    spec.fingerprint = "[fingerprint]\nsource = \"value\"\nscope = \"global\"\nroute_topic = \"route\"\n".into();
+    spec.env
+        .push(("KAFKA_DEDUP__OUTPUT__HANDOVER_TIMEOUT".to_string(), "2s".to_string()));
+    for group in [spec.group.clone(), format!("{}-global", spec.group)] {
+        cluster.coordinator(MockCoordinator::Group(group), 1).unwrap();
+    }
+    let replica = |name: &str| {
+        let mut s = spec.clone();
+        s.store = dir.path().join(format!("store-{name}"));
+        s
+    };
+    let mut a = replica("a").start(dir.path());
+    a.wait_ready(Duration::from_secs(60));
+    let records: Vec<(i32, u64)> = (0..1000).map(|v| ((v % 2) as i32, v)).collect();
+    broker.produce_values("in", &records[..500], Duration::ZERO);
+    a.wait_metric(FORWARDED, &[], 500.0, Duration::from_secs(60));
+    cluster.broker_down(2).unwrap();
+    // Copies A cannot deliver: A fetches these within its fetch wait (100 ms), long before B
+    // (a process to start, a group to join) takes a partition from it.
+    broker.produce_values("in", &records[500..], Duration::ZERO);
+    let mut b = replica("b").start(dir.path());
+    let status = a.wait_exit(Duration::from_secs(60));
+    let logs = a.logs();
+    assert_eq!(status.code(), Some(1), "{logs}");
+    assert!(
+        logs.contains("route stage: hand-over with copies not acknowledged; dropping them from the producer"),
+        "{logs}"
+    );
+    cluster.broker_up(2).unwrap();
+    broker.wait_committed(
+        &spec.group,
+        "in",
+        &[(0, 500), (1, 500)].into(),
+        Duration::from_secs(120),
+        || b.logs(),
+    );
+    let route_ends = broker.end_offsets("route", 2);
+    broker.wait_committed(
+        &format!("{}-global", spec.group),
+        "route",
+        &route_ends,
+        Duration::from_secs(120),
+        || b.logs(),
+    );
+    assert!(b.terminate().success(), "{}", b.logs());
+    let mut n = BTreeMap::new();
+    for v in broker.read_values("out", 2).into_values().flatten() {
+        *n.entry(v).or_insert(0) += 1;
+    }
+    assert_eq!(n.len(), 1000, "every value");
+    assert!(n.values().all(|c| *c == 1), "each once: {n:?}");
+}
+
+/// The input partitions the route stage owns, from `/readyz` (`route_partitions`).
+fn route_owned(f: &FilterProcess) -> Vec<i64> {
+    http_get(&f.http, "/readyz")
+        .and_then(|(_, body)| serde_json::from_str::<serde_json::Value>(&body).ok())
+        .and_then(|v| {
+            v["route_partitions"]
+                .as_array()
+                .map(|a| a.iter().filter_map(|p| p.as_i64()).collect())
+        })
+        .unwrap_or_default()
+}
+
+/// Waits (up to 90 s) until `f`'s log holds `line`.
+fn wait_log(f: &FilterProcess, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !f.logs().contains(line) {
+        assert!(Instant::now() < deadline, "no {line:?}:\n{}", f.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Issue 22 item 5, on librdkafka's mock cluster: librdkafka keeps a partition's pause across
+/// assignments. A's route stage backs off (the route topic's broker down, its producer's queue
+/// full: every input partition paused); B joins and takes a partition (revoked from A while
+/// paused); the broker comes back and A's back-off ends; B stops and the partition returns to A
+/// after the back-off. A must copy it (every assignment is resumed), not leave it paused for
+/// ever.
+#[test]
+fn a_partition_revoked_while_backed_off_and_assigned_again_is_resumed() {
+    use rdkafka::mocking::{MockCluster, MockCoordinator};
+    let cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext> = MockCluster::new(2).unwrap();
+    for (topic, broker) in [("in", 1), ("route", 2), ("out", 1)] {
+        cluster.create_topic(topic, 2, 1).unwrap();
+        for p in 0..2 {
+            cluster.partition_leader(topic, p, Some(broker)).unwrap();
+        }
+    }
+    let broker = Broker::at(cluster.bootstrap_servers());
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
+    spec.session_timeout_ms = Some(6000);
+    spec.fingerprint = "[fingerprint]\nsource = \"value\"\nscope = \"global\"\nroute_topic = \"route\"\n".into();
+    spec.env.push((
+        "KAFKA_DEDUP__KAFKA__PROPERTIES__QUEUE_BUFFERING_MAX_MESSAGES".to_string(),
+        "100".to_string(),
+    ));
+    for group in [spec.group.clone(), format!("{}-global", spec.group)] {
+        cluster.coordinator(MockCoordinator::Group(group), 1).unwrap();
+    }
+    let replica = |name: &str| {
+        let mut s = spec.clone();
+        s.store = dir.path().join(format!("store-{name}"));
+        s
+    };
+    let mut a = replica("a").start(dir.path());
+    let values = |from: u64, n: u64, p: i32| (from..from + n).map(|v| (p, v)).collect::<Vec<_>>();
+    broker.produce_values("in", &[values(0, 10, 0), values(10, 10, 1)].concat(), Duration::ZERO);
+    a.wait_metric(FORWARDED, &[], 20.0, Duration::from_secs(60));
+    cluster.broker_down(2).unwrap();
+    broker.produce_values("in", &values(100, 300, 0), Duration::ZERO);
+    wait_log(&a, "input partitions paused until it drains");
+    let mut b = replica("b").start(dir.path());
+    wait_log(&a, "route stage: partitions revoked");
+    cluster.broker_up(2).unwrap();
+    wait_log(&a, "input partitions resumed");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while route_owned(&b).is_empty() {
+        assert!(Instant::now() < deadline, "B's route stage owns nothing:\n{}", b.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(b.terminate().success(), "{}", b.logs());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while route_owned(&a).len() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "A did not get both partitions back:\n{}",
+            a.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    broker.produce_values(
+        "in",
+        &[values(1000, 100, 0), values(2000, 100, 1)].concat(),
+        Duration::ZERO,
+    );
+    let ends = broker.end_offsets("in", 2);
+    broker.wait_committed(&spec.group, "in", &ends, Duration::from_secs(60), || a.logs());
+    assert!(a.terminate().success(), "{}", a.logs());
 }
 
 /// A stage that panics stops the process (exit 1), its partner included: the filter stage does

@@ -87,7 +87,7 @@ pub const EXAMPLES: usize = 10;
 pub const REPEATS_WITHIN: i64 = 5;
 
 /// The horizon the audit measures with, from `[checkpoint]`, in milliseconds of record time:
-/// the filter's bounds (issue 13, README "The guarantee"): a replay taken less than H_min after
+/// the filter's bounds (issue 13, docs/guarantee.md, "The guarantee"): a replay taken less than H_min after
 /// the copy it forwarded is always dropped, a repeat taken H_max or more after it always
 /// forwarded, on the partition clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -309,7 +309,7 @@ pub struct Duplicate {
 }
 
 /// An output record identical to an earlier one (same fingerprint) H_max or more after it on the
-/// output clock: forwarded by the filter's rule (README "The guarantee"), not a failure.
+/// output clock: forwarded by the filter's rule (docs/guarantee.md, "The guarantee"), not a failure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Repeat {
     /// Its output offset.

@@ -38,6 +38,7 @@ use super::mode::Mode;
 use super::{Fatal, KAFKA_TIMEOUT};
 use crate::config::{Config, Partitioning};
 use crate::generations::{Generation, Generations, Positions};
+use crate::global::HighWater;
 use crate::metadata::{new_checkpoint_id, CheckpointMeta, MARKER_METADATA, METADATA_VERSION};
 use crate::partition::{Partition, Running};
 use crate::store::{PartitionWrite, StoreError};
@@ -65,6 +66,9 @@ pub(crate) struct CheckpointRecord {
     /// The partition clock, ms since the Unix epoch ([`crate::horizon::Clock`]); `None` when not
     /// known. The next owner continues it.
     pub clock: Option<i64>,
+    /// Global scope, filter stage: the high-water marks of the records taken before `offset`
+    /// ([`crate::global::HighWater`]); empty otherwise.
+    pub high_water: HighWater,
 }
 
 impl CheckpointRecord {
@@ -88,7 +92,15 @@ impl CheckpointRecord {
             clean,
             out_end,
             clock,
+            high_water: HighWater::new(),
         }
+    }
+
+    /// With the high-water marks `high_water` (global scope, filter stage): those of the records
+    /// taken before the committed offset, and only those.
+    pub fn with_high_water(mut self, high_water: HighWater) -> Self {
+        self.high_water = high_water;
+        self
     }
 
     /// The checkpoint of running partition `p` at its commit position (the watermark), under a
@@ -105,6 +117,7 @@ impl CheckpointRecord {
             clean,
             out_end,
         )
+        .with_high_water(run.high_water.clone())
     }
 
     /// The metadata committed with the offset.
@@ -118,6 +131,7 @@ impl CheckpointRecord {
             clean: self.clean,
             out_end: self.out_end.clone(),
             clock: self.clock,
+            hw: self.high_water.clone(),
         }
     }
 
@@ -358,7 +372,9 @@ impl Filter {
                 false => run.inflight.next_offset(),
             };
             run.ckpt = new_checkpoint_id();
-            let record = CheckpointRecord::new(*p, target, &run.gens, run.clock.time(), run.ckpt.clone(), false, None);
+            // Everything taken so far is before the target: so are the marks.
+            let record = CheckpointRecord::new(*p, target, &run.gens, run.clock.time(), run.ckpt.clone(), false, None)
+                .with_high_water(run.high_water.clone());
             parts.insert(
                 *p,
                 CheckpointPart {

@@ -19,13 +19,15 @@ use super::ownership::Recoveries;
 use super::produce::{encode_opaque, send, Added, DeliveryEvent, Destination, Refused};
 use super::route::{route, Policy, Route};
 use super::{Fatal, RunError, Shutdown, TopicCounts, KAFKA_TIMEOUT};
-use crate::config::{Config, OnMissing};
+use crate::config::{Config, GroupProtocol, OnMissing};
 use crate::fingerprint::{stand_in_at, Fingerprint, Fingerprinter, Unfingerprintable};
 use crate::generations::{now_ms, Generation};
+use crate::global::{self, CopyFate};
 use crate::horizon;
 use crate::inspect::live::{LiveRequest, PartitionView};
 use crate::kafka;
 use crate::partition::{Partition, Running, Target};
+use crate::provenance::Provenance;
 use crate::status::Status;
 use crate::store::{Store, StoreError};
 use crate::telemetry::{self, Totals};
@@ -141,11 +143,23 @@ impl Filter {
         let (live_tx, live) = mpsc::sync_channel(crate::http::LIVE_QUEUE);
         status.set_live(live_tx);
         let (dtx, deliveries) = mpsc::channel();
-        let limit = match kafka::topic_max_message_bytes(&cfg, &cfg.output.topic, DESCRIBE_CONFIGS_TIMEOUT) {
-            Ok(limit) => limit,
-            Err(e) => {
-                warn!(topic = %cfg.output.topic, error = %e, "cannot read the output topic's max.message.bytes; the producer keeps its own limit");
-                None
+        // A limit the user set is kept as it is (`fit_to_output`): nothing to ask then.
+        let limit = if cfg.kafka.flat_properties().contains_key("message.max.bytes") {
+            None
+        } else {
+            match kafka::topic_max_message_bytes(&cfg, &cfg.output.topic, DESCRIBE_CONFIGS_TIMEOUT) {
+                Ok(limit) => limit,
+                Err(e) => {
+                    warn!(
+                        topic = %cfg.output.topic,
+                        error = %e,
+                        "cannot read the output topic's max.message.bytes (DescribeConfigs: grant DESCRIBE_CONFIGS on it); \
+                         the producer keeps its own limit, so a record the broker refuses for its size stops the process \
+                         instead of halting its partition: set kafka.properties.message.max.bytes to the topic's \
+                         max.message.bytes less 256 to fit it by hand"
+                    );
+                    None
+                }
             }
         };
         let mut producer_config = kafka::producer_config(&cfg);
@@ -268,11 +282,27 @@ impl Filter {
             _ => None,
         };
         let known = fp.as_ref().ok().copied().or(stand_in);
+        // Global scope, filter stage: the input record the route stage copied, by provenance. A
+        // copy it made again (after a crash, a late copy of a previous owner) is dropped whatever
+        // its age; a record without identity follows `on_missing` as before.
+        let source = self
+            .cfg
+            .input
+            .routed_from
+            .as_deref()
+            .and_then(|t| Provenance::of(msg, t))
+            .map(|s| (s.partition, s.offset));
+        if global::copy_fate(&run.high_water, known.and(source)) == CopyFate::Recopy {
+            metrics::counter!(global::ROUTE_COPIES_DROPPED).increment(1);
+            run.inflight.take(offset, Target::None);
+            return Ok(Handled::Done);
+        }
         let hit = known.and_then(|f| run.gens.lookup(f.0));
         let decided = route(&self.policy, p, offset, fp, stand_in, hit);
         count(run, &decided, &self.totals);
         let Some((to, learn)) = destination(&self.cfg, p, offset, &decided)? else {
             run.inflight.take(offset, Target::None);
+            global::note_taken(&mut run.high_water, source);
             return Ok(Handled::Done);
         };
         let (topic, target) = (to.topic, to.target);
@@ -312,6 +342,7 @@ impl Filter {
                 // A side copy, or a record too large for the output: the record stays taken and
                 // unacknowledged (nothing is committed past it) and the partition halts until the
                 // copy is taken.
+                global::note_taken(&mut run.high_water, source);
                 self.halt(p, seq, offset, *copy, &error);
                 return Ok(Handled::Done);
             }
@@ -322,9 +353,11 @@ impl Filter {
                     offset,
                     topic: topic.to_string(),
                     error,
+                    skippable: true,
                 });
             }
         }
+        global::note_taken(&mut run.high_water, source);
         // Only once the producer accepted it: a refused record must not suppress itself.
         if let Some(fp) = learn {
             run.gens.insert(fp.0, Some(offset));
@@ -403,6 +436,7 @@ impl Filter {
         self.drive_checkpoint(consumer)?;
         if self.last_gauges.elapsed() >= GAUGE_EVERY {
             self.last_gauges = Instant::now();
+            self.note_membership(consumer);
             self.refresh_gauges();
             self.warn_if_idle();
         }
@@ -449,6 +483,19 @@ impl Filter {
     /// Records a fatal error: nothing is committed or stored from now on.
     pub(super) fn fail(&mut self, e: Fatal) {
         self.failure = Some(e);
+    }
+
+    /// With `group.protocol = "consumer"`, marks the group joined once the coordinator gave this
+    /// member an epoch ([`crate::kafka::member_epoch`]): a member given no partition gets no
+    /// rebalance callback from librdkafka 2.12, and would otherwise never be ready. (The classic
+    /// protocol calls the callback with an empty assignment; its generation is set before the
+    /// assignment arrives, so it is not used there.)
+    fn note_membership(&self, consumer: &FilterConsumer) {
+        if self.cfg.kafka.group_protocol() == GroupProtocol::Consumer
+            && crate::kafka::member_epoch(consumer).is_some_and(|epoch| epoch > 0)
+        {
+            self.status.set_joined();
+        }
     }
 
     /// An instance that owns no partition is ready (a replica beyond the partition count is idle

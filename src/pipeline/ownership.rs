@@ -416,7 +416,8 @@ impl Filter {
             Mode::Idempotent { .. } => None,
             Mode::Transactional => Some(rec.out_positions.clone()),
         };
-        let record = CheckpointRecord::new(p, rec.resume, &rec.gens, rec.clock, rec.ckpt.clone(), false, out_end);
+        let record = CheckpointRecord::new(p, rec.resume, &rec.gens, rec.clock, rec.ckpt.clone(), false, out_end)
+            .with_high_water(rec.high_water.clone());
         let t = Instant::now();
         let committed = commit_list(&self.cfg, &[&record]).and_then(|tpl| consumer.commit(&tpl, CommitMode::Sync));
         debug!(
@@ -451,6 +452,7 @@ impl Filter {
             out_positions: rec.out_positions,
             ckpt: rec.ckpt,
             clock: Clock::resumed(rec.clock),
+            high_water: rec.high_water,
             first_forward: Some(FirstForward {
                 assigned: rec.since,
                 rescanned: rec.scanned,

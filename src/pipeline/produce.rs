@@ -259,6 +259,7 @@ impl Filter {
                 offset,
                 topic,
                 error,
+                skippable: true,
             });
         }
     }

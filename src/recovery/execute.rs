@@ -17,6 +17,7 @@ use super::plan::{
 use super::{check, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest, REQUEST_TIMEOUT};
 use crate::config::{Delivery, Partitioning, Start};
 use crate::generations::{now_ms, Generation, Generations, Positions};
+use crate::global::{merge_high_water, note_taken, HighWater};
 use crate::horizon;
 use crate::kafka;
 use crate::metadata::new_checkpoint_id;
@@ -59,6 +60,7 @@ pub fn execute(
                             resume,
                             ckpt,
                             clock,
+                            high_water: meta_high_water(&facts),
                         };
                         // A snapshot taken at exactly the committed offset proves the commit is
                         // kafka-dedup's own: never asked whether it is behind.
@@ -87,6 +89,7 @@ pub fn execute(
                     resume,
                     ckpt: new_checkpoint_id(),
                     clock,
+                    high_water: meta_high_water(&facts),
                 };
                 let reread = Reread {
                     from,
@@ -111,6 +114,7 @@ pub fn execute(
                     resume,
                     ckpt: new_checkpoint_id(),
                     clock: meta_clock(&facts),
+                    high_water: meta_high_water(&facts),
                 };
                 return finish(env, reader, req, start, &reread, untrusted(&facts));
             }
@@ -121,6 +125,11 @@ pub fn execute(
 /// The partition clock the committed metadata carries, if any.
 fn meta_clock(facts: &Facts) -> Option<i64> {
     facts.meta.as_ref().and_then(|m| m.clock)
+}
+
+/// The high-water marks the committed metadata carries (global scope, filter stage), if any.
+fn meta_high_water(facts: &Facts) -> HighWater {
+    facts.meta.as_ref().map(|m| m.hw.clone()).unwrap_or_default()
 }
 
 /// The output partitions whose records partition `p`'s generations hold: `p` itself
@@ -194,6 +203,7 @@ fn fresh(
         scanned: 0,
         since: req.since,
         clock: None,
+        high_water: HighWater::new(),
     })
 }
 
@@ -213,6 +223,8 @@ struct Loaded {
     ckpt: String,
     /// The partition clock the checkpoint carried (snapshot or metadata), if any.
     clock: Option<i64>,
+    /// The high-water marks the checkpoint carried (global scope, filter stage).
+    high_water: HighWater,
 }
 
 /// Waits for the fence if the plan says so, then re-reads the output into `start`'s generations.
@@ -234,6 +246,7 @@ fn finish(
         resume,
         ckpt,
         clock,
+        mut high_water,
     } = start;
     check(&req.cancel)?;
     if reread.wait_for_fence {
@@ -248,6 +261,7 @@ fn finish(
         None
     };
     let scanned = scan(env, reader, req, &out_parts, reread, &mut gens, (clock, Some(resume)))?;
+    merge_high_water(&mut high_water, &scanned.high_water);
     let clock = horizon::recovered(clock, scanned.clock_ms);
     if let Some(c) = clock {
         gens.set_current_bucket(horizon::bucket_of(c, horizon::interval_ms(env.cfg.checkpoint.interval)));
@@ -282,6 +296,7 @@ fn finish(
         scanned: scanned.records,
         since: req.since,
         clock,
+        high_water,
     })
 }
 
@@ -345,6 +360,7 @@ fn from_output(
         scanned: scanned.records,
         since: req.since,
         clock,
+        high_water: scanned.high_water,
     })
 }
 
@@ -758,6 +774,9 @@ struct Progress<'a> {
     /// `partitioning = "preserve"`: the rotations the re-read records caused when they were
     /// taken ([`Rotation`]); `None` with `"key"` (records by output position only).
     rotation: Option<Rotation>,
+    /// Global scope, filter stage, `preserve` partitioning: the high-water marks the records
+    /// read prove ([`Progress::record`]).
+    high_water: HighWater,
 }
 
 /// A re-read in output order (`partitioning = "preserve"`: the output partition holds its input
@@ -789,6 +808,31 @@ struct Rotation {
 }
 
 impl Rotation {
+    /// The rotation of a re-read that starts from `gens` (the checkpoint's generations). With a
+    /// committed offset to resume from (`retake_from`), the oldest generation live at the
+    /// checkpoint is pinned from the start: the crashed owner took the records from that offset
+    /// on while those generations were live, and dropped some of them as replays of records in
+    /// them; those drops left nothing in the output, so no re-read record can say which
+    /// generation they need, and taking them again must find the same first copies (a replay
+    /// dropped within H_min before the crash is dropped after it). H_max after such a crash can
+    /// widen by the rotations the crashed owner made since its checkpoint.
+    fn new(
+        clock: Option<i64>,
+        interval_ms: i64,
+        generations: u32,
+        retake_from: Option<i64>,
+        gens: &Generations,
+    ) -> Rotation {
+        let oldest = gens.iter().map(|g| g.epoch).min();
+        Rotation {
+            clock,
+            interval_ms,
+            generations,
+            retake_from,
+            pinned: retake_from.and(oldest),
+        }
+    }
+
     /// Takes the record re-read at output `(q, o)` with effective time `t`
     /// ([`horizon::reread_ms`]) and input offset `source` (provenance, if any) before it is
     /// re-learned: rotates `gens` if it lies in the current generation and moves the clock into
@@ -829,6 +873,8 @@ struct Scanned {
     newest_digest: BTreeMap<i32, u128>,
     /// The newest effective time among the records read ([`horizon::reread_ms`]).
     clock_ms: Option<i64>,
+    /// The high-water marks the records read prove (see [`Progress::high_water`]).
+    high_water: HighWater,
 }
 
 /// Re-reads output partitions `out_parts` from `reread.from` to their end (or `reread.to`),
@@ -852,13 +898,13 @@ fn scan(
         if let Some(c) = clock {
             gens.set_current_bucket(horizon::bucket_of(c, interval_ms));
         }
-        progress.rotation = Some(Rotation {
+        progress.rotation = Some(Rotation::new(
             clock,
             interval_ms,
-            generations: env.cfg.checkpoint.generations,
+            env.cfg.checkpoint.generations,
             retake_from,
-            pinned: None,
-        });
+            gens,
+        ));
     }
     if progress.remaining.is_empty() {
         return Ok(progress.into_scanned());
@@ -905,6 +951,7 @@ fn ranges<'a>(
         newest_digest: BTreeMap::new(),
         clock_ms: None,
         rotation: None,
+        high_water: HighWater::new(),
     };
     for q in out_parts {
         let (low, high) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
@@ -956,6 +1003,7 @@ impl Progress<'_> {
             newest: self.newest,
             newest_digest: self.newest_digest,
             clock_ms: self.clock_ms,
+            high_water: self.high_water,
         }
     }
 
@@ -1023,6 +1071,15 @@ impl Progress<'_> {
                 gens.relearn(fp.0, q, o);
             }
             self.clock_ms = horizon::recovered(self.clock_ms, t);
+        }
+        // Global scope, filter stage: the route stage's provenance (the input record it copied)
+        // raises its input partition's mark. Only with `preserve` partitioning: the output
+        // partition then holds this route partition's records alone, forwarded in order by the
+        // gapless producer, so every record taken before this one was taken indeed (in `key`
+        // partitioning another output partition may have lost a record sent before it).
+        if let (Some(routed_from), Partitioning::Preserve) = (&env.cfg.input.routed_from, env.cfg.output.partitioning) {
+            let source = Provenance::of(m, routed_from).map(|s| (s.partition, s.offset));
+            note_taken(&mut self.high_water, source);
         }
         if let Some(source) = named.filter(|s| s.partition == req.partition) {
             if self.newest.get(&q).is_none_or(|n| source.offset > *n) {
@@ -1163,6 +1220,56 @@ mod tests {
                 .collect();
             assert_eq!((got.as_slice(), gens.current().bucket), (ages, Some(bucket)), "{case}");
         }
+    }
+
+    /// Issue 22 review: a replay the crashed owner dropped (so nothing of it is in the output) at
+    /// or after the committed offset, whose first copy is in the checkpoint's generation, is taken
+    /// again on resume; records forwarded after it that move the clock fast (a catch-up) must not
+    /// rotate that generation away. I = 1 s, G = 3; the checkpoint: one generation (epoch 7,
+    /// bucket 0), clock 0.5 s, committed offset 20; E at input 5, output 5, t = 0.1 s; forwarded
+    /// after the dropped replay: inputs 21..23 at 1.1, 2.1, 3.1 s.
+    #[test]
+    fn a_replay_dropped_before_the_crash_still_finds_its_first_copy() {
+        let e: u128 = 0xE;
+        let mut gens = Generations::from_parts(vec![Generation::new(7, 0, pos(0, 0), 0)], 3);
+        gens.set_current_bucket(0);
+        let mut rotation = Rotation::new(Some(500), 1_000, 3, Some(20), &gens);
+        rotation.take(&mut gens, 0, 5, Some(100), Some(5));
+        gens.relearn(e, 0, 5);
+        for (o, t, src) in [(6, 1_100, 21), (7, 2_100, 22), (8, 3_100, 23)] {
+            rotation.take(&mut gens, 0, o, Some(t), Some(src));
+            gens.relearn(1000 + o as u128, 0, o);
+        }
+        assert!(
+            gens.lookup(e).is_some(),
+            "E forgotten: the replay dropped before the crash would pass"
+        );
+        for o in 6..=8u128 {
+            assert!(gens.lookup(1000 + o).is_some(), "record at output {o} re-learned");
+        }
+    }
+
+    /// The same review: a record forwarded without a usable timestamp in a partition an hour
+    /// behind the wall clock; its output copy carries the wall-clock time it was produced, which
+    /// the re-read takes as its record time. With a commit to resume from, nothing live at the
+    /// checkpoint is rotated away by it.
+    #[test]
+    fn an_unstamped_record_in_a_backlog_rotates_nothing_away() {
+        let now = crate::generations::now_ms();
+        let backlog = now - 3_600_000;
+        let interval = 60_000;
+        let mut gens = Generations::from_parts(vec![Generation::new(7, 0, pos(0, 0), 0)], 3);
+        gens.set_current_bucket(crate::horizon::bucket_of(backlog, interval));
+        let mut rotation = Rotation::new(Some(backlog), interval, 3, Some(10), &gens);
+        rotation.take(&mut gens, 0, 5, crate::horizon::reread_ms(Some(backlog), now), Some(5));
+        gens.relearn(0xE, 0, 5);
+        rotation.take(&mut gens, 0, 6, crate::horizon::reread_ms(Some(now - 1), now), Some(6));
+        gens.relearn(0xF, 0, 6);
+        assert!(
+            gens.lookup(0xE).is_some(),
+            "E, forwarded just before on the partition clock, forgotten"
+        );
+        assert!(gens.lookup(0xF).is_some());
     }
 
     /// One row per case: (reader position at the end event, limit, whether the re-read ends).

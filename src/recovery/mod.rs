@@ -18,7 +18,7 @@
 //!
 //! The fence: in idempotent mode, unless the previous owner handed over cleanly, recovery waits
 //! until `output.fence_wait` has passed since the assignment before reading the output's end, so
-//! produce requests the previous owner had already sent have landed (README, "Crash safety"). In
+//! produce requests the previous owner had already sent have landed (docs/guarantee.md, "Crash safety"). In
 //! transactional mode the new producer's `init_transactions` fenced the old one instead, and the
 //! re-read stops at the committed transaction's end (`out_end`).
 //!
@@ -98,6 +98,10 @@ pub struct Recovered {
     /// the checkpoint's, moved on by the newest timestamp among the re-read output records;
     /// `None` when neither is known (the first record taken sets it).
     pub clock: Option<i64>,
+    /// Global scope, filter stage: the high-water marks to continue ([`crate::global::HighWater`]):
+    /// the committed metadata's, raised by the provenance of the re-read output records
+    /// (`preserve` partitioning only); empty otherwise.
+    pub high_water: crate::global::HighWater,
     /// When the partition was assigned (for the recovery's duration).
     pub since: Instant,
 }

@@ -266,7 +266,7 @@ impl Broker {
     /// decimal text), all with timestamp `timestamp` (ms since the Unix epoch): upstream replays
     /// that keep the event time of their first copies, as Flink and Kafka Streams sinks do. (A
     /// replay stamped when it is written is, on the partition clock, as old as the time since
-    /// its first copy, and is forwarded once that exceeds the horizon: README, "The guarantee".)
+    /// its first copy, and is forwarded once that exceeds the horizon: docs/guarantee.md, "The guarantee".)
     pub fn produce_values_at(&self, topic: &str, records: &[(i32, u64)], timestamp: i64) {
         use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
         let producer: ThreadedProducer<_> = self.client().create().unwrap();
@@ -402,6 +402,10 @@ pub struct FilterSpec {
     /// `session.timeout.ms`; `None` (the default): librdkafka's default, 45 s. [`Self::killable`]
     /// sets 6 s.
     pub session_timeout_ms: Option<u32>,
+    /// `group.protocol = "consumer"` (KIP-848; default: librdkafka's classic). The broker then
+    /// sets the session timeout and the heartbeat (6 s and 1 s on the suite's broker,
+    /// scripts/kafka-broker.sh) and librdkafka refuses them, so neither is written.
+    pub consumer_protocol: bool,
     pub fingerprint: String,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
@@ -430,6 +434,7 @@ impl FilterSpec {
             fence_wait: "1s",
             provenance: true,
             session_timeout_ms: None,
+            consumer_protocol: false,
             fingerprint: "[fingerprint]\nsource = \"value\"\n".into(),
             env: Vec::new(),
         }
@@ -440,6 +445,12 @@ impl FilterSpec {
     /// (`cooperative-sticky`).
     pub fn killable(mut self) -> Self {
         self.session_timeout_ms = Some(6000);
+        self
+    }
+
+    /// With `group.protocol = "consumer"` (see [`Self::consumer_protocol`]).
+    pub fn with_consumer_protocol(mut self) -> Self {
+        self.consumer_protocol = true;
         self
     }
 
@@ -463,7 +474,7 @@ impl FilterSpec {
             r#"[kafka]
 bootstrap_servers = "{broker}"
 [kafka.properties]
-{session}"heartbeat.interval.ms" = 500
+{membership}
 
 [input]
 topic = "{input}"
@@ -490,10 +501,15 @@ listen = "127.0.0.1:{port}"
             broker = self.broker.bootstrap,
             fence_wait = self.fence_wait,
             provenance = self.provenance,
-            session = self
-                .session_timeout_ms
-                .map(|ms| format!("\"session.timeout.ms\" = {ms}\n"))
-                .unwrap_or_default(),
+            membership = if self.consumer_protocol {
+                "\"group.protocol\" = \"consumer\"".to_string()
+            } else {
+                let session = self
+                    .session_timeout_ms
+                    .map(|ms| format!("\"session.timeout.ms\" = {ms}\n"))
+                    .unwrap_or_default();
+                format!("{session}\"heartbeat.interval.ms\" = 500")
+            },
             input = self.input,
             group = self.group,
             instance = self.instance,
