@@ -28,7 +28,7 @@ install_flink  # examples/flink-replay, for tests/flink.rs
 install_packages openjdk-17-jdk-headless python3-pip
 scripts/schema-registry.sh --build
 python3 -c 'import confluent_kafka.schema_registry.avro, fastavro' 2>/dev/null ||
-  python3 -m pip install -q 'confluent-kafka[avro,schemaregistry]==2.16.1'
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q 'confluent-kafka[avro,schemaregistry]==2.16.1'
 
 if [ -z "${KAFKA_DEDUP_TEST_BROKER:-}" ]; then
   start_kafka kafka sasl
