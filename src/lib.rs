@@ -39,6 +39,7 @@
 //! design: `docs/ARCHITECTURE.md`.
 
 pub mod audit;
+pub mod changelog;
 pub mod config;
 pub mod connect;
 pub mod crash;

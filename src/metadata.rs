@@ -78,6 +78,11 @@ pub struct CheckpointMeta {
     /// The partition clock at this checkpoint, ms since the Unix epoch; `None` when not known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clock: Option<i64>,
+    /// What the fingerprint changelog (`store.changelog_topic`) holds of this partition: the
+    /// frozen generations of a committed checkpoint ([`crate::changelog`]). Optional, like
+    /// `clock`: an older kafka-dedup ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cl: Option<crate::changelog::ChangelogRef>,
 }
 
 impl CheckpointMeta {
@@ -151,6 +156,7 @@ mod tests {
             clean: false,
             out_end: None,
             clock: Some(1_700_000_009_300),
+            cl: None,
         };
         let s = m.encode();
         assert!(s.len() < 200, "{s}");
@@ -189,6 +195,7 @@ mod tests {
                 clean: false,
                 out_end,
                 clock: Some(i64::MAX),
+                cl: None,
             };
             let s = m.encode();
             assert!(s.len() <= MAX_METADATA_BYTES, "{} bytes", s.len());
@@ -230,6 +237,7 @@ mod tests {
             clean: true,
             out_end: None,
             clock: Some(i64::MAX),
+            cl: None,
         };
         let s = m.encode();
         assert!(s.len() <= MAX_METADATA_BYTES, "{}", s.len());

@@ -65,6 +65,9 @@ pub(crate) struct CheckpointRecord {
     /// The partition clock, ms since the Unix epoch ([`crate::horizon::Clock`]); `None` when not
     /// known. The next owner continues it.
     pub clock: Option<i64>,
+    /// What the changelog holds of the partition (`store.changelog_topic`): this checkpoint's
+    /// chunks once written and acknowledged, or an earlier committed checkpoint's.
+    pub changelog: Option<crate::changelog::ChangelogRef>,
 }
 
 impl CheckpointRecord {
@@ -88,6 +91,7 @@ impl CheckpointRecord {
             clean,
             out_end,
             clock,
+            changelog: None,
         }
     }
 
@@ -96,7 +100,7 @@ impl CheckpointRecord {
     fn of_running(p: i32, run: &mut Running, clean: bool, transactional: bool) -> Self {
         run.ckpt = new_checkpoint_id();
         let out_end = transactional.then(|| run.out_positions.clone());
-        Self::new(
+        let mut record = Self::new(
             p,
             run.inflight.watermark(),
             &run.gens,
@@ -104,7 +108,9 @@ impl CheckpointRecord {
             run.ckpt.clone(),
             clean,
             out_end,
-        )
+        );
+        record.changelog = run.changelog.clone();
+        record
     }
 
     /// The metadata committed with the offset.
@@ -118,6 +124,7 @@ impl CheckpointRecord {
             clean: self.clean,
             out_end: self.out_end.clone(),
             clock: self.clock,
+            cl: self.changelog.clone(),
         }
     }
 
@@ -166,8 +173,12 @@ pub(super) enum Stage {
     /// Waiting for acknowledgements up to each target.
     Delivering,
     /// The store write runs on a background thread; its result arrives here.
-    Persisting(Receiver<Result<(), StoreError>>),
+    Persisting(Receiver<Persisted>),
 }
+
+/// What the background write of a checkpoint did: the store's result, and the changelog chunks
+/// written and acknowledged per partition (`store.changelog_topic`).
+pub(super) type Persisted = (Result<(), StoreError>, BTreeMap<i32, crate::changelog::ChangelogRef>);
 
 /// A checkpoint in progress (at most one at a time, idempotent mode).
 pub(super) struct Checkpoint {
@@ -304,13 +315,13 @@ impl Filter {
                 }
             }
             Stage::Persisting(rx) => match rx.try_recv() {
-                Ok(result) => {
+                Ok((result, changelog)) => {
                     // Committed anyway: the store is a cache, a restart rebuilds from the output topic.
                     self.store_written(&result);
-                    self.commit_checkpoint(consumer);
+                    self.commit_checkpoint(consumer, changelog);
                 }
                 Err(TryRecvError::Empty) => {}
-                Err(TryRecvError::Disconnected) => self.commit_checkpoint(consumer),
+                Err(TryRecvError::Disconnected) => self.commit_checkpoint(consumer, BTreeMap::new()),
             },
         }
     }
@@ -358,7 +369,9 @@ impl Filter {
                 false => run.inflight.next_offset(),
             };
             run.ckpt = new_checkpoint_id();
-            let record = CheckpointRecord::new(*p, target, &run.gens, run.clock.time(), run.ckpt.clone(), false, None);
+            let mut record =
+                CheckpointRecord::new(*p, target, &run.gens, run.clock.time(), run.ckpt.clone(), false, None);
+            record.changelog = run.changelog.clone();
             parts.insert(
                 *p,
                 CheckpointPart {
@@ -384,6 +397,7 @@ impl Filter {
             return;
         };
         let store = self.store.clone();
+        let cfg = self.cfg.clone();
         let jobs: Vec<PersistJob> = ckpt
             .parts
             .values()
@@ -415,17 +429,29 @@ impl Filter {
                 ok = result.is_ok(),
                 "checkpoint stored"
             );
-            let _ = tx.send(result);
+            drop(writes);
+            let changelog = write_changelog(&cfg, &jobs);
+            let _ = tx.send((result, changelog));
         });
         ckpt.stage = Stage::Persisting(rx);
     }
 
-    /// Step 4: commit the targets with their metadata (asynchronously).
-    fn commit_checkpoint(&mut self, consumer: &FilterConsumer) {
+    /// Step 4: commit the targets with their metadata (asynchronously), naming the changelog
+    /// chunks written for them (`changelog`), which the partitions name from now on.
+    fn commit_checkpoint(&mut self, consumer: &FilterConsumer, changelog: BTreeMap<i32, crate::changelog::ChangelogRef>) {
         let Mode::Idempotent { checkpoint } = &mut self.mode else {
             return;
         };
-        let Some(ckpt) = checkpoint.take() else { return };
+        let Some(mut ckpt) = checkpoint.take() else { return };
+        for (p, r) in changelog {
+            let Some(part) = ckpt.parts.get_mut(&p) else { continue };
+            if let Some(Partition::Running(run)) = self.partitions.get_mut(&p) {
+                if run.incarnation == part.incarnation {
+                    run.changelog = Some(r.clone());
+                }
+            }
+            part.record.changelog = Some(r);
+        }
         // Only partitions still owned by the same incarnation.
         let records: Vec<&CheckpointRecord> = ckpt
             .parts
@@ -466,8 +492,8 @@ impl Filter {
                 }),
         } = &self.mode
         {
-            let _ = rx.recv();
-            self.commit_checkpoint(consumer);
+            let changelog = rx.recv().map(|(_, c)| c).unwrap_or_default();
+            self.commit_checkpoint(consumer, changelog);
         }
     }
 
@@ -541,6 +567,40 @@ impl Filter {
         }
         self.store_written(&result);
     }
+}
+
+/// Writes the frozen generations of each job to the changelog (`store.changelog_topic`, when
+/// set) and returns, per partition, the chunks written and acknowledged. A partition whose write
+/// fails is left out (logged): its commit names the changelog checkpoint it named before.
+fn write_changelog(cfg: &Config, jobs: &[PersistJob]) -> BTreeMap<i32, crate::changelog::ChangelogRef> {
+    let mut out = BTreeMap::new();
+    if cfg.store.changelog_topic.is_empty() {
+        return out;
+    }
+    for job in jobs {
+        let frozen: Vec<&Generation> = job.frozen.iter().map(|g| g.as_ref()).collect();
+        let started = Instant::now();
+        match crate::changelog::write(cfg, job.record.partition, &job.record.ckpt, job.record.epoch, &frozen) {
+            Ok(Some((r, bytes))) => {
+                telemetry::changelog_written(bytes);
+                debug!(
+                    partition = job.record.partition,
+                    bytes,
+                    chunks = r.n,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "changelog written"
+                );
+                out.insert(job.record.partition, r);
+            }
+            Ok(None) => {}
+            Err(e) => warn!(
+                partition = job.record.partition,
+                error = %e,
+                "changelog write failed; the commit names the changelog checkpoint it named before"
+            ),
+        }
+    }
+    out
 }
 
 /// The offset commit of a checkpoint: each input partition's offset with its [`CheckpointMeta`],
