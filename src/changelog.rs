@@ -314,8 +314,9 @@ pub fn write(
     }
     let topic = &cfg.store.changelog_topic;
     let producer = producer(cfg)?;
-    let parts = kafka::partition_count(producer.client(), topic, Duration::from_secs(10))?
-        .ok_or(KafkaError::MetadataFetch(rdkafka::types::RDKafkaErrorCode::UnknownTopic))?;
+    let parts = kafka::partition_count(producer.client(), topic, Duration::from_secs(10))?.ok_or(
+        KafkaError::MetadataFetch(rdkafka::types::RDKafkaErrorCode::UnknownTopic),
+    )?;
     let cp = p.rem_euclid(parts as i32);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
@@ -399,7 +400,10 @@ pub fn load(
     if r.o < low || end > high {
         return Ok(Err(Fallback::new(
             "missing",
-            format!("the changelog partition {} holds {low}..{high}, not the chunks at {}..{end}", r.p, r.o),
+            format!(
+                "the changelog partition {} holds {low}..{high}, not the chunks at {}..{end}",
+                r.p, r.o
+            ),
         )));
     }
     let mut tpl = TopicPartitionList::new();
@@ -425,7 +429,10 @@ pub fn load(
         if m.offset() != next {
             return Ok(Err(Fallback::new(
                 "missing",
-                format!("chunk record {next} is gone (compacted away?): the next is {}", m.offset()),
+                format!(
+                    "chunk record {next} is gone (compacted away?): the next is {}",
+                    m.offset()
+                ),
             )));
         }
         next += 1;
@@ -455,7 +462,12 @@ pub fn load(
         if c.ckpt != r.ck {
             return Ok(Err(Fallback::new(
                 "behind_or_ahead",
-                format!("changelog record {} is of checkpoint {}, not {}", m.offset(), c.ckpt, r.ck),
+                format!(
+                    "changelog record {} is of checkpoint {}, not {}",
+                    m.offset(),
+                    c.ckpt,
+                    r.ck
+                ),
             )));
         }
         let Some(i) = want.iter().position(|e| *e == c.epoch) else {
@@ -534,7 +546,10 @@ mod tests {
             fingerprints: (0..10u128).collect(),
         };
         let bytes = encode(&c);
-        assert_eq!(bytes.len(), 4 + 1 + 16 + 16 + 16 + 4 + 8 + 4 + 4 + 8 + 24 + 4 + 12 + 4 + 160 + 8);
+        assert_eq!(
+            bytes.len(),
+            4 + 1 + 16 + 16 + 16 + 4 + 8 + 4 + 4 + 8 + 24 + 4 + 12 + 4 + 160 + 8
+        );
         assert_eq!(decode(&bytes), Some(c));
         for i in [0, 10, 60, bytes.len() - 1] {
             let mut bad = bytes.clone();

@@ -596,7 +596,8 @@ pub enum TopicError {
     #[error(
         "topic \"{topic}\" (store.changelog_topic) does not exist; kafka-dedup does not create topics. Create it \
          compacted, e.g. kafka-topics.sh --bootstrap-server <brokers> --create --topic {topic} \
-         --partitions {partitions} --config cleanup.policy=compact --config max.message.bytes=2000000, or set \
+         --partitions {partitions} --config cleanup.policy=compact,delete --config retention.ms=604800000 \
+         --config min.compaction.lag.ms=600000 --config max.message.bytes=2000000, or set \
          store.changelog_topic = \"\" to turn the changelog off"
     )]
     MissingChangelog {

@@ -398,6 +398,10 @@ impl Filter {
         };
         let store = self.store.clone();
         let cfg = self.cfg.clone();
+        // A halted partition commits only up to its first refused record, and its frozen
+        // generations may hold records after it that are not in the output: its changelog is
+        // not written (its commit names the one it named before).
+        let halted: Vec<i32> = self.halts.keys().copied().collect();
         let jobs: Vec<PersistJob> = ckpt
             .parts
             .values()
@@ -430,7 +434,7 @@ impl Filter {
                 "checkpoint stored"
             );
             drop(writes);
-            let changelog = write_changelog(&cfg, &jobs);
+            let changelog = write_changelog(&cfg, &jobs, &halted);
             let _ = tx.send((result, changelog));
         });
         ckpt.stage = Stage::Persisting(rx);
@@ -438,7 +442,11 @@ impl Filter {
 
     /// Step 4: commit the targets with their metadata (asynchronously), naming the changelog
     /// chunks written for them (`changelog`), which the partitions name from now on.
-    fn commit_checkpoint(&mut self, consumer: &FilterConsumer, changelog: BTreeMap<i32, crate::changelog::ChangelogRef>) {
+    fn commit_checkpoint(
+        &mut self,
+        consumer: &FilterConsumer,
+        changelog: BTreeMap<i32, crate::changelog::ChangelogRef>,
+    ) {
         let Mode::Idempotent { checkpoint } = &mut self.mode else {
             return;
         };
@@ -572,12 +580,12 @@ impl Filter {
 /// Writes the frozen generations of each job to the changelog (`store.changelog_topic`, when
 /// set) and returns, per partition, the chunks written and acknowledged. A partition whose write
 /// fails is left out (logged): its commit names the changelog checkpoint it named before.
-fn write_changelog(cfg: &Config, jobs: &[PersistJob]) -> BTreeMap<i32, crate::changelog::ChangelogRef> {
+fn write_changelog(cfg: &Config, jobs: &[PersistJob], halted: &[i32]) -> BTreeMap<i32, crate::changelog::ChangelogRef> {
     let mut out = BTreeMap::new();
     if cfg.store.changelog_topic.is_empty() {
         return out;
     }
-    for job in jobs {
+    for job in jobs.iter().filter(|j| !halted.contains(&j.record.partition)) {
         let frozen: Vec<&Generation> = job.frozen.iter().map(|g| g.as_ref()).collect();
         let started = Instant::now();
         match crate::changelog::write(cfg, job.record.partition, &job.record.ckpt, job.record.epoch, &frozen) {

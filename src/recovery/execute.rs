@@ -11,8 +11,8 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
 use super::plan::{
-    behind_output, learns, ChangelogFacts, plan, provenance_proves, resume_from_output, AtInput, Facts, FromOutputReason, Notice, Plan,
-    Proof, Reread, Resume, Snapshot,
+    behind_output, learns, plan, provenance_proves, resume_from_output, AtInput, ChangelogFacts, Facts,
+    FromOutputReason, Notice, Plan, Proof, Reread, Resume, Snapshot,
 };
 use super::{check, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest, REQUEST_TIMEOUT};
 use crate::config::{Delivery, Partitioning, Start};

@@ -915,7 +915,8 @@ mod tests {
         edge[1].epoch = 1;
         assert_eq!(
             crafted(1, vec![pos(P, 1200), pos(P, 1350)]),
-            Plan::Rebuild { changelog: None,
+            Plan::Rebuild {
+                changelog: None,
                 resume: 500,
                 generations: edge,
                 reread: reread(pos(P, 1200), None, true),
@@ -996,7 +997,8 @@ mod tests {
         );
         assert_eq!(
             txn(facts(Some(500), meta("a", false, end.clone()), None, Snapshot::Missing)),
-            Plan::Rebuild { changelog: None,
+            Plan::Rebuild {
+                changelog: None,
                 resume: 500,
                 generations: from_meta(),
                 reread: reread(pos(P, 1200), end, false),
@@ -1005,7 +1007,8 @@ mod tests {
         );
         assert_eq!(
             txn(facts(Some(500), None, Some(1100), Snapshot::Missing)),
-            Plan::Rebuild { changelog: None,
+            Plan::Rebuild {
+                changelog: None,
                 resume: 500,
                 generations: from_marker(1100),
                 reread: reread(pos(P, 1100), None, false),
