@@ -164,7 +164,7 @@ pub const OLDEST_GENERATION: &str = "kafka_dedup_oldest_generation_info";
 
 /// Every counter (every name above ending in `_total`; a unit test checks the list against this
 /// file). Each is in the first scrape, at 0, with all its known label values.
-pub const COUNTERS: [&str; 14] = [
+pub const COUNTERS: [&str; 17] = [
     SIDE_REFUSED,
     OUTPUT_REFUSED,
     SKIPPED,
@@ -179,6 +179,9 @@ pub const COUNTERS: [&str; 14] = [
     STORE_WRITE_FAILURES,
     RECOVERY_SCANNED,
     OUT_OF_SCOPE,
+    CHANGELOG_FALLBACKS,
+    CHANGELOG_LOADED_BYTES,
+    CHANGELOG_WRITTEN_BYTES,
 ];
 
 /// Registers help texts and units with the installed recorder. Idempotent.
@@ -751,6 +754,12 @@ mod tests {
             (SKIPPED, product(std::slice::from_ref(&partition))),
             (RECOVERY_PANICS, product(std::slice::from_ref(&partition))),
             (STORE_WRITE_FAILURES, product(&[])),
+            (
+                CHANGELOG_FALLBACKS,
+                product(&[("reason", strings(&crate::changelog::FALLBACK_REASONS))]),
+            ),
+            (CHANGELOG_LOADED_BYTES, product(&[])),
+            (CHANGELOG_WRITTEN_BYTES, product(&[])),
         ]
         .into_iter()
         .collect();
@@ -775,7 +784,7 @@ mod tests {
             "{:?}",
             scrape[START_TIME]
         );
-        for h in [CHECKPOINT_DURATION, RECOVERY_DURATION, DUPLICATE_DISTANCE] {
+        for h in [CHECKPOINT_DURATION, RECOVERY_DURATION, DUPLICATE_DISTANCE, HANDOVER_DURATION] {
             assert!(scrape.contains_key(&format!("{h}_count")), "{h} is missing");
         }
     }
