@@ -784,7 +784,12 @@ mod tests {
             "{:?}",
             scrape[START_TIME]
         );
-        for h in [CHECKPOINT_DURATION, RECOVERY_DURATION, DUPLICATE_DISTANCE, HANDOVER_DURATION] {
+        for h in [
+            CHECKPOINT_DURATION,
+            RECOVERY_DURATION,
+            DUPLICATE_DISTANCE,
+            HANDOVER_DURATION,
+        ] {
             assert!(scrape.contains_key(&format!("{h}_count")), "{h} is missing");
         }
     }
