@@ -758,6 +758,10 @@ pub struct StoreConfig {
     /// Directory of the sled database. Created if missing.
     #[serde(default = "default_store_path")]
     pub path: PathBuf,
+    /// A compacted topic of the user's for the fingerprint changelog (`crate::changelog`);
+    /// empty (the default): off. Idempotent mode only.
+    #[serde(default)]
+    pub changelog_topic: String,
 }
 
 fn default_store_path() -> PathBuf {
@@ -768,6 +772,7 @@ impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             path: default_store_path(),
+            changelog_topic: String::new(),
         }
     }
 }
@@ -876,6 +881,12 @@ impl Config {
         }
         if self.store.path.as_os_str().is_empty() {
             return Err(ConfigError::key("store.path", "must not be empty"));
+        }
+        if !self.store.changelog_topic.is_empty() && self.output.delivery == Delivery::Transactional {
+            return Err(ConfigError::key(
+                "store.changelog_topic",
+                "the changelog is written in output.delivery = \"idempotent\" only (set it to \"\")",
+            ));
         }
         if !self.http.listen.is_empty() && self.http.listen.parse::<SocketAddr>().is_err() {
             return Err(ConfigError::key(

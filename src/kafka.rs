@@ -734,6 +734,20 @@ pub enum TopicError {
         /// The partition count suggested: the input topic's.
         partitions: usize,
     },
+    /// The changelog topic (`store.changelog_topic`) does not exist.
+    #[error(
+        "topic \"{topic}\" (store.changelog_topic) does not exist; kafka-dedup does not create topics. Create it \
+         compacted, e.g. kafka-topics.sh --bootstrap-server <brokers> --create --topic {topic} \
+         --partitions {partitions} --config cleanup.policy=compact,delete --config retention.ms=604800000 \
+         --config min.compaction.lag.ms=600000 --config max.message.bytes=2000000, or set \
+         store.changelog_topic = \"\" to turn the changelog off"
+    )]
+    MissingChangelog {
+        /// The topic.
+        topic: String,
+        /// The partition count suggested: the input topic's.
+        partitions: usize,
+    },
     /// Metadata could not be fetched.
     #[error("cannot fetch topic metadata: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
@@ -812,6 +826,13 @@ pub fn check_topics<C: rdkafka::consumer::ConsumerContext>(
                 key,
             });
         }
+    }
+    let changelog = &cfg.store.changelog_topic;
+    if !changelog.is_empty() && partition_count(client, changelog, timeout)?.is_none() {
+        return Err(TopicError::MissingChangelog {
+            topic: changelog.clone(),
+            partitions: input,
+        });
     }
     Ok((input, output))
 }

@@ -17,9 +17,12 @@
 //! 5. Acknowledge: the producer's acknowledgement moves the partition's commit position.
 //! 6. Checkpoint: every `checkpoint.interval` the frozen generations go to the [`store`], and
 //!    input offsets are committed with [`metadata::CheckpointMeta`] (which carries the partition
-//!    clock); transactional mode commits a transaction instead.
+//!    clock); transactional mode commits a transaction instead. With `store.changelog_topic`
+//!    the frozen generations also go to that compacted topic ([`changelog`]), and the metadata
+//!    names them once acknowledged.
 //! 7. On assignment, [`recovery`] (read, plan, execute) rebuilds a partition's generations from
-//!    the store and the output topic (the truth) before it runs; [`partition::Partition`] is its
+//!    the store (or, without a usable one, the [`changelog`]) and the output topic (the truth)
+//!    before it runs; [`partition::Partition`] is its
 //!    life cycle, [`state::PartitionState`] its name.
 //!
 //! Global scope (`fingerprint.scope = "global"`, docs/GLOBAL_SCOPE.md): a route stage,
@@ -41,6 +44,7 @@
 //! design: `docs/ARCHITECTURE.md`.
 
 pub mod audit;
+pub mod changelog;
 pub mod config;
 pub mod connect;
 pub mod crash;

@@ -91,6 +91,11 @@ pub struct CheckpointMeta {
     /// taken); empty (left out) otherwise, or when they did not fit.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub hw: BTreeMap<i32, i64>,
+    /// What the fingerprint changelog (`store.changelog_topic`) holds of this partition: the
+    /// frozen generations of a committed checkpoint ([`crate::changelog`]). Optional, like
+    /// `clock`: an older kafka-dedup ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cl: Option<crate::changelog::ChangelogRef>,
 }
 
 impl CheckpointMeta {
@@ -174,6 +179,7 @@ mod tests {
             out_end: None,
             clock: Some(1_700_000_009_300),
             hw: BTreeMap::new(),
+            cl: None,
         };
         let s = m.encode();
         assert!(s.len() < 200, "{s}");
@@ -213,6 +219,7 @@ mod tests {
                 out_end,
                 clock: Some(i64::MAX),
                 hw: BTreeMap::new(),
+                cl: None,
             };
             let s = m.encode();
             assert!(s.len() <= MAX_METADATA_BYTES, "{} bytes", s.len());
@@ -255,6 +262,7 @@ mod tests {
             out_end: None,
             clock: Some(i64::MAX),
             hw: BTreeMap::new(),
+            cl: None,
         };
         let s = m.encode();
         assert!(s.len() <= MAX_METADATA_BYTES, "{}", s.len());
@@ -277,6 +285,7 @@ mod tests {
             out_end: None,
             clock: Some(1),
             hw: (0..inputs).map(|p| (p, 9_000_000_000i64)).collect(),
+            cl: None,
         };
         let small = m(12, 1);
         let s = small.encode();

@@ -206,6 +206,9 @@ pub struct Running {
     /// When the partition was assigned and how many output records its recovery re-read; logged
     /// with the first record this ownership forwards, then cleared.
     pub first_forward: Option<FirstForward>,
+    /// What the changelog (`store.changelog_topic`) holds of this partition, named in its
+    /// commits ([`crate::changelog::ChangelogRef`]).
+    pub changelog: Option<crate::changelog::ChangelogRef>,
     /// Metric handles.
     pub metrics: PartitionMetrics,
 }

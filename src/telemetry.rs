@@ -72,6 +72,21 @@ pub const STORE_REBUILD_REASONS: [&str; 5] = [
     "other_deployment",
     "no_metadata",
 ];
+/// `kafka_dedup_changelog_fallbacks_total{reason}`: recoveries that could have loaded older
+/// generations from `store.changelog_topic` and re-read the output instead, by
+/// [`crate::changelog::FALLBACK_REASONS`].
+pub const CHANGELOG_FALLBACKS: &str = "kafka_dedup_changelog_fallbacks_total";
+/// `kafka_dedup_changelog_loaded_bytes_total`: bytes of changelog chunks loaded by recoveries.
+pub const CHANGELOG_LOADED_BYTES: &str = "kafka_dedup_changelog_loaded_bytes_total";
+/// `kafka_dedup_changelog_written_bytes_total`: bytes of changelog chunks written by checkpoints.
+pub const CHANGELOG_WRITTEN_BYTES: &str = "kafka_dedup_changelog_written_bytes_total";
+/// `kafka_dedup_handover_duration_seconds{source}`: time from a partition's assignment until it
+/// runs, by where its generations came from ([`HANDOVER_SOURCES`]).
+pub const HANDOVER_DURATION: &str = "kafka_dedup_handover_duration_seconds";
+/// The values of the `source` label of [`HANDOVER_DURATION`]: `store` (the local store),
+/// `changelog` (`store.changelog_topic`), `output` (re-read from the output topic), `fresh`
+/// (nothing to recover).
+pub const HANDOVER_SOURCES: [&str; 4] = ["store", "changelog", "output", "fresh"];
 /// `kafka_dedup_positions_from_output_total{reason}`: recoveries that took a partition's
 /// position from the provenance of the output's records, by [`POSITION_FROM_OUTPUT_REASONS`].
 pub const POSITIONS_FROM_OUTPUT: &str = "kafka_dedup_positions_from_output_total";
@@ -154,7 +169,7 @@ pub const OLDEST_GENERATION: &str = "kafka_dedup_oldest_generation_info";
 
 /// Every counter (every name above ending in `_total`; a unit test checks the list against this
 /// file). Each is in the first scrape, at 0, with all its known label values.
-pub const COUNTERS: [&str; 15] = [
+pub const COUNTERS: [&str; 18] = [
     SIDE_REFUSED,
     REGISTRY_UNAVAILABLE,
     OUTPUT_REFUSED,
@@ -170,6 +185,9 @@ pub const COUNTERS: [&str; 15] = [
     STORE_WRITE_FAILURES,
     RECOVERY_SCANNED,
     OUT_OF_SCOPE,
+    CHANGELOG_FALLBACKS,
+    CHANGELOG_LOADED_BYTES,
+    CHANGELOG_WRITTEN_BYTES,
 ];
 
 /// Registers help texts and units with the installed recorder. Idempotent.
@@ -229,6 +247,26 @@ pub fn describe() {
         "Recoveries that took the position from the output's provenance headers, by reason."
     );
     describe_histogram!(RECOVERY_DURATION, Unit::Seconds, "Partition recovery duration.");
+    describe_histogram!(
+        HANDOVER_DURATION,
+        Unit::Seconds,
+        "Time from a partition's assignment until it runs, by where its generations came from."
+    );
+    describe_counter!(
+        CHANGELOG_FALLBACKS,
+        Unit::Count,
+        "Recoveries that re-read the output instead of loading the changelog topic, by reason."
+    );
+    describe_counter!(
+        CHANGELOG_LOADED_BYTES,
+        Unit::Bytes,
+        "Bytes of changelog chunks loaded by recoveries."
+    );
+    describe_counter!(
+        CHANGELOG_WRITTEN_BYTES,
+        Unit::Bytes,
+        "Bytes of changelog chunks written by checkpoints."
+    );
     describe_gauge!(
         CONSUMER_LAG,
         Unit::Count,
@@ -296,6 +334,14 @@ pub fn describe() {
         counter!(POSITIONS_FROM_OUTPUT, "reason" => reason).increment(0);
     }
     counter!(STORE_WRITE_FAILURES).increment(0);
+    for reason in crate::changelog::FALLBACK_REASONS {
+        counter!(CHANGELOG_FALLBACKS, "reason" => reason).increment(0);
+    }
+    counter!(CHANGELOG_LOADED_BYTES).increment(0);
+    counter!(CHANGELOG_WRITTEN_BYTES).increment(0);
+    for source in HANDOVER_SOURCES {
+        let _ = histogram!(HANDOVER_DURATION, "source" => source);
+    }
     let _ = histogram!(CHECKPOINT_DURATION);
     let _ = histogram!(RECOVERY_DURATION);
     let _ = histogram!(DUPLICATE_DISTANCE);
@@ -522,6 +568,27 @@ pub fn store_rebuild(reason: &'static str) {
     counter!(STORE_REBUILDS, "reason" => reason).increment(1);
 }
 
+/// Counts a changelog fallback (`reason`: one of [`crate::changelog::FALLBACK_REASONS`]).
+pub fn changelog_fallback(reason: &'static str) {
+    debug_assert!(crate::changelog::FALLBACK_REASONS.contains(&reason), "{reason}");
+    counter!(CHANGELOG_FALLBACKS, "reason" => reason).increment(1);
+}
+
+/// Counts changelog bytes loaded.
+pub fn changelog_loaded(bytes: u64) {
+    counter!(CHANGELOG_LOADED_BYTES).increment(bytes);
+}
+
+/// Counts changelog bytes written.
+pub fn changelog_written(bytes: u64) {
+    counter!(CHANGELOG_WRITTEN_BYTES).increment(bytes);
+}
+
+/// Records a hand-over's duration by source (one of [`HANDOVER_SOURCES`]).
+pub fn handover(source: &'static str, seconds: f64) {
+    histogram!(HANDOVER_DURATION, "source" => source).record(seconds);
+}
+
 /// Counts a failed write of the local store ([`STORE_WRITE_FAILURES`]).
 pub fn store_write_failed() {
     counter!(STORE_WRITE_FAILURES).increment(1);
@@ -706,6 +773,12 @@ mod tests {
             (REGISTRY_UNAVAILABLE, product(std::slice::from_ref(&partition))),
             (RECOVERY_PANICS, product(std::slice::from_ref(&partition))),
             (STORE_WRITE_FAILURES, product(&[])),
+            (
+                CHANGELOG_FALLBACKS,
+                product(&[("reason", strings(&crate::changelog::FALLBACK_REASONS))]),
+            ),
+            (CHANGELOG_LOADED_BYTES, product(&[])),
+            (CHANGELOG_WRITTEN_BYTES, product(&[])),
         ]
         .into_iter()
         .collect();
@@ -730,7 +803,12 @@ mod tests {
             "{:?}",
             scrape[START_TIME]
         );
-        for h in [CHECKPOINT_DURATION, RECOVERY_DURATION, DUPLICATE_DISTANCE] {
+        for h in [
+            CHECKPOINT_DURATION,
+            RECOVERY_DURATION,
+            DUPLICATE_DISTANCE,
+            HANDOVER_DURATION,
+        ] {
             assert!(scrape.contains_key(&format!("{h}_count")), "{h} is missing");
         }
     }

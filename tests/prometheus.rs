@@ -557,6 +557,12 @@ fn expected_counters(partitions: &[i32]) -> BTreeMap<&'static str, BTreeSet<BTre
         (CHECKPOINTS, product(&[("result", strings(&CHECKPOINT_RESULTS))])),
         (STORE_REBUILDS, product(&[("reason", strings(&STORE_REBUILD_REASONS))])),
         (STORE_WRITE_FAILURES, product(&[])),
+        (
+            kafka_dedup::telemetry::CHANGELOG_FALLBACKS,
+            product(&[("reason", strings(&kafka_dedup::changelog::FALLBACK_REASONS))]),
+        ),
+        (kafka_dedup::telemetry::CHANGELOG_LOADED_BYTES, product(&[])),
+        (kafka_dedup::telemetry::CHANGELOG_WRITTEN_BYTES, product(&[])),
         (RECOVERY_PANICS, product(std::slice::from_ref(&p))),
         (SIDE_REFUSED, product(&[p.clone(), ("side", strings(&SIDES))])),
         (

@@ -69,6 +69,9 @@ pub(crate) struct CheckpointRecord {
     /// Global scope, filter stage: the high-water marks of the records taken before `offset`
     /// ([`crate::global::HighWater`]); empty otherwise.
     pub high_water: HighWater,
+    /// What the changelog holds of the partition (`store.changelog_topic`): this checkpoint's
+    /// chunks once written and acknowledged, or an earlier committed checkpoint's.
+    pub changelog: Option<crate::changelog::ChangelogRef>,
 }
 
 impl CheckpointRecord {
@@ -93,6 +96,7 @@ impl CheckpointRecord {
             out_end,
             clock,
             high_water: HighWater::new(),
+            changelog: None,
         }
     }
 
@@ -108,7 +112,7 @@ impl CheckpointRecord {
     fn of_running(p: i32, run: &mut Running, clean: bool, transactional: bool) -> Self {
         run.ckpt = new_checkpoint_id();
         let out_end = transactional.then(|| run.out_positions.clone());
-        Self::new(
+        let mut record = Self::new(
             p,
             run.inflight.watermark(),
             &run.gens,
@@ -117,7 +121,9 @@ impl CheckpointRecord {
             clean,
             out_end,
         )
-        .with_high_water(run.high_water.clone())
+        .with_high_water(run.high_water.clone());
+        record.changelog = run.changelog.clone();
+        record
     }
 
     /// The metadata committed with the offset.
@@ -132,6 +138,7 @@ impl CheckpointRecord {
             out_end: self.out_end.clone(),
             clock: self.clock,
             hw: self.high_water.clone(),
+            cl: self.changelog.clone(),
         }
     }
 
@@ -180,8 +187,12 @@ pub(super) enum Stage {
     /// Waiting for acknowledgements up to each target.
     Delivering,
     /// The store write runs on a background thread; its result arrives here.
-    Persisting(Receiver<Result<(), StoreError>>),
+    Persisting(Receiver<Persisted>),
 }
+
+/// What the background write of a checkpoint did: the store's result, and the changelog chunks
+/// written and acknowledged per partition (`store.changelog_topic`).
+pub(super) type Persisted = (Result<(), StoreError>, BTreeMap<i32, crate::changelog::ChangelogRef>);
 
 /// A checkpoint in progress (at most one at a time, idempotent mode).
 pub(super) struct Checkpoint {
@@ -318,13 +329,13 @@ impl Filter {
                 }
             }
             Stage::Persisting(rx) => match rx.try_recv() {
-                Ok(result) => {
+                Ok((result, changelog)) => {
                     // Committed anyway: the store is a cache, a restart rebuilds from the output topic.
                     self.store_written(&result);
-                    self.commit_checkpoint(consumer);
+                    self.commit_checkpoint(consumer, changelog);
                 }
                 Err(TryRecvError::Empty) => {}
-                Err(TryRecvError::Disconnected) => self.commit_checkpoint(consumer),
+                Err(TryRecvError::Disconnected) => self.commit_checkpoint(consumer, BTreeMap::new()),
             },
         }
     }
@@ -373,8 +384,10 @@ impl Filter {
             };
             run.ckpt = new_checkpoint_id();
             // Everything taken so far is before the target: so are the marks.
-            let record = CheckpointRecord::new(*p, target, &run.gens, run.clock.time(), run.ckpt.clone(), false, None)
-                .with_high_water(run.high_water.clone());
+            let mut record =
+                CheckpointRecord::new(*p, target, &run.gens, run.clock.time(), run.ckpt.clone(), false, None)
+                    .with_high_water(run.high_water.clone());
+            record.changelog = run.changelog.clone();
             parts.insert(
                 *p,
                 CheckpointPart {
@@ -400,6 +413,11 @@ impl Filter {
             return;
         };
         let store = self.store.clone();
+        let cfg = self.cfg.clone();
+        // A halted partition commits only up to its first refused record, and its frozen
+        // generations may hold records after it that are not in the output: its changelog is
+        // not written (its commit names the one it named before).
+        let halted: Vec<i32> = self.halts.keys().copied().collect();
         let jobs: Vec<PersistJob> = ckpt
             .parts
             .values()
@@ -431,17 +449,33 @@ impl Filter {
                 ok = result.is_ok(),
                 "checkpoint stored"
             );
-            let _ = tx.send(result);
+            drop(writes);
+            let changelog = write_changelog(&cfg, &jobs, &halted);
+            let _ = tx.send((result, changelog));
         });
         ckpt.stage = Stage::Persisting(rx);
     }
 
-    /// Step 4: commit the targets with their metadata (asynchronously).
-    fn commit_checkpoint(&mut self, consumer: &FilterConsumer) {
+    /// Step 4: commit the targets with their metadata (asynchronously), naming the changelog
+    /// chunks written for them (`changelog`), which the partitions name from now on.
+    fn commit_checkpoint(
+        &mut self,
+        consumer: &FilterConsumer,
+        changelog: BTreeMap<i32, crate::changelog::ChangelogRef>,
+    ) {
         let Mode::Idempotent { checkpoint } = &mut self.mode else {
             return;
         };
-        let Some(ckpt) = checkpoint.take() else { return };
+        let Some(mut ckpt) = checkpoint.take() else { return };
+        for (p, r) in changelog {
+            let Some(part) = ckpt.parts.get_mut(&p) else { continue };
+            if let Some(Partition::Running(run)) = self.partitions.get_mut(&p) {
+                if run.incarnation == part.incarnation {
+                    run.changelog = Some(r.clone());
+                }
+            }
+            part.record.changelog = Some(r);
+        }
         // Only partitions still owned by the same incarnation.
         let records: Vec<&CheckpointRecord> = ckpt
             .parts
@@ -482,8 +516,8 @@ impl Filter {
                 }),
         } = &self.mode
         {
-            let _ = rx.recv();
-            self.commit_checkpoint(consumer);
+            let changelog = rx.recv().map(|(_, c)| c).unwrap_or_default();
+            self.commit_checkpoint(consumer, changelog);
         }
     }
 
@@ -557,6 +591,40 @@ impl Filter {
         }
         self.store_written(&result);
     }
+}
+
+/// Writes the frozen generations of each job to the changelog (`store.changelog_topic`, when
+/// set) and returns, per partition, the chunks written and acknowledged. A partition whose write
+/// fails is left out (logged): its commit names the changelog checkpoint it named before.
+fn write_changelog(cfg: &Config, jobs: &[PersistJob], halted: &[i32]) -> BTreeMap<i32, crate::changelog::ChangelogRef> {
+    let mut out = BTreeMap::new();
+    if cfg.store.changelog_topic.is_empty() {
+        return out;
+    }
+    for job in jobs.iter().filter(|j| !halted.contains(&j.record.partition)) {
+        let frozen: Vec<&Generation> = job.frozen.iter().map(|g| g.as_ref()).collect();
+        let started = Instant::now();
+        match crate::changelog::write(cfg, job.record.partition, &job.record.ckpt, job.record.epoch, &frozen) {
+            Ok(Some((r, bytes))) => {
+                telemetry::changelog_written(bytes);
+                debug!(
+                    partition = job.record.partition,
+                    bytes,
+                    chunks = r.n,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "changelog written"
+                );
+                out.insert(job.record.partition, r);
+            }
+            Ok(None) => {}
+            Err(e) => warn!(
+                partition = job.record.partition,
+                error = %e,
+                "changelog write failed; the commit names the changelog checkpoint it named before"
+            ),
+        }
+    }
+    out
 }
 
 /// The offset commit of a checkpoint: each input partition's offset with its [`CheckpointMeta`],

@@ -416,8 +416,9 @@ impl Filter {
             Mode::Idempotent { .. } => None,
             Mode::Transactional => Some(rec.out_positions.clone()),
         };
-        let record = CheckpointRecord::new(p, rec.resume, &rec.gens, rec.clock, rec.ckpt.clone(), false, out_end)
+        let mut record = CheckpointRecord::new(p, rec.resume, &rec.gens, rec.clock, rec.ckpt.clone(), false, out_end)
             .with_high_water(rec.high_water.clone());
+        record.changelog = rec.changelog.clone();
         let t = Instant::now();
         let committed = commit_list(&self.cfg, &[&record]).and_then(|tpl| consumer.commit(&tpl, CommitMode::Sync));
         debug!(
@@ -435,6 +436,7 @@ impl Filter {
         metrics.set_state(crate::state::PartitionState::Running);
         let took = rec.since.elapsed();
         telemetry::recovery(took.as_secs_f64());
+        telemetry::handover(rec.source, took.as_secs_f64());
         info!(
             partition = p,
             offset = rec.resume,
@@ -442,6 +444,7 @@ impl Filter {
             fingerprints = rec.gens.total_len(),
             rescanned = rec.scanned,
             fresh = rec.fresh,
+            source = rec.source,
             seconds = took.as_secs_f64(),
             "partition running"
         );
@@ -453,6 +456,7 @@ impl Filter {
             ckpt: rec.ckpt,
             clock: Clock::resumed(rec.clock),
             high_water: rec.high_water,
+            changelog: rec.changelog,
             first_forward: Some(FirstForward {
                 assigned: rec.since,
                 rescanned: rec.scanned,

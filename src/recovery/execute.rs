@@ -11,8 +11,8 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
 use super::plan::{
-    behind_output, learns, plan, provenance_proves, resume_from_output, AtInput, Facts, FromOutputReason, Notice, Plan,
-    Proof, Reread, Resume, Snapshot,
+    behind_output, learns, plan, provenance_proves, resume_from_output, AtInput, ChangelogFacts, Facts,
+    FromOutputReason, Notice, Plan, Proof, Reread, Resume, Snapshot,
 };
 use super::{check, Recovered, RecoveryEnv, RecoveryError, RecoveryRequest, REQUEST_TIMEOUT};
 use crate::config::{Delivery, Partitioning, Start};
@@ -52,6 +52,7 @@ pub fn execute(
                     unreachable!("only a present snapshot is planned to load")
                 };
                 let clock = s.clock.or(meta_clock(&facts));
+                let t = Instant::now();
                 match env.store.load_generations(p, s) {
                     Ok(gens) => {
                         let gens = Generations::from_parts(gens, keep);
@@ -61,6 +62,9 @@ pub fn execute(
                             ckpt,
                             clock,
                             high_water: meta_high_water(&facts),
+                            source: "store",
+                            changelog: facts.meta.as_ref().and_then(|m| m.cl.clone()),
+                            load_seconds: t.elapsed().as_secs_f64(),
                         };
                         // A snapshot taken at exactly the committed offset proves the commit is
                         // kafka-dedup's own: never asked whether it is behind.
@@ -90,6 +94,9 @@ pub fn execute(
                     ckpt: new_checkpoint_id(),
                     clock,
                     high_water: meta_high_water(&facts),
+                    source: "output",
+                    changelog: None,
+                    load_seconds: 0.0,
                 };
                 let reread = Reread {
                     from,
@@ -98,13 +105,72 @@ pub fn execute(
                 };
                 return finish(env, reader, req, start, &reread, false);
             }
+            Plan::Changelog {
+                resume,
+                generations,
+                load,
+                reread,
+                notice,
+            } => {
+                let t = Instant::now();
+                let loaded = match crate::changelog::load(&env.cfg, reader, p, &load.from, &load.epochs)? {
+                    Ok(loaded) => loaded,
+                    Err(fallback) => {
+                        facts.changelog = ChangelogFacts::Failed(fallback);
+                        continue;
+                    }
+                };
+                let load_seconds = t.elapsed().as_secs_f64();
+                telemetry::changelog_loaded(loaded.bytes);
+                info!(
+                    partition = p,
+                    reason = match &notice {
+                        Notice::Rebuild { reason, .. } => *reason,
+                        Notice::NoMetadata => "no_metadata",
+                    },
+                    generations = loaded.gens.len(),
+                    bytes = loaded.bytes,
+                    seconds = load_seconds,
+                    "local store cannot be used for this partition; loaded its older generations from the changelog \
+                     topic, re-reading the output from where the checkpoint's current generation begins"
+                );
+                let mut from_changelog = loaded.gens.into_iter();
+                let gens = generations
+                    .into_iter()
+                    .map(|g| match load.epochs.contains(&g.epoch) {
+                        true => from_changelog.next().expect("one loaded generation per epoch"),
+                        false => Generation::new(g.epoch, resume, g.out_start, 0),
+                    })
+                    .collect();
+                let start = Loaded {
+                    gens: Generations::from_parts(gens, keep),
+                    resume,
+                    ckpt: new_checkpoint_id(),
+                    clock: meta_clock(&facts),
+                    high_water: meta_high_water(&facts),
+                    source: "changelog",
+                    changelog: Some(load.from.clone()),
+                    load_seconds,
+                };
+                return finish(env, reader, req, start, &reread, false);
+            }
             Plan::Rebuild {
                 resume,
                 generations,
                 reread,
                 notice,
+                changelog,
             } => {
                 announce(env, p, &notice, Resume::At(resume));
+                if let Some(f) = &changelog {
+                    warn!(
+                        partition = p,
+                        reason = f.reason,
+                        "the changelog topic cannot be used for this partition ({}); re-reading the output topic",
+                        f.detail
+                    );
+                    telemetry::changelog_fallback(f.reason);
+                }
                 let gens = generations
                     .into_iter()
                     .map(|g| Generation::new(g.epoch, resume, g.out_start, 0))
@@ -115,6 +181,13 @@ pub fn execute(
                     ckpt: new_checkpoint_id(),
                     clock: meta_clock(&facts),
                     high_water: meta_high_water(&facts),
+                    source: "output",
+                    // A changelog that failed is not named again by this owner's commits.
+                    changelog: changelog
+                        .is_none()
+                        .then(|| facts.meta.as_ref().and_then(|m| m.cl.clone()))
+                        .flatten(),
+                    load_seconds: 0.0,
                 };
                 return finish(env, reader, req, start, &reread, untrusted(&facts));
             }
@@ -204,6 +277,8 @@ fn fresh(
         since: req.since,
         clock: None,
         high_water: HighWater::new(),
+        source: "fresh",
+        changelog: None,
     })
 }
 
@@ -225,6 +300,12 @@ struct Loaded {
     clock: Option<i64>,
     /// The high-water marks the checkpoint carried (global scope, filter stage).
     high_water: HighWater,
+    /// Where the generations came from (`store`, `changelog`, `output`).
+    source: &'static str,
+    /// The changelog checkpoint to carry into this owner's commits.
+    changelog: Option<crate::changelog::ChangelogRef>,
+    /// Seconds spent loading (store or changelog).
+    load_seconds: f64,
 }
 
 /// Waits for the fence if the plan says so, then re-reads the output into `start`'s generations.
@@ -247,11 +328,17 @@ fn finish(
         ckpt,
         clock,
         mut high_water,
+        source,
+        changelog,
+        load_seconds,
     } = start;
     check(&req.cancel)?;
+    let t = Instant::now();
     if reread.wait_for_fence {
         wait_for_fence(env, req)?;
     }
+    let fence_seconds = t.elapsed().as_secs_f64();
+    let t = Instant::now();
     let out_parts = output_partitions(env, req.partition);
     let before = if untrusted {
         // An offset the input does not have (a recreated topic) proves nothing.
@@ -262,6 +349,16 @@ fn finish(
     };
     let scanned = scan(env, reader, req, &out_parts, reread, &mut gens, (clock, Some(resume)))?;
     merge_high_water(&mut high_water, &scanned.high_water);
+    info!(
+        partition = req.partition,
+        source,
+        load_seconds,
+        fence_seconds,
+        reread_seconds = t.elapsed().as_secs_f64(),
+        rescanned = scanned.records,
+        fingerprints = gens.total_len(),
+        "recovery steps"
+    );
     let clock = horizon::recovered(clock, scanned.clock_ms);
     if let Some(c) = clock {
         gens.set_current_bucket(horizon::bucket_of(c, horizon::interval_ms(env.cfg.checkpoint.interval)));
@@ -297,6 +394,8 @@ fn finish(
         since: req.since,
         clock,
         high_water,
+        source,
+        changelog,
     })
 }
 
@@ -361,6 +460,8 @@ fn from_output(
         since: req.since,
         clock,
         high_water: scanned.high_water,
+        source: "output",
+        changelog: None,
     })
 }
 

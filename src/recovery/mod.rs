@@ -104,6 +104,12 @@ pub struct Recovered {
     pub high_water: crate::global::HighWater,
     /// When the partition was assigned (for the recovery's duration).
     pub since: Instant,
+    /// Where the generations came from: `store`, `changelog`, `output` (re-read), `fresh`
+    /// (nothing to recover); the `source` label of `kafka_dedup_handover_duration_seconds`.
+    pub source: &'static str,
+    /// What the changelog holds of the partition, carried into this owner's commits until its
+    /// own first changelog checkpoint (`crate::changelog`).
+    pub changelog: Option<crate::changelog::ChangelogRef>,
 }
 
 /// Why a recovery did not finish. All but `Cancelled` are retried by the pipeline.

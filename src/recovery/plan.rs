@@ -7,6 +7,8 @@
 //! | yes              | yes      | same checkpoint id and offset        | `Load`, re-read from its `out_covered` |
 //! | yes              | yes      | other, missing, unreadable           | `Rebuild` at the metadata's output starts |
 //! | yes              | yes, positions left out | other, missing, unreadable | `RebuildByTime` back from the metadata's clock |
+//! | yes              | yes, a changelog checkpoint in it | other, missing, unreadable; `store.changelog_topic` set | `Changelog`: load its generations, re-read from the first one it lacks |
+//! | yes              | yes, no usable changelog | other, missing, unreadable; `store.changelog_topic` set | `Rebuild`, the changelog's fallback counted |
 //! | yes              | none     | taken at exactly the committed offset | `Load` (always waits for the fence) |
 //! | yes              | none     | other, missing, unreadable; a horizon marker | `Rebuild` from the marker, one generation |
 //! | yes              | none     | other, missing, unreadable; no marker | `Fresh` at the committed offset (`no_metadata`) |
@@ -18,9 +20,16 @@
 //! says the previous owner handed over cleanly; in transactional mode it never waits (the
 //! producer's `init_transactions` fenced the previous owner) and the re-read stops at the
 //! committed transaction's end (`out_end`).
+//!
+//! The changelog (`crate::changelog`) is asked only when the store cannot be used, the metadata
+//! has its output positions and at least one frozen generation is live: it is used when the
+//! metadata names a changelog checkpoint (`cl`) whose generations are still live; a changelog
+//! that then fails to load is planned again as [`ChangelogFacts::Failed`], i.e. `Rebuild` with
+//! its reason.
 
 use std::collections::BTreeMap;
 
+use crate::changelog::{ChangelogRef, Fallback};
 use crate::config::{Delivery, Partitioning, Start};
 use crate::generations::Positions;
 use crate::metadata::CheckpointMeta;
@@ -35,6 +44,26 @@ pub enum Snapshot {
     Unreadable(String),
     /// A snapshot.
     Present(PartitionSnapshot),
+}
+
+/// The fingerprint changelog (`store.changelog_topic`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangelogFacts {
+    /// Not configured.
+    Off,
+    /// Configured; not yet tried.
+    On,
+    /// Configured, and the load the plan chose failed (why).
+    Failed(Fallback),
+}
+
+/// What to load from the changelog ([`Plan::Changelog`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangelogLoad {
+    /// The chunks, as the metadata names them.
+    pub from: ChangelogRef,
+    /// The epochs of the live generations to load from them, oldest first.
+    pub epochs: Vec<u64>,
 }
 
 /// What a recovery read before deciding (step 1).
@@ -64,6 +93,8 @@ pub struct Facts {
     /// metadata may still be kafka-dedup's own. False when the marker kept it (a commit without
     /// metadata was then made by someone else: an operator's reset) or when there is no marker.
     pub metadata_dropped: bool,
+    /// The fingerprint changelog.
+    pub changelog: ChangelogFacts,
 }
 
 /// Where consumption resumes.
@@ -180,6 +211,21 @@ pub enum Plan {
         /// Why the store was not used.
         notice: Notice,
     },
+    /// The store cannot be used and the changelog holds the older live generations of a
+    /// committed checkpoint: load them (`load.epochs`), start the others empty at the metadata's
+    /// output starts, and re-read the output from the first of those.
+    Changelog {
+        /// Where consumption resumes (every generation's input start).
+        resume: i64,
+        /// Every live generation, oldest first (those of `load.epochs` are loaded).
+        generations: Vec<GenerationStart>,
+        /// What to load.
+        load: ChangelogLoad,
+        /// The re-read, from the first generation not loaded.
+        reread: Reread,
+        /// Why the store was not used.
+        notice: Notice,
+    },
     /// Empty generations at known output starts, re-learned from the output topic.
     Rebuild {
         /// Where consumption resumes (every generation's input start).
@@ -190,6 +236,9 @@ pub enum Plan {
         reread: Reread,
         /// Why the store was not used.
         notice: Notice,
+        /// Why the changelog was not used, when it is configured and would have saved a
+        /// re-read (`kafka_dedup_changelog_fallbacks_total{reason}`).
+        changelog: Option<Fallback>,
     },
 }
 
@@ -269,7 +318,7 @@ fn with_metadata(facts: &Facts, resume: i64, meta: &CheckpointMeta) -> Option<Pl
             notice: Notice::Rebuild { reason, detail },
         });
     };
-    let generations = meta
+    let generations: Vec<GenerationStart> = meta
         .gens
         .iter()
         .enumerate()
@@ -279,12 +328,66 @@ fn with_metadata(facts: &Facts, resume: i64, meta: &CheckpointMeta) -> Option<Pl
             out_start: starts.clone(),
         })
         .collect();
+    let notice = Notice::Rebuild { reason, detail };
+    let changelog = match changelog_choice(facts, meta, first_epoch) {
+        None => None,
+        Some(Ok(load)) => {
+            let first_missing = (load.from.e - first_epoch) as usize;
+            return Some(Plan::Changelog {
+                resume,
+                reread: reread(generations[first_missing].out_start.clone()),
+                generations,
+                load,
+                notice,
+            });
+        }
+        Some(Err(fallback)) => Some(fallback),
+    };
     Some(Plan::Rebuild {
         resume,
         generations,
         reread: reread(oldest),
-        notice: Notice::Rebuild { reason, detail },
+        notice,
+        changelog,
     })
+}
+
+/// Whether the changelog is used for a rebuild of the live generations of `meta` (epochs
+/// `first_epoch..=meta.epoch`): `None` when it is off or would save nothing (no frozen generation
+/// live); otherwise what to load, or why not.
+fn changelog_choice(facts: &Facts, meta: &CheckpointMeta, first_epoch: u64) -> Option<Result<ChangelogLoad, Fallback>> {
+    if facts.changelog == ChangelogFacts::Off || meta.gens.len() < 2 {
+        return None;
+    }
+    if let ChangelogFacts::Failed(f) = &facts.changelog {
+        return Some(Err(f.clone()));
+    }
+    let fallback = |reason: &'static str, detail: &str| {
+        Some(Err(Fallback {
+            reason,
+            detail: detail.to_string(),
+        }))
+    };
+    let Some(cl) = &meta.cl else {
+        return fallback("missing", "the committed checkpoint names no changelog checkpoint");
+    };
+    if cl.e > meta.epoch {
+        return fallback(
+            "behind_or_ahead",
+            "the changelog checkpoint is ahead of the committed one",
+        );
+    }
+    let epochs: Vec<u64> = (first_epoch..cl.e).collect();
+    if epochs.is_empty() {
+        return fallback(
+            "behind_or_ahead",
+            "every generation of the changelog checkpoint has rotated out",
+        );
+    }
+    Some(Ok(ChangelogLoad {
+        from: cl.clone(),
+        epochs,
+    }))
 }
 
 /// No metadata: the broker dropped it (tansu 0.6 does) or an operator reset the offset. A store
@@ -331,6 +434,7 @@ fn without_metadata(facts: &Facts, resume: i64) -> Plan {
                 }],
                 reread: reread(starts),
                 notice: Notice::Rebuild { reason, detail },
+                changelog: None,
             }
         }
         _ if facts.provenance => Plan::FromOutput {
@@ -474,6 +578,7 @@ mod tests {
             out_end,
             clock: None,
             hw: Default::default(),
+            cl: None,
         })
     }
 
@@ -499,6 +604,7 @@ mod tests {
             snapshot,
             start: Start::Earliest,
             delivery: Delivery::Idempotent,
+            changelog: ChangelogFacts::Off,
             provenance: false,
             metadata_dropped: true,
         }
@@ -536,7 +642,7 @@ mod tests {
                 Plan::Load { resume: 500, ckpt: "a".into(), reread: reread(pos(P, 1400), None, true) }),
             ("no metadata, the marker lost its metadata too (tansu drops it): the marker is kafka-dedup's, use it",
                 with_provenance(facts(Some(500), None, Some(1100), Snapshot::Missing), true),
-                Plan::Rebuild { resume: 500, generations: from_marker(1100), reread: reread(pos(P, 1100), None, true),
+                Plan::Rebuild { changelog: None, resume: 500, generations: from_marker(1100), reread: reread(pos(P, 1100), None, true),
                     notice: rebuild("missing", "the store has no snapshot of this partition") }),
             ("no metadata, the marker kept its metadata: the input offset was reset by someone else: from the output, wait",
                 with_provenance(facts(Some(0), None, Some(1100), Snapshot::Missing), false),
@@ -650,34 +756,34 @@ mod tests {
                 Plan::Load { resume: 500, ckpt: "a".into(), reread: reread(pos(P, 1400), None, false) }),
             ("snapshot behind (another checkpoint id)",
                 facts(Some(500), meta("b", false, None), Some(1200), snap("a", 400)),
-                Plan::Rebuild { resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, true),
+                Plan::Rebuild { changelog: None, resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, true),
                     notice: rebuild("behind_or_ahead", "store snapshot a (offset 400) does not match the committed checkpoint b (offset 500)") }),
             ("snapshot ahead (same id, another offset), clean hand-over",
                 facts(Some(500), meta("a", true, None), None, snap("a", 600)),
-                Plan::Rebuild { resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, false),
+                Plan::Rebuild { changelog: None, resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, false),
                     notice: rebuild("behind_or_ahead", "store snapshot a (offset 600) does not match the committed checkpoint a (offset 500)") }),
             ("snapshot unreadable, with metadata",
                 facts(Some(500), meta("a", false, None), None, unreadable()),
-                Plan::Rebuild { resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, true),
+                Plan::Rebuild { changelog: None, resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, true),
                     notice: rebuild("corrupt", "chunk checksum mismatch") }),
             ("snapshot missing, with metadata",
                 facts(Some(500), meta("a", false, None), None, Snapshot::Missing),
-                Plan::Rebuild { resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, true),
+                Plan::Rebuild { changelog: None, resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, true),
                     notice: rebuild("missing", "the store has no snapshot of this partition") }),
             ("no metadata, snapshot at exactly the committed offset: load, always wait",
                 facts(Some(500), None, Some(1200), snap("a", 500)),
                 Plan::Load { resume: 500, ckpt: "a".into(), reread: reread(pos(P, 1400), None, true) }),
             ("no metadata, snapshot at another offset, marker",
                 facts(Some(500), None, Some(1100), snap("a", 400)),
-                Plan::Rebuild { resume: 500, generations: from_marker(1100), reread: reread(pos(P, 1100), None, true),
+                Plan::Rebuild { changelog: None, resume: 500, generations: from_marker(1100), reread: reread(pos(P, 1100), None, true),
                     notice: rebuild("behind_or_ahead", "store snapshot at offset 400 does not match the committed offset 500") }),
             ("no metadata, no snapshot, marker only",
                 facts(Some(500), None, Some(1100), Snapshot::Missing),
-                Plan::Rebuild { resume: 500, generations: from_marker(1100), reread: reread(pos(P, 1100), None, true),
+                Plan::Rebuild { changelog: None, resume: 500, generations: from_marker(1100), reread: reread(pos(P, 1100), None, true),
                     notice: rebuild("missing", "the store has no snapshot of this partition") }),
             ("no metadata, unreadable snapshot, marker",
                 facts(Some(500), None, Some(1100), unreadable()),
-                Plan::Rebuild { resume: 500, generations: from_marker(1100), reread: reread(pos(P, 1100), None, true),
+                Plan::Rebuild { changelog: None, resume: 500, generations: from_marker(1100), reread: reread(pos(P, 1100), None, true),
                     notice: rebuild("corrupt", "chunk checksum mismatch") }),
             ("no metadata, no marker (an operator reset the offsets): fresh at the committed offset",
                 facts(Some(500), None, None, snap("a", 400)),
@@ -689,6 +795,77 @@ mod tests {
         for (case, facts, want) in rows {
             assert_eq!(plan(&facts), want, "{case}");
         }
+    }
+
+    /// The changelog (`store.changelog_topic`): one row per outcome. The metadata of [`meta`]
+    /// (epoch 7, generations 6 from 1200 and 7 from 1350), with a changelog checkpoint naming
+    /// epoch `e` current.
+    #[test]
+    fn changelog_plans_in_a_table() {
+        use crate::changelog::{ChangelogRef, Fallback};
+        let cl = |e: u64| ChangelogRef {
+            ck: "c".into(),
+            e,
+            p: 0,
+            o: 40,
+            n: 3,
+        };
+        let with = |cl: Option<ChangelogRef>, clean: bool, snapshot: Snapshot, changelog: ChangelogFacts| {
+            let mut m = meta("a", clean, None).unwrap();
+            m.cl = cl;
+            let mut f = facts(Some(500), Some(m), Some(1200), snapshot);
+            f.changelog = changelog;
+            f
+        };
+        let fb = |reason: &'static str, detail: &str| Fallback {
+            reason,
+            detail: detail.into(),
+        };
+        let missing = || rebuild("missing", "the store has no snapshot of this partition");
+        let garbled = fb("corrupt", "changelog record 41 does not decode");
+        #[rustfmt::skip]
+        let rows: Vec<(&str, Facts, Plan)> = vec![
+            ("the store holds the committed checkpoint: the store wins, the changelog is not read",
+                with(Some(cl(7)), true, snap("a", 500), ChangelogFacts::On),
+                Plan::Load { resume: 500, ckpt: "a".into(), reread: reread(pos(P, 1400), None, false) }),
+            ("no store, the changelog holds generation 6: load it, re-read from generation 7's start, clean: no wait",
+                with(Some(cl(7)), true, Snapshot::Missing, ChangelogFacts::On),
+                Plan::Changelog { resume: 500, generations: from_meta(),
+                    load: ChangelogLoad { from: cl(7), epochs: vec![6] },
+                    reread: reread(pos(P, 1350), None, false), notice: missing() }),
+            ("after a crash (not clean): the same, waiting for the fence",
+                with(Some(cl(7)), false, Snapshot::Missing, ChangelogFacts::On),
+                Plan::Changelog { resume: 500, generations: from_meta(),
+                    load: ChangelogLoad { from: cl(7), epochs: vec![6] },
+                    reread: reread(pos(P, 1350), None, true), notice: missing() }),
+            ("changelog off: today's rebuild, no fallback counted",
+                with(Some(cl(7)), true, Snapshot::Missing, ChangelogFacts::Off),
+                Plan::Rebuild { changelog: None, resume: 500, generations: from_meta(),
+                    reread: reread(pos(P, 1200), None, false), notice: missing() }),
+            ("the commit names no changelog checkpoint: rebuild, missing",
+                with(None, true, Snapshot::Missing, ChangelogFacts::On),
+                Plan::Rebuild { changelog: Some(fb("missing", "the committed checkpoint names no changelog checkpoint")),
+                    resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, false), notice: missing() }),
+            ("the changelog checkpoint's generations rotated out (behind): rebuild",
+                with(Some(cl(6)), true, Snapshot::Missing, ChangelogFacts::On),
+                Plan::Rebuild { changelog: Some(fb("behind_or_ahead", "every generation of the changelog checkpoint has rotated out")),
+                    resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, false), notice: missing() }),
+            ("a changelog checkpoint ahead of the commit: rebuild",
+                with(Some(cl(8)), true, Snapshot::Missing, ChangelogFacts::On),
+                Plan::Rebuild { changelog: Some(fb("behind_or_ahead", "the changelog checkpoint is ahead of the committed one")),
+                    resume: 500, generations: from_meta(), reread: reread(pos(P, 1200), None, false), notice: missing() }),
+            ("the load failed (a garbled chunk): planned again as a rebuild with its reason",
+                with(Some(cl(7)), true, Snapshot::Missing, ChangelogFacts::Failed(garbled.clone())),
+                Plan::Rebuild { changelog: Some(garbled), resume: 500, generations: from_meta(),
+                    reread: reread(pos(P, 1200), None, false), notice: missing() }),
+        ];
+        for (case, facts, want) in rows {
+            assert_eq!(plan(&facts), want, "{case}");
+        }
+        // One live generation (nothing frozen): the changelog would save nothing, no fallback.
+        let mut one = with(None, true, Snapshot::Missing, ChangelogFacts::On);
+        one.meta.as_mut().unwrap().gens.truncate(1);
+        assert!(matches!(plan(&one), Plan::Rebuild { changelog: None, .. }));
     }
 
     /// Metadata that is foreign or of another version decodes to `None`: planned as without
@@ -740,6 +917,7 @@ mod tests {
         assert_eq!(
             crafted(1, vec![pos(P, 1200), pos(P, 1350)]),
             Plan::Rebuild {
+                changelog: None,
                 resume: 500,
                 generations: edge,
                 reread: reread(pos(P, 1200), None, true),
@@ -821,6 +999,7 @@ mod tests {
         assert_eq!(
             txn(facts(Some(500), meta("a", false, end.clone()), None, Snapshot::Missing)),
             Plan::Rebuild {
+                changelog: None,
                 resume: 500,
                 generations: from_meta(),
                 reread: reread(pos(P, 1200), end, false),
@@ -830,6 +1009,7 @@ mod tests {
         assert_eq!(
             txn(facts(Some(500), None, Some(1100), Snapshot::Missing)),
             Plan::Rebuild {
+                changelog: None,
                 resume: 500,
                 generations: from_marker(1100),
                 reread: reread(pos(P, 1100), None, false),

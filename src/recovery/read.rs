@@ -7,7 +7,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::debug;
 
-use super::plan::{Facts, Snapshot};
+use super::plan::{ChangelogFacts, Facts, Snapshot};
 use super::{check, RecoveryEnv, RecoveryError, RecoveryRequest, REQUEST_TIMEOUT};
 use crate::config::Partitioning;
 use crate::kafka;
@@ -65,6 +65,10 @@ pub fn read(env: &RecoveryEnv, reader: &kafka::Reader, req: &RecoveryRequest) ->
         start: cfg.input.start,
         delivery: cfg.output.delivery,
         provenance: cfg.output.provenance,
+        changelog: match cfg.store.changelog_topic.is_empty() {
+            true => ChangelogFacts::Off,
+            false => ChangelogFacts::On,
+        },
     })
 }
 

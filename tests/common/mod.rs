@@ -394,6 +394,8 @@ pub struct FilterSpec {
     /// `checkpoint.generations` (default 2: with `interval` 1 s, H_min 1 s and H_max 2 s, the
     /// horizon the tests' timelines are written for; the product's default is 3).
     pub generations: u32,
+    /// `store.changelog_topic` (default empty: off).
+    pub changelog: String,
     /// `output.fence_wait` (default 1 s).
     pub fence_wait: &'static str,
     /// `output.provenance` (on, the product's default; tests about running without it turn it
@@ -432,6 +434,7 @@ impl FilterSpec {
             interval: "1s",
             generations: 2,
             fence_wait: "1s",
+            changelog: String::new(),
             provenance: true,
             session_timeout_ms: None,
             consumer_protocol: false,
@@ -493,6 +496,7 @@ generations = {generations}
 
 [store]
 path = "{store}"
+changelog_topic = "{changelog}"
 
 [http]
 listen = "127.0.0.1:{port}"
@@ -518,6 +522,7 @@ listen = "127.0.0.1:{port}"
             interval = self.interval,
             generations = self.generations,
             store = self.store.display(),
+            changelog = self.changelog,
             extra = self.extra,
         )
     }
