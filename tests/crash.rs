@@ -33,7 +33,7 @@ fn chaos_sigkill_at_random_moments() {
         .unwrap_or_else(rand::random);
     eprintln!("chaos seed {seed} (set CHAOS_SEED to replay)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let given = Scenario::new("chaos", 3);
+    let given = Scenario::new("chaos", 3).killable();
     let (dir, input, output, spec) = (given.path(), &given.input, &given.output, &given.spec);
 
     let s = scenario::replay_scenario(50_000, 3, 150, seed);
@@ -116,7 +116,7 @@ fn chaos_sigkill_at_random_moments() {
 /// → the restart re-reads the input from the last commit and forwards nothing twice.
 #[test]
 fn killed_between_forwarding_and_checkpoint() {
-    let mut s = Scenario::new("fwd", 1);
+    let mut s = Scenario::new("fwd", 1).killable();
     s.spec.interval = "1h"; // no checkpoint: only the commit made when the partition starts
     s.produce(0..1000);
 
@@ -148,7 +148,7 @@ fn killed_between_forwarding_and_checkpoint() {
 /// forwards nothing twice.
 #[test]
 fn killed_after_store_write_before_commit() {
-    let mut s = Scenario::new("ckpt", 2);
+    let mut s = Scenario::new("ckpt", 2).killable();
     // Records keep arriving over 8 s, so each checkpoint has new ones; the third checkpoint that
     // commits anything (the point counts checkpoints of running partitions) stores them, then
     // the process dies before the commit.
@@ -177,7 +177,7 @@ fn killed_after_store_write_before_commit() {
 /// Case 2c: killed during a hand-over (SIGTERM), after the store was written, before the commit.
 #[test]
 fn killed_during_handover_before_commit() {
-    let mut s = Scenario::new("ho", 2);
+    let mut s = Scenario::new("ho", 2).killable();
     s.spec.interval = "1h";
     s.produce(0..1500);
     let mut filter = s.crash_at("handover-before-commit");
@@ -196,7 +196,7 @@ fn killed_during_handover_before_commit() {
 /// counted; replays are still dropped.
 #[test]
 fn store_deleted_between_runs() {
-    let mut s = Scenario::new("del", 3);
+    let mut s = Scenario::new("del", 3).killable();
     s.produce(0..3000);
     assert!(s.run_to_end().terminate().success());
 
@@ -262,7 +262,7 @@ fn mangle(dir: &Path) {
 /// loop), rebuilds from the output topic, counts it, and forwards nothing twice.
 #[test]
 fn store_garbled_between_runs() {
-    let mut s = Scenario::new("garble", 2);
+    let mut s = Scenario::new("garble", 2).killable();
     s.produce(0..3000);
     assert!(s.run_to_end().terminate().success());
 
@@ -305,7 +305,7 @@ fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
     records.extend((10..20).map(|i| raw(None, Some(&format!("small-{i}")), &[])));
     kafka().produce_raw(input, 0, &records);
 
-    let spec = s.spec.survivor();
+    let spec = s.spec.clone();
     let mut limited = spec.clone();
     limited.env.push((
         "KAFKA_DEDUP__KAFKA__PROPERTIES__MESSAGE_MAX_BYTES".into(),
@@ -345,7 +345,7 @@ fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
 /// still drop the replays of what the first run forwarded.
 #[test]
 fn a_restart_after_a_crash_uses_the_committed_snapshot() {
-    let mut s = Scenario::new("snap", 1);
+    let mut s = Scenario::new("snap", 1).killable();
     s.produce(0..1000);
     let mut filter = s.crash_at("offsets-committed:4");
     let status = filter.wait_exit(Duration::from_secs(60));
@@ -375,7 +375,7 @@ fn a_restart_after_a_crash_uses_the_committed_snapshot() {
 /// offset 500, as well as the upstream replays of 500..800.
 #[test]
 fn records_forwarded_after_the_snapshot_are_relearned() {
-    let mut s = Scenario::new("reread", 1);
+    let mut s = Scenario::new("reread", 1).killable();
     s.produce(0..500);
     let mut filter = s.run_to_end();
     assert!(filter.terminate().success(), "{}", filter.logs());
@@ -475,7 +475,7 @@ fn the_fence_waits_out_a_killed_owners_records_in_flight() {
 /// replay of `c` (its original stamp 10.2 s, 0.3 s after it on the partition clock).
 #[test]
 fn records_forwarded_across_buckets_before_a_crash_stay_inside_the_horizon() {
-    let s = Scenario::new("buckets", 1);
+    let s = Scenario::new("buckets", 1).killable();
     let (dir, input, output, spec) = (s.path(), &s.input, &s.output, &s.spec);
     let t0 = (wall_ms() - 60_000) / 1000 * 1000;
     let value = |v: &str| raw(None, Some(v), &[]);
@@ -572,7 +572,7 @@ fn store_snapshot_without_generations_is_rebuilt() {
 /// of `x` 3.6 s after it on the partition clock (past H_max) is forwarded, not dropped.
 #[test]
 fn records_rereading_across_buckets_after_a_crash_keep_h_max() {
-    let s = Scenario::new("hmax", 1);
+    let s = Scenario::new("hmax", 1).killable();
     let (dir, input, output, spec) = (s.path(), &s.input, &s.output, &s.spec);
     let t0 = (wall_ms() - 60_000) / 1000 * 1000;
     let value = |v: &str| raw(None, Some(v), &[]);

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use kafka_dedup::scenario;
 
-use super::{kafka, unique, wait_drained, wall_ms, FilterProcess, FilterSpec};
+use super::{kafka, unique, wait_drained, wall_ms, FilterProcess, FilterSpec, Raw};
 
 /// How long [`Scenario::wait_done`] waits for the filter to commit the whole input.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(180);
@@ -54,14 +54,13 @@ pub struct Scenario {
 
 impl Scenario {
     /// Given: topics `<name>-in-…` and `<name>-out-…` of `partitions` partitions on the suite's
-    /// broker, and a killable filter spec for them (session timeout 6 s, so a killed member's
-    /// partitions move on soon).
+    /// broker, and a filter spec for them ([`FilterSpec::new`]).
     pub fn new(name: &str, partitions: i32) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let (input, output) = (unique(&format!("{name}-in")), unique(&format!("{name}-out")));
         kafka().create_topic(&input, partitions);
         kafka().create_topic(&output, partitions);
-        let spec = FilterSpec::new(&input, &output, dir.path()).killable();
+        let spec = FilterSpec::new(&input, &output, dir.path());
         Scenario {
             dir,
             input,
@@ -71,6 +70,14 @@ impl Scenario {
             written: Vec::new(),
             event_time: None,
         }
+    }
+
+    /// Given: a filter that is going to be killed ([`FilterSpec::killable`]: session timeout
+    /// 6 s, so a killed member's partitions move on soon). [`Scenario::start`] still starts
+    /// survivors.
+    pub fn killable(mut self) -> Self {
+        self.spec = self.spec.killable();
+        self
     }
 
     /// The filter's directory.
@@ -100,6 +107,20 @@ impl Scenario {
         self.written.extend_from_slice(&records);
         let input = self.input.clone();
         std::thread::spawn(move || scenario::produce(&kafka().client(), &input, &records, duration).unwrap())
+    }
+
+    /// When: upstream writes `records` (from [`scenario::replay_scenario`], say) spread over
+    /// `duration`.
+    pub fn produce_records(&mut self, records: &[(i32, u64)], duration: Duration) {
+        self.event_time.get_or_insert_with(wall_ms);
+        scenario::produce(&kafka().client(), &self.input, records, duration).unwrap();
+        self.written.extend_from_slice(records);
+    }
+
+    /// When: upstream writes `records` (raw: key, value, headers) to input partition `p`. They
+    /// are not integers: compare with [`Scenario::forwarded`].
+    pub fn produce_raw(&self, p: i32, records: &[Raw]) {
+        kafka().produce_raw(&self.input, p, records);
     }
 
     /// When: upstream replays values `range` (an upstream restart), with the event time of the
@@ -164,6 +185,11 @@ impl Scenario {
             Duration::from_secs(30),
         )
         .unwrap()
+    }
+
+    /// The output's records per partition, as forwarded (provenance headers taken off).
+    pub fn forwarded(&self) -> BTreeMap<i32, Vec<Raw>> {
+        kafka().read_forwarded(&self.output, self.partitions, &self.input)
     }
 
     /// How many records the output holds.
