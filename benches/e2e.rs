@@ -1057,7 +1057,7 @@ fn run_one(
 /// (per partition two generations of half each, as `checkpoint.generations = 2` holds them),
 /// each partition's snapshot taken at input offset 0, and the group's offset 0 committed for
 /// every input partition. kafka-dedup's recovery loads it (a snapshot at exactly the committed
-/// offset, README "Crash safety"; it waits for the fence, as after a crash) before the
+/// offset, docs/guarantee.md, "Crash safety"; it waits for the fence, as after a crash) before the
 /// throughput phase begins, so the whole phase runs with the fingerprints held. They never match
 /// a record (other fingerprint streams), and the partition clock is "now", later than every
 /// input record, so the run rotates no generation away.

@@ -1,7 +1,7 @@
 //! Configuration: the TOML file of `--config`, overridden key by key by environment variables
 //! `KAFKA_DEDUP__SECTION__KEY`, validated before anything connects to Kafka.
 //!
-//! The key names are a contract (README, "Configuration"). Every struct denies unknown
+//! The key names are a contract (docs/configuration.md, "Configuration"). Every struct denies unknown
 //! fields, so a typo in a file or an environment variable is an error, not a silently ignored
 //! setting. Every error names the key (`checkpoint.interval`) and the reason; `main` turns it into
 //! exit code 2.
@@ -67,7 +67,7 @@ impl From<SecurityError> for ConfigError {
     }
 }
 
-/// The whole configuration (README, "Configuration").
+/// The whole configuration (docs/configuration.md, "Configuration").
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -444,7 +444,7 @@ pub struct OutputConfig {
     pub transactional_id: String,
     /// Idempotent mode only: how long recovery waits, counted from the partition's assignment,
     /// for records that a previous owner which stopped without a clean hand-over had already
-    /// sent to land in the output partition, before re-reading it. See README, "Crash safety".
+    /// sent to land in the output partition, before re-reading it. See docs/guarantee.md, "Crash safety".
     #[serde(default = "default_fence_wait", with = "humantime_serde")]
     pub fence_wait: Duration,
     /// How long a revocation or a stop (SIGTERM) waits for the acknowledgements of the
@@ -483,7 +483,7 @@ fn default_fence_wait() -> Duration {
 }
 
 /// Default of `output.handover_timeout`: a minute, within Kubernetes' and Docker's usual grace
-/// periods once raised for a slow output (README, "Deploying as a sidecar").
+/// periods once raised for a slow output (docs/deploying.md, "Deploying as a sidecar").
 fn default_handover_timeout() -> Duration {
     Duration::from_secs(60)
 }
@@ -560,7 +560,7 @@ pub enum Scope {
     Partition,
     /// Records are first copied to `fingerprint.route_topic`, partition `fingerprint mod N`, and
     /// filtered there: a replay is caught whatever input partition it lands in. Costs an extra
-    /// hop (README, "Global scope").
+    /// hop (docs/global-scope.md, "Global scope").
     Global,
 }
 
@@ -596,7 +596,7 @@ pub struct CheckpointConfig {
     /// Time between checkpoints, and the length of a generation's bucket of record time. The
     /// dedup horizon is `(generations - 1)` (H_min) to `generations` (H_max) intervals
     /// ([`crate::horizon::bounds_ms`]); set it so that H_min exceeds the upstream's checkpoint
-    /// interval plus its recovery time. Default 1 min (README, "Configuration").
+    /// interval plus its recovery time. Default 1 min (docs/configuration.md, "Configuration").
     #[serde(default = "default_interval", with = "humantime_serde")]
     pub interval: Duration,
     /// Fingerprint sets kept per partition: the current one and `generations - 1` previous ones.
@@ -620,7 +620,7 @@ const MAX_FENCE_WAIT: Duration = Duration::from_secs(3600);
 /// 1 min x 3 generations: H_min 2 min covers a Flink job checkpointing every 20-60 s that
 /// restarts in under a minute, and kafka-dedup's own restart after a SIGKILL (45 s session
 /// timeout, 10 s fence wait, the recovery) or a hand-over; a crash re-consumes at most about a
-/// minute of input, and a transaction stays open a minute (README, "Configuration").
+/// minute of input, and a transaction stays open a minute (docs/configuration.md, "Configuration").
 fn default_interval() -> Duration {
     Duration::from_secs(60)
 }
@@ -1227,7 +1227,7 @@ fn split_serde_error(path: &str, message: &str) -> (String, String) {
             };
             return (
                 key,
-                "unknown key (check the spelling; see README, Configuration)".to_string(),
+                "unknown key (check the spelling; every key is in docs/configuration.md)".to_string(),
             );
         }
     }

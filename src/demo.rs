@@ -91,8 +91,12 @@ pub fn run_demo(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
     cluster.create_topic(output, opts.partitions, 1)?;
     let store = tempfile::tempdir()?;
 
+    // librdkafka's mock cluster does not answer DescribeConfigs (the output's limit): the
+    // producer's limit is set here instead, librdkafka's default, which the mock topics take.
     let mut cfg: Config = Config::from_toml_str(
-        &format!("[input]\ntopic = \"{input}\"\n[output]\ntopic = \"{output}\"\n"),
+        &format!(
+            "[kafka.properties]\n\"message.max.bytes\" = 1000000\n[input]\ntopic = \"{input}\"\n[output]\ntopic = \"{output}\"\n"
+        ),
         Some(Default::default()),
     )
     .expect("the demo configuration is valid");

@@ -299,6 +299,7 @@ impl Router {
                         offset,
                         topic: cfg.fingerprint.route_topic.clone(),
                         error,
+                        skippable: false,
                     });
                 }
             }
@@ -397,6 +398,7 @@ impl Router {
                         offset: t.inflight.watermark(),
                         topic: self.cfg.fingerprint.route_topic.clone(),
                         error,
+                        skippable: false,
                     });
                 }
             }

@@ -1,5 +1,5 @@
 //! The horizon rule: when a partition's generations rotate, as pure functions of the records'
-//! timestamps and a wall-clock time passed in (README, "The guarantee"; docs/ARCHITECTURE.md,
+//! timestamps and a wall-clock time passed in (docs/guarantee.md, "The guarantee"; docs/ARCHITECTURE.md,
 //! "Generations"). Nothing here reads a clock or talks to Kafka.
 //!
 //! # The rule
@@ -142,7 +142,7 @@ pub fn bounds_ms(interval_ms: i64, generations: u32) -> (i64, i64) {
 /// start-up log print it: for 1 min and 3, "a replay that arrives within 2m of its first copy is
 /// always dropped; a repeat 3m or more after it is always forwarded" (H_min and H_max of
 /// [`bounds_ms`], in humantime's form; on the partition clock, which for a caught-up partition
-/// of records stamped when produced is the wall clock: README "The guarantee").
+/// of records stamped when produced is the wall clock: docs/guarantee.md, "The guarantee").
 pub fn in_words(interval_ms: i64, generations: u32) -> String {
     let (min, max) = bounds_ms(interval_ms, generations);
     let text = |ms: i64| humantime::format_duration(std::time::Duration::from_millis(ms.max(0) as u64)).to_string();

@@ -33,7 +33,7 @@ pub const LIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// most this many lookups per batch of records, and the queue's memory is bounded.
 pub const LIVE_QUEUE: usize = 16;
 
-/// Who may use `/store/stats` and `/store/lookup` (README, "Security").
+/// Who may use `/store/stats` and `/store/lookup` (docs/security.md, "Security").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreAccess {
     /// Anyone who reaches the address: `http.listen` is a loopback address and no token is set.
@@ -63,7 +63,7 @@ impl StoreAccess {
             StoreAccess::Loopback => Ok(()),
             StoreAccess::Closed => Err((
                 StatusCode::FORBIDDEN,
-                "/store/* is served on a loopback http.listen only, unless http.store_token is set (README, \"Security\")",
+                "/store/* is served on a loopback http.listen only, unless http.store_token is set (docs/security.md)",
             )),
             StoreAccess::Token(token) => {
                 let given = headers

@@ -272,9 +272,11 @@ pub fn fit_to_output(c: &mut ClientConfig, cfg: &Config, limit: Option<usize>) {
 }
 
 /// The `max.message.bytes` of `topic` (the largest record batch it takes, bytes), asked with
-/// DescribeConfigs through an admin client of `cfg`'s brokers. `None` when the broker does not
-/// say (no `DescribeConfigs` permission on the topic, a broker that does not implement it).
-/// Errors: the request failed (brokers unreachable).
+/// DescribeConfigs through an admin client of `cfg`'s brokers. `None` when the broker answers
+/// without it. Errors: the request failed (brokers unreachable, a broker that does not implement
+/// it and never answers), or the broker refused it for the topic (no `DESCRIBE_CONFIGS`
+/// permission: the principal needs it on the output topic for the fit, see
+/// [`fit_to_output`]).
 pub fn topic_max_message_bytes(cfg: &Config, topic: &str, timeout: Duration) -> Result<Option<usize>, KafkaError> {
     use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
     let admin: AdminClient<rdkafka::client::DefaultClientContext> = base(cfg, Role::Producer).create()?;
@@ -286,10 +288,16 @@ pub fn topic_max_message_bytes(cfg: &Config, topic: &str, timeout: Duration) -> 
         &[ResourceSpecifier::Topic(topic)],
         &AdminOptions::new().request_timeout(Some(timeout)),
     ))?;
-    Ok(answers.into_iter().filter_map(Result::ok).find_map(|r| {
-        r.get("max.message.bytes")
+    for answer in answers {
+        let resource = answer.map_err(KafkaError::AdminOp)?;
+        if let Some(limit) = resource
+            .get("max.message.bytes")
             .and_then(|e| e.value.as_deref()?.parse().ok())
-    }))
+        {
+            return Ok(Some(limit));
+        }
+    }
+    Ok(None)
 }
 
 /// Producer properties kafka-dedup sets in idempotent mode, with their values (see

@@ -118,7 +118,15 @@ fn store_exit(e: &StoreError) -> ExitCode {
 
 fn main() -> ExitCode {
     kafka_dedup::crash::say_fatal_signals();
-    match Cli::parse().command {
+    let command = Cli::parse().command;
+    if !matches!(command, Command::Run { .. }) {
+        // A report piped into `head` ends quietly when the reader leaves, as a Unix tool does:
+        // Rust ignores SIGPIPE, and `println!` then panics on the broken pipe. `run` keeps it
+        // ignored (its sockets report EPIPE as an error instead).
+        // SAFETY: signal(2) with SIG_DFL, before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+    match command {
         Command::CheckConfig { config, connect } => check_config(&config, connect),
         Command::Run { config } => run(&config),
         Command::Demo {

@@ -2,7 +2,7 @@
 //! so that a security misconfiguration stops `run` and `check-config` with exit code 2 and a
 //! message naming the key, instead of a client that retries a connection forever.
 //!
-//! Where a secret can come from (README, "Security"):
+//! Where a secret can come from (docs/security.md, "Security"):
 //! - the configuration file (`sasl.password = "..."`), or an environment variable
 //!   (`KAFKA_DEDUP__KAFKA__PROPERTIES__SASL_PASSWORD`), like every key;
 //! - a file: a property whose value is `file:PATH` takes the content of `PATH`, read once at start

@@ -83,7 +83,7 @@ pub const POSITION_FROM_OUTPUT_REASONS: [&str; 3] = ["no_commit", "no_metadata",
 /// `kafka_dedup_store_write_failures_total`: writes of the local store that failed (a checkpoint's
 /// or a hand-over's; a full disk, a file system turned read-only). The store is a cache:
 /// forwarding goes on from memory, and the store takes writes again by itself once the cause is
-/// gone (README, "A full disk").
+/// gone (docs/operating.md, "A full disk").
 pub const STORE_WRITE_FAILURES: &str = "kafka_dedup_store_write_failures_total";
 /// `kafka_dedup_recovery_records_scanned_total{partition}`: output records re-read during recovery.
 pub const RECOVERY_SCANNED: &str = "kafka_dedup_recovery_records_scanned_total";

@@ -49,7 +49,7 @@ fn offset_metadata_over_the_brokers_limit_is_committed_elided_and_recovers() {
     kafka.create_topic(&input, 1);
     kafka.create_topic(&output, OUT);
     let mut spec = FilterSpec::new(&input, &output, dir.path());
-    // A horizon of at least 30 s: the replays below come well inside it (README, "The guarantee").
+    // A horizon of at least 30 s: the replays below come well inside it (docs/guarantee.md, "The guarantee").
     spec.interval = "30s";
     spec.env
         .push(("KAFKA_DEDUP__OUTPUT__PARTITIONING".into(), "key".into()));

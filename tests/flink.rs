@@ -6,7 +6,7 @@
 //!
 //! The horizon: the job checkpoints every 2 s and a relaunch takes 10-60 s on 2 busy cores;
 //! kafka-dedup runs with `checkpoint.interval = "40s"`, `generations = 3`, so H_min = 80 s
-//! exceeds the job's checkpoint interval plus its restart time (README, "The guarantee"). The
+//! exceeds the job's checkpoint interval plus its restart time (docs/guarantee.md, "The guarantee"). The
 //! job's KafkaSink keeps each record's timestamp, so on the partition clock a replay lies as far
 //! after its first copy as the kill after the restored checkpoint's source position: one
 //! checkpoint interval in a job that keeps up, but more for a kill while the job is still working

@@ -113,7 +113,7 @@ fn the_consumer_protocol_scales_out_with_a_kill_a_stop_and_a_join() {
 /// assignor puts user data into every assignment: KAFKA-18134), so the members switched first
 /// wait, not ready and owning nothing, while the classic ones carry every partition; once the
 /// last classic member leaves, the group becomes a consumer group and all three take part
-/// (README, "Running N replicas").
+/// (docs/deploying.md, "Running N replicas").
 #[test]
 fn a_rolling_switch_from_classic_to_consumer_loses_and_duplicates_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -536,7 +536,7 @@ fn transactional_mode_runs_with_the_consumer_protocol() {
 }
 
 /// Item 3: a member that the group gives no partition (more members than partitions) is ready,
-/// owning nothing, with either protocol (README, "Health"): a rolling update waits for
+/// owning nothing, with either protocol (docs/operating.md, "Health"): a rolling update waits for
 /// readiness.
 fn a_member_without_partitions_is_ready(spec_of: impl Fn(FilterSpec) -> FilterSpec) {
     let dir = tempfile::tempdir().unwrap();

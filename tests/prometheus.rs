@@ -113,18 +113,18 @@ fn alert_rules_pass_promtool_and_are_wired_and_documented() {
         "the compose file mounts deploy/prometheus/ beside prometheus.yml"
     );
 
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(repo().join("docs/operating.md")).unwrap();
     let alerts = readme
         .split("### Alerts")
         .nth(1)
-        .expect("README has an Alerts section")
+        .expect("docs/operating.md has an Alerts section")
         .split("\n## ")
         .next()
         .unwrap();
     for name in &names {
         assert!(
             alerts.contains(name.as_str()),
-            "README, Alerts: {name} is not explained"
+            "docs/operating.md, Alerts: {name} is not explained"
         );
     }
 }

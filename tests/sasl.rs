@@ -1,7 +1,7 @@
 //! Issue 21, item 6: TLS and SASL/SCRAM for real, on the SASL_SSL listener of the suite's
 //! Apache Kafka (SCRAM-SHA-512, a broker certificate signed by a CA made at set-up:
 //! scripts/kafka-broker.sh). The filter, `audit` and `check-config` work over it with the
-//! password read from a secret file (README, "Security"); a wrong password or an untrusted CA
+//! password read from a secret file (docs/security.md, "Security"); a wrong password or an untrusted CA
 //! keeps the process up with `/readyz` naming the cause, and a restart after the fix recovers.
 //! Topics are created and read by the test over the plaintext listener.
 

@@ -128,7 +128,7 @@ pub enum UsageError {
 
 impl AuditError {
     /// The process exit code: 2 for what the configuration or the command line fixes (as every
-    /// command, README "Commands"), 1 for a failure while reading.
+    /// command, docs/commands.md, "Commands"), 1 for a failure while reading.
     pub fn exit_code(&self) -> u8 {
         match self {
             AuditError::Topics(TopicError::Kafka(_)) => 1,

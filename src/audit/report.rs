@@ -200,7 +200,7 @@ impl Report {
                 "{} repeats outside the horizon: identical records forwarded {} (H_max) or more apart. That is \
                  the filter's rule (a repeat that late is taken for a new event), not a failure; if they are \
                  replays, the upstream replays from further back than the horizon: raise checkpoint.interval \
-                 or checkpoint.generations (README, \"The guarantee\"). Repeats are looked for up to {} apart",
+                 or checkpoint.generations (docs/guarantee.md). Repeats are looked for up to {} apart",
                 t.repeats_outside_horizon,
                 duration(self.horizon.max_ms),
                 duration(self.horizon.max_ms.saturating_mul(REPEATS_WITHIN))

@@ -68,7 +68,7 @@ fn defaults_match_design() {
     assert_eq!(c.output.delivery, Delivery::Idempotent);
     assert_eq!(c.fingerprint.source, Source::Value);
     assert_eq!(c.fingerprint.on_missing, OnMissing::Forward);
-    // Issue 23, item 1: H_min 2 min, H_max 3 min (README, "Configuration").
+    // Issue 23, item 1: H_min 2 min, H_max 3 min (docs/configuration.md, "Configuration").
     assert_eq!(c.checkpoint.interval, Duration::from_secs(60));
     assert_eq!(c.checkpoint.generations, 3);
     assert_eq!(c.store.path, PathBuf::from("./kafka-dedup-data"));

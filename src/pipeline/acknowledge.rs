@@ -74,6 +74,7 @@ impl Filter {
                 offset,
                 topic,
                 error,
+                skippable: true,
             });
         }
     }

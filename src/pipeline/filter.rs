@@ -140,11 +140,23 @@ impl Filter {
         let (live_tx, live) = mpsc::sync_channel(crate::http::LIVE_QUEUE);
         status.set_live(live_tx);
         let (dtx, deliveries) = mpsc::channel();
-        let limit = match kafka::topic_max_message_bytes(&cfg, &cfg.output.topic, DESCRIBE_CONFIGS_TIMEOUT) {
-            Ok(limit) => limit,
-            Err(e) => {
-                warn!(topic = %cfg.output.topic, error = %e, "cannot read the output topic's max.message.bytes; the producer keeps its own limit");
-                None
+        // A limit the user set is kept as it is (`fit_to_output`): nothing to ask then.
+        let limit = if cfg.kafka.flat_properties().contains_key("message.max.bytes") {
+            None
+        } else {
+            match kafka::topic_max_message_bytes(&cfg, &cfg.output.topic, DESCRIBE_CONFIGS_TIMEOUT) {
+                Ok(limit) => limit,
+                Err(e) => {
+                    warn!(
+                        topic = %cfg.output.topic,
+                        error = %e,
+                        "cannot read the output topic's max.message.bytes (DescribeConfigs: grant DESCRIBE_CONFIGS on it); \
+                         the producer keeps its own limit, so a record the broker refuses for its size stops the process \
+                         instead of halting its partition: set kafka.properties.message.max.bytes to the topic's \
+                         max.message.bytes less 256 to fit it by hand"
+                    );
+                    None
+                }
             }
         };
         let mut producer_config = kafka::producer_config(&cfg);
@@ -327,6 +339,7 @@ impl Filter {
                     offset,
                     topic: topic.to_string(),
                     error,
+                    skippable: true,
                 });
             }
         }

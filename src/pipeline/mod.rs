@@ -137,7 +137,7 @@ pub enum Fatal {
     /// A record could not be delivered to the output topic (after librdkafka's retries) or was
     /// refused; in transactional mode also a side copy the broker refused (a side copy otherwise
     /// halts its partition: `halt`).
-    #[error("partition {partition} offset {offset}: delivery to {topic} failed: {error}{}", way_past(error, *partition, *offset))]
+    #[error("partition {partition} offset {offset}: delivery to {topic} failed: {error}{}", way_past(error, topic, *partition, *offset, *skippable))]
     Delivery {
         /// Input partition of the record.
         partition: i32,
@@ -148,6 +148,10 @@ pub enum Fatal {
         topic: String,
         /// librdkafka's error.
         error: KafkaError,
+        /// Whether `input.skip` can let the record past: the filter's input records; not the
+        /// route stage's (in the global scope `input.skip` names route topic records, read by
+        /// the filter stage), whose only way past a record too large is the route topic's limit.
+        skippable: bool,
     },
     /// `fingerprint.on_missing = "fail"` met a record without fingerprint.
     #[error(
@@ -218,15 +222,21 @@ pub enum Fatal {
 
 /// What to do about a delivery that failed with `error`: for a record too large for the output
 /// (the broker refused it), the settings and the way past (issue 23, item 3); nothing otherwise.
-fn way_past(error: &KafkaError, partition: i32, offset: i64) -> String {
-    if produce::too_large(error) {
+fn way_past(error: &KafkaError, topic: &str, partition: i32, offset: i64, skippable: bool) -> String {
+    if !produce::too_large(error) {
+        String::new()
+    } else if skippable {
         format!(
-            "; raise the output topic's max.message.bytes (the next start fits the producer to it, and a record \
+            "; raise the max.message.bytes of {topic} (the next start fits the producer to it, and a record \
              too large for it then halts only its partition), set fingerprint.dead_letter_topic, or let the record \
              past with input.skip = \"{partition}:{offset}\""
         )
     } else {
-        String::new()
+        format!(
+            "; raise the max.message.bytes of the route topic {topic} to at least the input topic's plus 1 KB \
+             (the route stage copies every input record there with a provenance header; it has no other way past \
+             a record too large for it)"
+        )
     }
 }
 

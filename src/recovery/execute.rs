@@ -808,6 +808,31 @@ struct Rotation {
 }
 
 impl Rotation {
+    /// The rotation of a re-read that starts from `gens` (the checkpoint's generations). With a
+    /// committed offset to resume from (`retake_from`), the oldest generation live at the
+    /// checkpoint is pinned from the start: the crashed owner took the records from that offset
+    /// on while those generations were live, and dropped some of them as replays of records in
+    /// them; those drops left nothing in the output, so no re-read record can say which
+    /// generation they need, and taking them again must find the same first copies (a replay
+    /// dropped within H_min before the crash is dropped after it). H_max after such a crash can
+    /// widen by the rotations the crashed owner made since its checkpoint.
+    fn new(
+        clock: Option<i64>,
+        interval_ms: i64,
+        generations: u32,
+        retake_from: Option<i64>,
+        gens: &Generations,
+    ) -> Rotation {
+        let oldest = gens.iter().map(|g| g.epoch).min();
+        Rotation {
+            clock,
+            interval_ms,
+            generations,
+            retake_from,
+            pinned: retake_from.and(oldest),
+        }
+    }
+
     /// Takes the record re-read at output `(q, o)` with effective time `t`
     /// ([`horizon::reread_ms`]) and input offset `source` (provenance, if any) before it is
     /// re-learned: rotates `gens` if it lies in the current generation and moves the clock into
@@ -873,13 +898,13 @@ fn scan(
         if let Some(c) = clock {
             gens.set_current_bucket(horizon::bucket_of(c, interval_ms));
         }
-        progress.rotation = Some(Rotation {
+        progress.rotation = Some(Rotation::new(
             clock,
             interval_ms,
-            generations: env.cfg.checkpoint.generations,
+            env.cfg.checkpoint.generations,
             retake_from,
-            pinned: None,
-        });
+            gens,
+        ));
     }
     if progress.remaining.is_empty() {
         return Ok(progress.into_scanned());
@@ -1178,6 +1203,56 @@ mod tests {
                 .collect();
             assert_eq!((got.as_slice(), gens.current().bucket), (ages, Some(bucket)), "{case}");
         }
+    }
+
+    /// Issue 22 review: a replay the crashed owner dropped (so nothing of it is in the output) at
+    /// or after the committed offset, whose first copy is in the checkpoint's generation, is taken
+    /// again on resume; records forwarded after it that move the clock fast (a catch-up) must not
+    /// rotate that generation away. I = 1 s, G = 3; the checkpoint: one generation (epoch 7,
+    /// bucket 0), clock 0.5 s, committed offset 20; E at input 5, output 5, t = 0.1 s; forwarded
+    /// after the dropped replay: inputs 21..23 at 1.1, 2.1, 3.1 s.
+    #[test]
+    fn a_replay_dropped_before_the_crash_still_finds_its_first_copy() {
+        let e: u128 = 0xE;
+        let mut gens = Generations::from_parts(vec![Generation::new(7, 0, pos(0, 0), 0)], 3);
+        gens.set_current_bucket(0);
+        let mut rotation = Rotation::new(Some(500), 1_000, 3, Some(20), &gens);
+        rotation.take(&mut gens, 0, 5, Some(100), Some(5));
+        gens.relearn(e, 0, 5);
+        for (o, t, src) in [(6, 1_100, 21), (7, 2_100, 22), (8, 3_100, 23)] {
+            rotation.take(&mut gens, 0, o, Some(t), Some(src));
+            gens.relearn(1000 + o as u128, 0, o);
+        }
+        assert!(
+            gens.lookup(e).is_some(),
+            "E forgotten: the replay dropped before the crash would pass"
+        );
+        for o in 6..=8u128 {
+            assert!(gens.lookup(1000 + o).is_some(), "record at output {o} re-learned");
+        }
+    }
+
+    /// The same review: a record forwarded without a usable timestamp in a partition an hour
+    /// behind the wall clock; its output copy carries the wall-clock time it was produced, which
+    /// the re-read takes as its record time. With a commit to resume from, nothing live at the
+    /// checkpoint is rotated away by it.
+    #[test]
+    fn an_unstamped_record_in_a_backlog_rotates_nothing_away() {
+        let now = crate::generations::now_ms();
+        let backlog = now - 3_600_000;
+        let interval = 60_000;
+        let mut gens = Generations::from_parts(vec![Generation::new(7, 0, pos(0, 0), 0)], 3);
+        gens.set_current_bucket(crate::horizon::bucket_of(backlog, interval));
+        let mut rotation = Rotation::new(Some(backlog), interval, 3, Some(10), &gens);
+        rotation.take(&mut gens, 0, 5, crate::horizon::reread_ms(Some(backlog), now), Some(5));
+        gens.relearn(0xE, 0, 5);
+        rotation.take(&mut gens, 0, 6, crate::horizon::reread_ms(Some(now - 1), now), Some(6));
+        gens.relearn(0xF, 0, 6);
+        assert!(
+            gens.lookup(0xE).is_some(),
+            "E, forwarded just before on the partition clock, forgotten"
+        );
+        assert!(gens.lookup(0xF).is_some());
     }
 
     /// One row per case: (reader position at the end event, limit, whether the re-read ends).

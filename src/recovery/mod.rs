@@ -18,7 +18,7 @@
 //!
 //! The fence: in idempotent mode, unless the previous owner handed over cleanly, recovery waits
 //! until `output.fence_wait` has passed since the assignment before reading the output's end, so
-//! produce requests the previous owner had already sent have landed (README, "Crash safety"). In
+//! produce requests the previous owner had already sent have landed (docs/guarantee.md, "Crash safety"). In
 //! transactional mode the new producer's `init_transactions` fenced the old one instead, and the
 //! re-read stops at the committed transaction's end (`out_end`).
 //!

@@ -371,7 +371,7 @@ pub fn behind_output(committed: i64, before_horizon: Option<i64>) -> bool {
 /// is dropped when met again; an offset reset by an operator then forwards again what is older
 /// than the horizon). Without one, the smallest of the per-partition newest offsets: a record in
 /// flight to an output partition without any recent record of this input partition when its
-/// owner died just before the group's offsets were lost is not sent again (README, "Provenance").
+/// owner died just before the group's offsets were lost is not sent again (docs/guarantee.md, "Provenance").
 pub fn resume_from_output(
     committed: Option<i64>,
     newest: &BTreeMap<i32, i64>,

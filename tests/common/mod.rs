@@ -267,7 +267,7 @@ impl Broker {
     /// decimal text), all with timestamp `timestamp` (ms since the Unix epoch): upstream replays
     /// that keep the event time of their first copies, as Flink and Kafka Streams sinks do. (A
     /// replay stamped when it is written is, on the partition clock, as old as the time since
-    /// its first copy, and is forwarded once that exceeds the horizon: README, "The guarantee".)
+    /// its first copy, and is forwarded once that exceeds the horizon: docs/guarantee.md, "The guarantee".)
     pub fn produce_values_at(&self, topic: &str, records: &[(i32, u64)], timestamp: i64) {
         use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
         let producer: ThreadedProducer<_> = self.client().create().unwrap();

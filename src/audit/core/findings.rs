@@ -68,7 +68,7 @@ pub struct Duplicate {
 }
 
 /// An output record identical to an earlier one (same fingerprint) H_max or more after it on the
-/// output clock: forwarded by the filter's rule (README "The guarantee"), not a failure.
+/// output clock: forwarded by the filter's rule (docs/guarantee.md, "The guarantee"), not a failure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Repeat {
     /// Its output offset.

@@ -10,7 +10,7 @@ use crate::fingerprint::{Fingerprint, Fingerprinter, RecordFields};
 use crate::provenance::Provenance;
 
 /// The horizon the audit measures with, from `[checkpoint]`, in milliseconds of record time:
-/// the filter's bounds (issue 13, README "The guarantee"): a replay taken less than H_min after
+/// the filter's bounds (issue 13, docs/guarantee.md, "The guarantee"): a replay taken less than H_min after
 /// the copy it forwarded is always dropped, a repeat taken H_max or more after it always
 /// forwarded, on the partition clock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

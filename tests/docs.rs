@@ -1,0 +1,60 @@
+//! The documentation keeps up with the code: every configuration key the code accepts is in the
+//! configuration page's reference block (docs/configuration.md), and every key there is one the
+//! code accepts.
+
+use std::collections::BTreeSet;
+
+use kafka_dedup::config::Config;
+
+/// `section.key` for every key of every table in `value` (nested tables by dotted path), except
+/// under `kafka.properties` (librdkafka's own, open-ended).
+fn keys(value: &toml::Value, prefix: &str, out: &mut BTreeSet<String>) {
+    if let toml::Value::Table(t) = value {
+        for (k, v) in t {
+            let path = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            if path == "kafka.properties" {
+                continue;
+            }
+            match v {
+                toml::Value::Table(_) => keys(v, &path, out),
+                _ => {
+                    out.insert(path);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_configuration_key_is_documented_and_every_documented_key_exists() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let minimal = "[input]\ntopic = \"events\"\n[output]\ntopic = \"events.dedup\"\n";
+    let cfg = Config::from_toml_str(minimal, Some(Default::default())).expect("a minimal configuration");
+    let accepted: toml::Value = toml::from_str(&cfg.to_redacted_toml()).expect("the effective configuration");
+    let mut code = BTreeSet::new();
+    keys(&accepted, "", &mut code);
+
+    let page = std::fs::read_to_string(root.join("docs/configuration.md")).unwrap();
+    let block = page
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("docs/configuration.md opens with a ```toml reference block");
+    let documented: toml::Value = toml::from_str(block).expect("the reference block is valid TOML");
+    let mut docs = BTreeSet::new();
+    keys(&documented, "", &mut docs);
+
+    let undocumented: Vec<_> = code.difference(&docs).collect();
+    let unknown: Vec<_> = docs.difference(&code).collect();
+    assert!(
+        undocumented.is_empty() && unknown.is_empty(),
+        "keys the code accepts but docs/configuration.md does not show: {undocumented:?}; \
+         keys it shows that the code does not accept: {unknown:?}"
+    );
+    // Every key the reference block shows is accepted by the parser as written there.
+    Config::from_toml_str(block, Some(Default::default())).expect("the reference block loads as a configuration");
+}
