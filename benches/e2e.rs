@@ -2,7 +2,8 @@
 //! the same broker, in the same run.
 //!
 //! ```text
-//! scripts/bench.sh                                   # a fresh tansu (memory), then this benchmark
+//! scripts/bench.sh                                   # a fresh Apache Kafka node, then this benchmark
+//! scripts/bench.sh --peers                           # also Kafka Streams and Python + Redis (below)
 //! cargo bench --bench e2e -- --brokers HOST:PORT     # any Kafka-protocol broker
 //! cargo bench --bench e2e                            # librdkafka's in-process mock cluster
 //! ```
@@ -28,11 +29,26 @@
 //!    also reports the longest time its consumed count stood still while records were waiting
 //!    (a stall: a checkpoint that blocked the poll thread would show here).
 //! 3. Latency, in the same child after the throughput phase: on a second, new pair of topics the
-//!    parent produces `--latency-records` records at `--latency-rate` per second, each stamped with
+//!    parent produces records for `--latency-seconds` at `--latency-rate` per second, each stamped with
 //!    its send time (CreateTime, kept in the output by both a and b), and a reader tailing the
-//!    output computes arrival − timestamp. The brokers used here do not stamp LogAppendTime
-//!    (tansu 0.6 keeps CreateTime), so this is "input send → output readable" for both: the same
-//!    produce and fetch paths, so b − a is the latency kafka-dedup adds.
+//!    output computes arrival − timestamp. Apache Kafka's topics keep CreateTime
+//!    (`message.timestamp.type` default), so this is "input send → output readable" for both: the
+//!    same produce and fetch paths, so b − a is the latency kafka-dedup adds. The rate is half the
+//!    copier's steady rate (its first run; `--latency-rate` sets one), for 2 s by default.
+//!
+//! CPU per record is the child's, and separately the broker's: with `KD_E2E_BROKER_PID` (set by
+//! `scripts/bench.sh`), the broker JVM's user + system time from `/proc/PID/stat` over the same
+//! window. `--record-bytes 100,1000` runs the whole benchmark once per value size (own topics).
+//!
+//! `--peers` adds the dedups a user might write instead, each an external command started with
+//! the broker, topics and group as arguments (`benches/peers/`; `scripts/bench.sh --peers` builds
+//! and installs what they need and sets `KD_E2E_STREAMS_CP`, `KD_E2E_PYTHONPATH`,
+//! `KD_E2E_REDIS_PORT`, `KD_E2E_REDIS_PID`): a Kafka Streams application (window store) with
+//! `at_least_once` and with `exactly_once_v2`, and Python confluent-kafka + Redis `SET NX`. Their
+//! rate is read from outside: the output topic's end offsets (polled every 50 ms) from the first
+//! output record to the last (scaled to input records by records / distinct), CPU from
+//! `/proc/PID/stat` of the child (and of redis-server) over that window, peak RSS from its
+//! `VmHWM`; their output is counted afterwards (read_committed). No latency phase for them.
 //!
 //! Options add runs of kafka-dedup alternating with a and b: `--held N` (c: N fingerprints held
 //! from the start, a pre-filled store snapshot that recovery loads, [`prefill`]) and
@@ -92,9 +108,9 @@ struct Args {
     /// Fraction of the input records that are replays.
     #[arg(long, default_value_t = 0.1)]
     duplicates: f64,
-    /// Bytes of a record's value.
-    #[arg(long, default_value_t = 100)]
-    record_bytes: usize,
+    /// Bytes of a record's value; several (`100,1000`): the whole benchmark once per size.
+    #[arg(long, value_delimiter = ',', default_value = "100")]
+    record_bytes: Vec<usize>,
     /// Partitions of every topic.
     #[arg(long, default_value_t = 3)]
     partitions: i32,
@@ -104,16 +120,20 @@ struct Args {
     /// kafka-dedup's checkpoint.interval, and the copier's commit interval.
     #[arg(long, default_value = "5s")]
     checkpoint_interval: humantime::Duration,
-    /// `session.timeout.ms` of both a's and b's consumer. The group join waits for it on tansu
-    /// (BENCHMARKS.md, "Start-up").
-    #[arg(long, default_value = "6s")]
-    session_timeout: humantime::Duration,
-    /// Records of the latency phase of each run (0: no latency phase).
-    #[arg(long, default_value_t = 2_000)]
-    latency_records: u64,
-    /// Records per second in the latency phase.
-    #[arg(long, default_value_t = 1_000)]
+    /// `session.timeout.ms` of both a's and b's consumer; without it, kafka-dedup's default
+    /// (librdkafka's 45 s: Apache Kafka forms a new group without waiting for it).
+    #[arg(long)]
+    session_timeout: Option<humantime::Duration>,
+    /// Seconds of the latency phase of each run (0: no latency phase).
+    #[arg(long, default_value_t = 2.0)]
+    latency_seconds: f64,
+    /// Records per second in the latency phase; 0: half the copier's steady rate (its first run).
+    #[arg(long, default_value_t = 0)]
     latency_rate: u64,
+    /// Also run the peers (`benches/peers/`): Kafka Streams (at_least_once, exactly_once_v2) and
+    /// Python confluent-kafka + Redis SET NX.
+    #[arg(long)]
+    peers: bool,
     /// Also run (c) kafka-dedup holding this many fingerprints from the start (a long horizon,
     /// pre-filled: a store snapshot with that many fingerprints over the partitions, at offset 0,
     /// which the recovery loads). 0: not run.
@@ -157,7 +177,7 @@ struct RunSpec {
     records: u64,
     interval: Duration,
     provenance: bool,
-    session_timeout: Duration,
+    session_timeout: Option<Duration>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -165,6 +185,10 @@ enum Role {
     Copier,
     Dedup,
     Global,
+    /// The peers (`--peers`), external commands.
+    StreamsAlos,
+    StreamsEos,
+    Redis,
 }
 
 impl Role {
@@ -173,7 +197,14 @@ impl Role {
             Role::Copier => "copier",
             Role::Dedup => "dedup",
             Role::Global => "global",
+            Role::StreamsAlos => "streams-alos",
+            Role::StreamsEos => "streams-eos",
+            Role::Redis => "redis",
         }
+    }
+
+    fn external(self) -> bool {
+        matches!(self, Role::StreamsAlos | Role::StreamsEos | Role::Redis)
     }
 }
 
@@ -219,6 +250,9 @@ impl Variant {
             (Role::Dedup, n, true) => format!("({letter}) kafka-dedup, {} held", count(n)),
             (Role::Dedup, n, false) => format!("({letter}) kafka-dedup, {} held, no provenance", count(n)),
             (Role::Global, _, _) => format!("({letter}) kafka-dedup, global scope"),
+            (Role::StreamsAlos, _, _) => format!("({letter}) Kafka Streams, at_least_once"),
+            (Role::StreamsEos, _, _) => format!("({letter}) Kafka Streams, exactly_once_v2"),
+            (Role::Redis, _, _) => format!("({letter}) Python + Redis SET NX"),
         }
     }
 }
@@ -248,17 +282,19 @@ struct Worker {
     stop: Box<dyn FnOnce() -> Result<(), String>>,
 }
 
-/// The same configuration for both roles: kafka-dedup's defaults, with a 6 s session timeout
-/// (consumer groups form quickly on tansu) and the bench's topics, group and interval.
+/// The same configuration for both roles: kafka-dedup's defaults with the bench's topics, group
+/// and interval (and `--session-timeout` if given).
 fn config(spec: &RunSpec, input: &str, output: &str, group: &str, store: &std::path::Path) -> Config {
     let mut cfg = bench_config(&spec.brokers, spec.interval, input, output, group, store);
     cfg.output.provenance = spec.provenance;
-    let session = spec.session_timeout.as_millis();
-    for (k, v) in [
-        ("session.timeout.ms", session),
-        // librdkafka's default (3 s) unless a third of the session is shorter.
-        ("heartbeat.interval.ms", (session / 3).min(3000)),
-    ] {
+    let session = spec.session_timeout.map(|s| s.as_millis());
+    for (k, v) in session.into_iter().flat_map(|session| {
+        [
+            ("session.timeout.ms", session),
+            // librdkafka's default (3 s) unless a third of the session is shorter.
+            ("heartbeat.interval.ms", (session / 3).min(3000)),
+        ]
+    }) {
         cfg.kafka
             .properties
             .insert(k.into(), kafka_dedup::config::PropertyValue::String(v.to_string()));
@@ -284,10 +320,7 @@ fn bench_config(
     group: &str,
     store: &std::path::Path,
 ) -> Config {
-    let text = format!(
-        "[kafka.properties]\n\"session.timeout.ms\" = \"6000\"\n\
-         [input]\ntopic = \"{input}\"\ngroup_id = \"{group}\"\n[output]\ntopic = \"{output}\"\n"
-    );
+    let text = format!("[input]\ntopic = \"{input}\"\ngroup_id = \"{group}\"\n[output]\ntopic = \"{output}\"\n");
     let mut cfg = Config::from_toml_str(&text, Some(Default::default())).expect("the bench configuration is valid");
     cfg.kafka.bootstrap_servers = brokers.to_string();
     cfg.checkpoint.interval = interval;
@@ -528,12 +561,33 @@ fn start(spec: &RunSpec, mut cfg: Config, route: &str) -> Worker {
             cfg.fingerprint.route_topic = route.to_string();
             start_dedup(cfg, true)
         }
+        Role::StreamsAlos | Role::StreamsEos | Role::Redis => unreachable!("a peer runs as its own command (run_peer)"),
     }
 }
 
 /// User + system CPU time of this process (all threads), from `/proc/self/stat` (USER_HZ = 100).
 fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    proc_cpu("self")
+}
+
+/// The broker's CPU time (`KD_E2E_BROKER_PID`, set by scripts/bench.sh); NaN without it.
+fn broker_cpu() -> f64 {
+    std::env::var("KD_E2E_BROKER_PID").map_or(f64::NAN, |pid| proc_cpu(&pid))
+}
+
+/// Peak RSS (`VmHWM`) of a process, bytes.
+fn proc_hwm(pid: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// User + system CPU time of process `pid` ("self" or a number), all threads.
+fn proc_cpu(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
     let f: Vec<&str> = after.split_whitespace().collect();
     let ticks = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
@@ -550,7 +604,8 @@ fn child() -> Result<(), String> {
         role: match env("KD_E2E_ROLE").as_str() {
             "copier" => Role::Copier,
             "global" => Role::Global,
-            _ => Role::Dedup,
+            "dedup" => Role::Dedup,
+            other => return Err(format!("no in-process role {other}")),
         },
         brokers: env("KD_E2E_BROKERS"),
         input: env("KD_E2E_INPUT"),
@@ -564,7 +619,7 @@ fn child() -> Result<(), String> {
         records: env("KD_E2E_RECORDS").parse().expect("a count"),
         interval: Duration::from_millis(env("KD_E2E_INTERVAL_MS").parse().expect("milliseconds")),
         provenance: env("KD_E2E_PROVENANCE") == "true",
-        session_timeout: Duration::from_millis(env("KD_E2E_SESSION_TIMEOUT_MS").parse().expect("milliseconds")),
+        session_timeout: env("KD_E2E_SESSION_TIMEOUT_MS").parse().ok().map(Duration::from_millis),
     };
     let _ = T0.set(Instant::now());
     // The log as configured (RUST_LOG), and kafka-dedup's start-up events for the milestones.
@@ -599,10 +654,10 @@ fn child() -> Result<(), String> {
     // The steady state: from the moment every partition is assigned (and, for kafka-dedup,
     // recovered; partitions recover in parallel and start one by one) to the last record done.
     // Start-up is not part of the rate: recovery has its own benchmark.
-    let mut steady: Option<(Instant, u64, f64)> = None;
+    let mut steady: Option<(Instant, u64, f64, f64)> = None;
     let (mut last_consumed, mut last_change, mut stall) = (0u64, Instant::now(), Duration::ZERO);
     let mut next_progress = Instant::now();
-    let (finished, done, cpu_done, hwm) = loop {
+    let (finished, done, cpu_done, broker_done, hwm) = loop {
         let (consumed, done) = ((worker.consumed)(), (worker.done)());
         let now = Instant::now();
         if consumed > 0 {
@@ -612,11 +667,11 @@ fn child() -> Result<(), String> {
             mark("done", 0.0);
         }
         if steady.is_none() && (worker.ready)() {
-            steady = Some((now, done, cpu_seconds()));
+            steady = Some((now, done, cpu_seconds(), broker_cpu()));
             last_change = now;
         }
         if done >= spec.records {
-            break (now, done, cpu_seconds(), support::peak_rss_bytes());
+            break (now, done, cpu_seconds(), broker_cpu(), support::peak_rss_bytes());
         }
         if consumed != last_consumed {
             last_consumed = consumed;
@@ -637,7 +692,7 @@ fn child() -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(1));
     };
-    let (t0, done0, cpu0) = steady.ok_or("finished before every partition was assigned")?;
+    let (t0, done0, cpu0, broker0) = steady.ok_or("finished before every partition was assigned")?;
     if done - done0 < spec.records / 2 {
         return Err(format!(
             "{}: only {} of {} records were done in the steady state; use more --records",
@@ -649,7 +704,7 @@ fn child() -> Result<(), String> {
     let (forwarded, duplicates, checkpoints) = (worker.report)();
     // Figures per record done in the steady state.
     say(format!(
-        "R {} {} {} {} {} {} {} {} {}",
+        "R {} {} {} {} {} {} {} {} {} {}",
         (finished - t0).as_secs_f64(),
         cpu_done - cpu0,
         hwm,
@@ -658,7 +713,8 @@ fn child() -> Result<(), String> {
         duplicates,
         checkpoints,
         done - done0,
-        support::rss_bytes()
+        support::rss_bytes(),
+        broker_done - broker0
     ));
     MILESTONES_DONE.store(true, Ordering::Relaxed);
     for (name, (first, last, secs)) in MILESTONES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
@@ -706,6 +762,20 @@ struct Broker {
 }
 
 impl Broker {
+    /// Deletes a run's topics once its figures are in (a real broker keeps every record on disk:
+    /// 1M records of 1 KB are 1 GB a topic). Best effort; nothing on the mock cluster.
+    fn delete_topics(&self, names: &[&str]) {
+        if self.mock.is_some() {
+            return;
+        }
+        let Ok(admin) = client(&self.brokers).create::<AdminClient<DefaultClientContext>>() else {
+            return;
+        };
+        if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            let _ = rt.block_on(admin.delete_topics(names, &AdminOptions::new()));
+        }
+    }
+
     fn create_topic(&self, name: &str, partitions: i32) -> Result<(), String> {
         if let Some(m) = &self.mock {
             m.create_topic(name, partitions, 1).map_err(|e| e.to_string())?;
@@ -740,7 +810,8 @@ impl Broker {
     }
 }
 
-/// A producer for the bench's own records (no compression: tansu refuses snappy batches).
+/// A producer for the bench's own records: uncompressed, so the input's batches cost the copier
+/// and kafka-dedup no decompression beyond what a user's uncompressed topic would.
 fn producer(brokers: &str, linger_ms: &str) -> Result<BaseProducer, String> {
     client(brokers)
         .set("linger.ms", linger_ms)
@@ -800,7 +871,7 @@ fn produce_input(args: &Args, topic: &str) -> Result<u64, String> {
             distinct
         };
         let key = format!("k{id:010}");
-        let v = value(id, args.record_bytes);
+        let v = value(id, args.bytes());
         send(&p, BaseRecord::to(topic).key(key.as_str()).payload(v.as_slice()))?;
         if i % 1000 == 0 {
             bar.set_position(i);
@@ -828,6 +899,8 @@ struct RunResult {
     steady: u64,
     /// Resident set size when the throughput phase ended, bytes.
     rss_end: u64,
+    /// The broker's CPU seconds over the steady window (NaN: unknown).
+    broker_cpu: f64,
     /// Latencies of the latency phase, milliseconds, sorted.
     latencies: Vec<i64>,
     /// Start-up milestones, see [`MILESTONES`].
@@ -838,6 +911,16 @@ impl Args {
     fn brokers_or_default(&self) -> String {
         self.brokers.clone().unwrap_or_default()
     }
+
+    /// The value size of this pass (the parent runs one pass per `--record-bytes`).
+    fn bytes(&self) -> usize {
+        self.record_bytes.first().copied().unwrap_or(100)
+    }
+
+    /// The prefix of this pass's topics and groups.
+    fn prefix(&self) -> String {
+        format!("kd-e2e-{}B", self.bytes())
+    }
 }
 
 fn now_ms() -> i64 {
@@ -845,8 +928,8 @@ fn now_ms() -> i64 {
 }
 
 /// Latency phase, parent side: paced records to `input`, arrival − timestamp read from `output`.
-fn measure_latency(args: &Args, brokers: &str, input: &str, output: &str) -> Result<Vec<i64>, String> {
-    let n = args.latency_records;
+fn measure_latency(args: &Args, rate: u64, brokers: &str, input: &str, output: &str) -> Result<Vec<i64>, String> {
+    let n = (args.latency_seconds * rate as f64) as u64;
     let reader: BaseConsumer = client(brokers)
         .set("group.id", "kd-e2e-latency-reader")
         .set("enable.auto.commit", "false")
@@ -861,14 +944,11 @@ fn measure_latency(args: &Args, brokers: &str, input: &str, output: &str) -> Res
     reader.assign(&tpl).map_err(|e| e.to_string())?;
     let (tx, rx) = mpsc::channel();
     let writer = {
-        let (brokers, input, rate, bytes) = (
-            brokers.to_string(),
-            input.to_string(),
-            args.latency_rate.max(1),
-            args.record_bytes,
-        );
+        let (brokers, input, rate, bytes) = (brokers.to_string(), input.to_string(), rate.max(1), args.bytes());
         std::thread::spawn(move || -> Result<(), String> {
-            let p = producer(&brokers, "0")?;
+            // linger.ms 5 (librdkafka's default, kafka-dedup's): at half the copier's rate, one
+            // request per record would make the parent the limit; a and b wait the same.
+            let p = producer(&brokers, "5")?;
             let start = Instant::now();
             for i in 0..n {
                 let due = start + Duration::from_secs_f64(i as f64 / rate as f64);
@@ -921,17 +1001,19 @@ fn run_one(
     run: usize,
     input: &str,
     bar: &ProgressBar,
+    latency_rate: &mut u64,
 ) -> Result<RunResult, String> {
     let brokers = &broker.brokers;
     let name = variant.name();
-    let output = format!("kd-e2e-{run}-{name}-out");
+    let prefix = args.prefix();
+    let output = format!("{prefix}-{run}-{name}-out");
     let (lat_in, lat_out) = (
-        format!("kd-e2e-{run}-{name}-lat-in"),
-        format!("kd-e2e-{run}-{name}-lat-out"),
+        format!("{prefix}-{run}-{name}-lat-in"),
+        format!("{prefix}-{run}-{name}-lat-out"),
     );
     let (route, lat_route) = (
-        format!("kd-e2e-{run}-{name}-route"),
-        format!("kd-e2e-{run}-{name}-lat-route"),
+        format!("{prefix}-{run}-{name}-route"),
+        format!("{prefix}-{run}-{name}-lat-route"),
     );
     for t in [&output, &lat_in, &lat_out] {
         broker.create_topic(t, args.partitions)?;
@@ -941,7 +1023,7 @@ fn run_one(
             broker.create_topic(t, args.partitions)?;
         }
     }
-    let group = format!("kd-e2e-{run}-{name}");
+    let group = format!("{prefix}-{run}-{name}");
     let store = tempfile::tempdir().map_err(|e| e.to_string())?;
     if variant.held > 0 {
         bar.set_message(format!("{} (pre-filling)", bar.message()));
@@ -976,7 +1058,8 @@ fn run_one(
         .env("KD_E2E_PROVENANCE", variant.provenance.to_string())
         .env(
             "KD_E2E_SESSION_TIMEOUT_MS",
-            Duration::from(args.session_timeout).as_millis().to_string(),
+            args.session_timeout
+                .map_or(String::new(), |s| Duration::from(s).as_millis().to_string()),
         )
         .env("KD_E2E_BROKERS", brokers)
         .env("KD_E2E_INPUT", input)
@@ -1018,6 +1101,10 @@ fn run_one(
                 result.checkpoints = v[6] as u64;
                 result.steady = v[7] as u64;
                 result.rss_end = v.get(8).copied().unwrap_or(0.0) as u64;
+                result.broker_cpu = v.get(9).copied().unwrap_or(f64::NAN);
+                if *latency_rate == 0 && variant.role == Role::Copier {
+                    *latency_rate = ((result.steady as f64 / result.secs) / 2.0).max(1.0) as u64;
+                }
                 bar.set_position(args.records);
             }
             Some("T") => {
@@ -1028,9 +1115,9 @@ fn run_one(
                 }
             }
             Some("READY") => {
-                if args.latency_records > 0 {
+                if args.latency_seconds > 0.0 && *latency_rate > 0 {
                     bar.set_message(format!("{} latency", bar.message()));
-                    match measure_latency(args, brokers, &lat_in, &lat_out) {
+                    match measure_latency(args, *latency_rate, brokers, &lat_in, &lat_out) {
                         Ok(l) => result.latencies = l,
                         Err(e) => failed = Some(e),
                     }
@@ -1044,6 +1131,7 @@ fn run_one(
     }
     drop(stdin);
     let status = child.wait().map_err(|e| e.to_string())?;
+    broker.delete_topics(&[&output, &lat_in, &lat_out, &route, &lat_route]);
     if let Some(e) = failed {
         return Err(e);
     }
@@ -1051,6 +1139,156 @@ fn run_one(
         return Err(format!("{name} run {run} failed ({status})"));
     }
     Ok(result)
+}
+
+/// One run of a peer (`--peers`, `benches/peers/`): an external command started with the
+/// broker, topics and group as arguments, measured from outside (see the module's doc).
+fn run_peer(
+    args: &Args,
+    broker: &Broker,
+    role: Role,
+    run: usize,
+    input: &str,
+    distinct: u64,
+    bar: &ProgressBar,
+) -> Result<RunResult, String> {
+    let brokers = &broker.brokers;
+    let name = role.name();
+    let output = format!("{}-{run}-{name}-out", args.prefix());
+    let group = format!("{}-{run}-{name}", args.prefix());
+    broker.create_topic(&output, args.partitions)?;
+    let state = tempfile::tempdir().map_err(|e| e.to_string())?;
+    // The horizon kafka-dedup keeps at most: `checkpoint.generations` (default 2) intervals.
+    let horizon_ms = (Duration::from(args.checkpoint_interval).as_millis() * 2).to_string();
+    let var =
+        |n: &str| std::env::var(n).map_err(|_| format!("--peers: {n} is not set (scripts/bench.sh --peers sets it)"));
+    let peers = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/peers");
+    let (mut command, extra) = match role {
+        Role::Redis => {
+            let mut c = Command::new("python3");
+            c.env("PYTHONPATH", var("KD_E2E_PYTHONPATH")?)
+                .arg(peers.join("redis_dedup.py"))
+                .args([brokers, input, &output, &group, &var("KD_E2E_REDIS_PORT")?, &horizon_ms]);
+            (c, std::env::var("KD_E2E_REDIS_PID").ok())
+        }
+        _ => {
+            let mut c = Command::new("java");
+            let guarantee = if role == Role::StreamsEos {
+                "exactly_once_v2"
+            } else {
+                "at_least_once"
+            };
+            c.args([
+                "-Xmx1g",
+                "-cp",
+                &var("KD_E2E_STREAMS_CP")?,
+                "kafkadedup.peers.StreamsDedup",
+            ])
+            .args([brokers, input, &output, &group, guarantee, &horizon_ms])
+            .arg(state.path());
+            (c, None)
+        }
+    };
+    let spawned = Instant::now();
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{name}: {e}"))?;
+    let pid = child.id().to_string();
+    let cpu = |pid: &str, extra: &Option<String>| proc_cpu(pid) + extra.as_deref().map_or(0.0, proc_cpu);
+    let watch: BaseConsumer = client(brokers).create().map_err(|e| e.to_string())?;
+    let end_offsets = || -> u64 {
+        (0..args.partitions)
+            .map(|p| {
+                watch
+                    .fetch_watermarks(&output, p, Duration::from_secs(5))
+                    .map_or(0, |(_, high)| high.max(0) as u64)
+            })
+            .sum()
+    };
+    bar.set_length(distinct);
+    bar.set_position(0);
+    let deadline = spawned + Duration::from_secs(900);
+    // (time, end offsets, the peer's CPU, the broker's CPU) at the first output record and at
+    // the last change of the end offsets.
+    let mut first: Option<(Instant, u64, f64, f64)> = None;
+    let mut last = (Instant::now(), 0u64, 0.0f64, 0.0f64);
+    let outcome = loop {
+        let sum = end_offsets();
+        let now = Instant::now();
+        if sum > 0 && first.is_none() {
+            first = Some((now, sum, cpu(&pid, &extra), broker_cpu()));
+        }
+        if sum != last.1 {
+            last = (now, sum, cpu(&pid, &extra), broker_cpu());
+            bar.set_position(sum);
+        }
+        // Exactly the distinct records (at_least_once), or more: exactly_once_v2's transaction
+        // markers take offsets too; then done once the end offsets stood still for 2 s.
+        if sum == distinct || (sum > distinct && now - last.0 > Duration::from_secs(2)) {
+            break Ok(());
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            break Err(format!(
+                "{name} exited ({status}) with {sum} of {distinct} records forwarded"
+            ));
+        }
+        if now > deadline {
+            break Err(format!(
+                "{name}: {sum} of {distinct} records forwarded after 15 minutes"
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let peak_rss = proc_hwm(&pid);
+    let _ = child.kill();
+    let _ = child.wait();
+    outcome?;
+    let (t0, sum0, cpu0, broker0) = first.ok_or("no output")?;
+    let (t1, sum1, cpu1, broker1) = last;
+    // The output, counted (read_committed: without exactly_once_v2's aborted records and markers).
+    bar.set_message(format!("{} (counting)", bar.message()));
+    let reader: BaseConsumer = client(brokers)
+        .set("group.id", format!("{group}-count"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..args.partitions {
+        tpl.add_partition_offset(&output, p, Offset::Beginning)
+            .map_err(|e| e.to_string())?;
+    }
+    reader.assign(&tpl).map_err(|e| e.to_string())?;
+    let (mut forwarded, mut idle) = (0u64, Instant::now());
+    while idle.elapsed() < Duration::from_secs(5) && forwarded < distinct {
+        if let Some(Ok(_)) = reader.poll(Duration::from_millis(100)) {
+            forwarded += 1;
+            idle = Instant::now();
+        }
+    }
+    drop(reader);
+    // Kafka Streams' changelog of the store too.
+    broker.delete_topics(&[&output, &format!("{group}-ids-changelog")]);
+    let scale = args.records as f64 / distinct.max(1) as f64;
+    let mut milestones = Marks::new();
+    let started = (t0 - spawned).as_secs_f64();
+    milestones.insert("done".into(), (started, started, 0.0));
+    Ok(RunResult {
+        secs: (t1 - t0).as_secs_f64(),
+        cpu: cpu1 - cpu0,
+        peak_rss,
+        stall: f64::NAN,
+        forwarded,
+        duplicates: args.records - forwarded.min(args.records),
+        checkpoints: 0,
+        steady: ((sum1 - sum0) as f64 * scale) as u64,
+        rss_end: 0,
+        broker_cpu: broker1 - broker0,
+        latencies: Vec::new(),
+        milestones,
+    })
 }
 
 /// A long horizon, pre-filled: a store holding `held` fingerprints over `partitions` partitions
@@ -1121,8 +1359,8 @@ fn percentile(sorted: &[i64], q: f64) -> f64 {
 }
 
 /// Medians over the runs of one role: (records/s, p50 ms, p99 ms, peak RSS MiB, CPU µs/record,
-/// longest stall ms).
-fn summary(runs: &[RunResult]) -> [f64; 6] {
+/// longest stall ms, the broker's CPU µs/record).
+fn summary(runs: &[RunResult]) -> [f64; 7] {
     let m = |f: &dyn Fn(&RunResult) -> f64| median(runs.iter().map(f).collect());
     [
         m(&|r| r.steady as f64 / r.secs),
@@ -1131,6 +1369,7 @@ fn summary(runs: &[RunResult]) -> [f64; 6] {
         m(&|r| r.peak_rss as f64 / (1 << 20) as f64),
         m(&|r| r.cpu / r.steady as f64 * 1e6),
         m(&|r| r.stall * 1e3),
+        m(&|r| r.broker_cpu / r.steady as f64 * 1e6),
     ]
 }
 
@@ -1152,23 +1391,36 @@ fn parent(args: Args) -> Result<(), String> {
         brokers: Some(broker.brokers.clone()),
         ..args
     };
+    for bytes in args.record_bytes.clone() {
+        let pass = Args {
+            record_bytes: vec![bytes],
+            ..args.clone()
+        };
+        one_pass(&pass, &broker)?;
+    }
+    Ok(())
+}
+
+/// The benchmark at one value size.
+fn one_pass(args: &Args, broker: &Broker) -> Result<(), String> {
     let which = if broker.mock.is_some() {
         "librdkafka's in-process mock cluster (no --brokers)".to_string()
     } else {
         format!("the broker at {}", broker.brokers)
     };
     println!(
-        "kafka-dedup e2e: {} records of {} B ({:.0}% replays), {} partitions, {} rounds of each run, checkpoint every {}, on {which}",
+        "\nkafka-dedup e2e: {} records of {} B ({:.0}% replays), {} partitions, {} rounds of each run, checkpoint every {}, on {which}",
         args.records,
-        args.record_bytes,
+        args.bytes(),
         args.duplicates * 100.0,
         args.partitions,
         args.rounds,
         args.checkpoint_interval
     );
-    let input = "kd-e2e-input";
+    let input = format!("{}-input", args.prefix());
+    let input = input.as_str();
     broker.create_topic(input, args.partitions)?;
-    let distinct = produce_input(&args, input)?;
+    let distinct = produce_input(args, input)?;
     let replays = args.records - distinct;
 
     let bar = ProgressBar::new(args.records).with_style(style("{msg:24} [{bar:30}] {pos}/{len} {per_sec}"));
@@ -1191,6 +1443,12 @@ fn parent(args: Args) -> Result<(), String> {
             ..Variant::DEDUP
         });
     }
+    if args.peers {
+        for role in [Role::StreamsAlos, Role::StreamsEos, Role::Redis] {
+            variants.push(Variant { role, ..Variant::DEDUP });
+        }
+    }
+    let mut latency_rate = args.latency_rate;
     let mut results: Vec<Vec<RunResult>> = vec![Vec::new(); variants.len()];
     let mut rows = Vec::new();
     let mut run = 0;
@@ -1203,11 +1461,15 @@ fn parent(args: Args) -> Result<(), String> {
         for i in order {
             let variant = variants[i];
             bar.set_message(format!("round {}/{} {}", round + 1, args.rounds, variant.name()));
-            let r = run_one(&args, &broker, variant, run, input, &bar)?;
+            let r = if variant.role.external() {
+                run_peer(args, broker, variant.role, run, input, distinct, &bar)?
+            } else {
+                run_one(args, broker, variant, run, input, &bar, &mut latency_rate)?
+            };
             run += 1;
             let ok = match variant.role {
                 Role::Copier => r.forwarded == args.records,
-                Role::Dedup | Role::Global => r.forwarded == distinct && r.duplicates == replays,
+                _ => r.forwarded == distinct && r.duplicates == replays,
             };
             if !ok {
                 bar.finish_and_clear();
@@ -1231,13 +1493,22 @@ fn parent(args: Args) -> Result<(), String> {
 
     println!("\nruns, in order:");
     println!(
-        "{:<6} {:<18} {:>10} {:>8} {:>8} {:>10} {:>10} {:>9} {:>12}",
-        "round", "run", "records/s", "p50 ms", "p99 ms", "RSS MiB", "CPU µs/rec", "stall ms", "checkpoints"
+        "{:<6} {:<18} {:>10} {:>8} {:>8} {:>10} {:>10} {:>11} {:>9} {:>12}",
+        "round",
+        "run",
+        "records/s",
+        "p50 ms",
+        "p99 ms",
+        "RSS MiB",
+        "CPU µs/rec",
+        "broker µs/r",
+        "stall ms",
+        "checkpoints"
     );
     for (round, variant, r) in &rows {
         let s = summary(std::slice::from_ref(r));
         println!(
-            "{:<6} {:<18} {:>10.0} {:>8.0} {:>8.0} {:>10.1} {:>10.2} {:>9.0} {:>12}",
+            "{:<6} {:<18} {:>10.0} {:>8.0} {:>8.0} {:>10.1} {:>10.2} {:>11.2} {:>9.0} {:>12}",
             round + 1,
             variant.name(),
             s[0],
@@ -1245,26 +1516,33 @@ fn parent(args: Args) -> Result<(), String> {
             s[2],
             s[3],
             s[4],
+            s[6],
             s[5],
             r.checkpoints
         );
     }
-    let sums: Vec<[f64; 6]> = results.iter().map(|r| summary(r)).collect();
-    println!("\nmedians of {} runs each:", args.rounds);
+    let sums: Vec<[f64; 7]> = results.iter().map(|r| summary(r)).collect();
     println!(
-        "{:<40} {:>10} {:>8} {:>8} {:>13} {:>14} {:>17}",
-        "", "records/s", "p50 ms", "p99 ms", "peak RSS MiB", "CPU µs/record", "longest stall ms"
+        "\nmedians of {} runs each ({} B values; latency at {} records/s, half the copier's first run unless --latency-rate):",
+        args.rounds,
+        args.bytes(),
+        latency_rate
+    );
+    println!(
+        "{:<40} {:>10} {:>8} {:>8} {:>13} {:>14} {:>16} {:>17}",
+        "", "records/s", "p50 ms", "p99 ms", "peak RSS MiB", "CPU µs/record", "broker µs/record", "longest stall ms"
     );
     for (i, v) in variants.iter().enumerate() {
         let s = sums[i];
         println!(
-            "{:<40} {:>10.0} {:>8.0} {:>8.0} {:>13.1} {:>14.2} {:>17.0}",
+            "{:<40} {:>10.0} {:>8.0} {:>8.0} {:>13.1} {:>14.2} {:>16.2} {:>17.0}",
             v.label(letters[i]),
             s[0],
             s[1],
             s[2],
             s[3],
             s[4],
+            s[6],
             s[5]
         );
     }
@@ -1284,12 +1562,13 @@ fn parent(args: Args) -> Result<(), String> {
     for (i, v) in variants.iter().enumerate().skip(1) {
         let what = match (v.role, v.held, v.provenance) {
             (Role::Global, _, _) => "global / copier",
+            (r, _, _) if r.external() => "peer / copier",
             (_, 0, true) => "kafka-dedup / copier",
             (_, 0, false) => "provenance off / copier",
             _ => "held / copier",
         };
         ratio(i, 0, what);
-        if i > 1 {
+        if i > 1 && !v.role.external() {
             let what = match (v.role, v.held) {
                 (Role::Global, _) => "global / partition scope",
                 (_, 0) => "provenance off / on",
@@ -1306,6 +1585,19 @@ fn parent(args: Args) -> Result<(), String> {
             .map(|(x, a)| format!("{:.3}", (x.steady as f64 / x.secs) / (a.steady as f64 / a.secs)))
             .collect();
         println!("per round {}/a ({}): {}", letters[i], v.name(), per.join(" / "));
+    }
+    // Records per CPU-second (the process's own CPU, not the broker's): kafka-dedup against each
+    // peer.
+    for (i, v) in variants.iter().enumerate().filter(|(_, v)| v.role.external()) {
+        println!(
+            "records per CPU-second, b / {} ({}): {:.2}x ({:.0} vs {:.0}; with the broker's CPU: {:.2}x)",
+            letters[i],
+            v.name(),
+            sums[i][4] / sums[1][4],
+            1e6 / sums[1][4],
+            1e6 / sums[i][4],
+            (sums[i][4] + sums[i][6]) / (sums[1][4] + sums[1][6])
+        );
     }
     if let Some(i) = variants.iter().position(|v| v.held > 0) {
         let extra = (sums[i][3] - sums[1][3]) * (1 << 20) as f64;
@@ -1333,10 +1625,11 @@ fn parent(args: Args) -> Result<(), String> {
             "provenance header: {header:.1} B per forwarded record (\"{}\" = \"{}\"), on a record of {} B value + 11 B key",
             kafka_dedup::provenance::HEADER,
             kafka_dedup::provenance::Provenance::encode_parts(input, 0, per_partition as i64 / 2),
-            args.record_bytes
+            args.bytes()
         );
     }
 
+    broker.delete_topics(&[input]);
     startup_table(&variants, &letters, &results);
     println!(
         "\ncheck: every run of a delivered {} records; every run of kafka-dedup forwarded the {distinct} distinct and dropped the {replays} replays",

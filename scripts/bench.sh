@@ -2,7 +2,12 @@
 # The benchmarks (BENCHMARKS.md). Starts a fresh Apache Kafka node (scripts/brokers.sh, the same
 # broker and install as scripts/test.sh) on free loopback ports, runs the end-to-end benchmark
 # against it with any arguments given (e.g. `scripts/bench.sh --records 1000000`), and stops the
-# broker. `--criterion` runs `cargo bench` (micro-benchmarks) first.
+# broker. `--criterion` runs `cargo bench` (micro-benchmarks) first. `--peers` (passed on to the
+# benchmark) also builds and runs the peers of benches/peers/: the Kafka Streams dedup (Maven,
+# offline first, its jars in target/lib of its folder), the Python one (confluent-kafka and redis
+# installed with pip into $CACHE/peers/python) with a redis-server of its own on a free loopback
+# port; none of it is installed without `--peers`. The broker's pid goes to the benchmark in
+# KD_E2E_BROKER_PID (its CPU per record).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,10 +16,12 @@ log() { echo "[bench.sh] $*" >&2; }
 source scripts/brokers.sh
 
 criterion=0
+peers=0
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --criterion) criterion=1; shift ;;
+    --peers) peers=1; args+=("$1"); shift ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -26,4 +33,25 @@ if [ "$criterion" = 1 ]; then
 fi
 cargo build --release --locked --bench e2e
 start_kafka bench
+export KD_E2E_BROKER_PID="${pids[-1]}"
+if [ "$peers" = 1 ]; then
+  install_packages redis-server python3-pip
+  streams=benches/peers/kafka-streams-dedup
+  build=(mvn -q -B -f "$streams/pom.xml" package)
+  "${build[@]}" -o >/dev/null 2>&1 || "${build[@]}"
+  export KD_E2E_STREAMS_CP="$PWD/$streams/target/classes:$PWD/$streams/target/lib/*"
+  export KD_E2E_PYTHONPATH="$CACHE/peers/python"
+  [ -f "$KD_E2E_PYTHONPATH/.complete" ] || {
+    log "installing confluent-kafka and redis (pip) into $KD_E2E_PYTHONPATH"
+    python3 -m pip install -q --target "$KD_E2E_PYTHONPATH" confluent-kafka==2.16.1 redis==8.1.0
+    touch "$KD_E2E_PYTHONPATH/.complete"
+  }
+  KD_E2E_REDIS_PORT="$(free_port)"
+  mkdir -p "$WORK/redis"
+  redis-server --port "$KD_E2E_REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$WORK/redis" \
+    --logfile "$WORK/redis/redis.log" &
+  pids+=("$!")
+  export KD_E2E_REDIS_PORT KD_E2E_REDIS_PID="${pids[-1]}"
+  for _ in $(seq 1 50); do redis-cli -p "$KD_E2E_REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+fi
 cargo bench --locked --bench e2e -- --brokers "127.0.0.1:$KAFKA_PORT" "${args[@]}"

@@ -23,6 +23,12 @@ source scripts/brokers.sh
 install_packages build-essential pkg-config libssl-dev zlib1g-dev python3 prometheus openjdk-17-jre-headless maven openssl
 install_kafka
 install_flink  # examples/flink-replay, for tests/flink.rs
+# tests/schema_registry.rs: a real Schema Registry (Apicurio, built by Maven once) and the Python
+# client's Avro serializer (PyPI) that writes its records.
+install_packages openjdk-17-jdk-headless python3-pip
+scripts/schema-registry.sh --build
+python3 -c 'import confluent_kafka.schema_registry.avro, fastavro' 2>/dev/null ||
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q 'confluent-kafka[avro,schemaregistry]==2.16.1'
 
 if [ -z "${KAFKA_DEDUP_TEST_BROKER:-}" ]; then
   start_kafka kafka sasl

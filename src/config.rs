@@ -541,6 +541,118 @@ pub struct FingerprintConfig {
     /// other configured topic, and keep its partition count.
     #[serde(default)]
     pub route_topic: String,
+    /// Where the `avro:` parts of `source` find the writer schemas of records in the Schema
+    /// Registry wire format. Required with an `avro:` part, unused without one.
+    #[serde(default)]
+    pub schema_registry: SchemaRegistryConfig,
+}
+
+/// `[fingerprint.schema_registry]`: a Schema Registry that speaks Confluent's REST API (Confluent
+/// Schema Registry, Apicurio Registry under `/apis/ccompat/v7`, Karapace, Redpanda). Its `Debug`
+/// output redacts the password.
+#[derive(Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaRegistryConfig {
+    /// Base URL, e.g. `http://registry:8081`; schemas are read at `{url}/schemas/ids/{id}`.
+    #[serde(default)]
+    pub url: String,
+    /// Basic-auth user name; none when empty.
+    #[serde(default)]
+    pub username: String,
+    /// Basic-auth password, or `file:PATH` to read it from PATH at start (one trailing newline
+    /// removed), as for `[kafka.properties]` ([`crate::security`]).
+    #[serde(default)]
+    pub password: String,
+    /// A PEM file of the CA certificate(s) an `https` registry's certificate is checked against,
+    /// in addition to the system's; empty for the system's only.
+    #[serde(default)]
+    pub ca_file: String,
+    /// Most writer schemas kept in memory (ids are immutable in a registry, so a schema is
+    /// fetched once while it stays cached; the oldest fetched is left out first).
+    #[serde(default = "default_cache_schemas")]
+    pub cache_schemas: usize,
+    /// Connect and request timeout of one fetch.
+    #[serde(default = "default_registry_timeout", with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+impl fmt::Debug for SchemaRegistryConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SchemaRegistryConfig")
+            .field("url", &self.url)
+            .field("username", &self.username)
+            .field("password", &if self.password.is_empty() { "" } else { "<redacted>" })
+            .field("ca_file", &self.ca_file)
+            .field("cache_schemas", &self.cache_schemas)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// 1,000 schemas: a few hundred kilobytes for typical schemas, more versions than most subjects
+/// ever have.
+fn default_cache_schemas() -> usize {
+    1000
+}
+
+/// 5 s: long enough for a registry across a region, short enough that a halted partition says
+/// why soon.
+fn default_registry_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+impl SchemaRegistryConfig {
+    /// Replaces a `password` of `file:PATH` by the content of PATH ([`security::resolve_files`]).
+    fn resolve_files(&mut self) -> Result<(), ConfigError> {
+        let mut one = BTreeMap::from([("password".to_string(), std::mem::take(&mut self.password))]);
+        let resolved = security::resolve_files(&mut one);
+        self.password = one.remove("password").unwrap_or_default();
+        resolved
+            .map(|_| ())
+            .map_err(|e| ConfigError::key("fingerprint.schema_registry.password", e.reason))
+    }
+
+    /// Checks the settings an `avro:` part needs: a URL (http or https), a password only with a
+    /// user name, a positive cache size and timeout.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let key = |k: &str| format!("fingerprint.schema_registry.{k}");
+        if self.url.trim().is_empty() {
+            return Err(ConfigError::key(
+                key("url"),
+                "required with an avro: part in fingerprint.source: the base URL of a registry that speaks \
+                 Confluent's API, e.g. \"http://registry:8081\" (Apicurio: \"http://HOST:8080/apis/ccompat/v7\")",
+            ));
+        }
+        if !(self.url.starts_with("http://") || self.url.starts_with("https://")) {
+            return Err(ConfigError::key(key("url"), "must start with http:// or https://"));
+        }
+        if !self.password.is_empty() && self.username.is_empty() {
+            return Err(ConfigError::key(
+                key("password"),
+                "set without fingerprint.schema_registry.username",
+            ));
+        }
+        if self.cache_schemas == 0 {
+            return Err(ConfigError::key(key("cache_schemas"), "must be at least 1"));
+        }
+        if self.timeout.is_zero() {
+            return Err(ConfigError::key(key("timeout"), "must be positive, e.g. \"5s\""));
+        }
+        Ok(())
+    }
+}
+
+impl Default for SchemaRegistryConfig {
+    fn default() -> Self {
+        SchemaRegistryConfig {
+            url: String::new(),
+            username: String::new(),
+            password: String::new(),
+            ca_file: String::new(),
+            cache_schemas: default_cache_schemas(),
+            timeout: default_registry_timeout(),
+        }
+    }
 }
 
 impl FingerprintConfig {
@@ -585,6 +697,7 @@ impl Default for FingerprintConfig {
             dead_letter_topic: String::new(),
             scope: default_scope(),
             route_topic: String::new(),
+            schema_registry: SchemaRegistryConfig::default(),
         }
     }
 }
@@ -736,6 +849,7 @@ impl Config {
             ConfigError::key(key, reason)
         })?;
         cfg.kafka.resolve_files()?;
+        cfg.fingerprint.schema_registry.resolve_files()?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -749,6 +863,16 @@ impl Config {
         self.validate_delivery()?;
         if let Err(e) = Source::ignoring(self.fingerprint.source.clone(), &self.fingerprint.ignore) {
             return Err(ConfigError::key("fingerprint.ignore", e.to_string()));
+        }
+        if self.fingerprint.source.reads_avro() {
+            self.fingerprint.schema_registry.validate()?;
+            if self.fingerprint.scope == Scope::Global {
+                return Err(ConfigError::key(
+                    "fingerprint.source",
+                    "avro: parts are not supported with fingerprint.scope = \"global\" yet (the route stage \
+                     cannot wait for an unavailable schema registry); use the partition scope",
+                ));
+            }
         }
         if self.store.path.as_os_str().is_empty() {
             return Err(ConfigError::key("store.path", "must not be empty"));
@@ -1037,6 +1161,9 @@ impl Config {
             .collect();
         if !copy.http.store_token.is_empty() {
             copy.http.store_token = "<redacted>".to_string();
+        }
+        if !copy.fingerprint.schema_registry.password.is_empty() {
+            copy.fingerprint.schema_registry.password = "<redacted>".to_string();
         }
         toml::to_string_pretty(&copy).unwrap_or_else(|e| format!("# cannot render configuration: {e}\n"))
     }

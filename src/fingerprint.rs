@@ -4,7 +4,7 @@
 //! (`fingerprint.source`). The encoding is:
 //!
 //! ```text
-//! tag:u8 (1 value, 2 key, 3 key_value, 4 header, 5 json)  then the fields of the source, each
+//! tag:u8 (1 value, 2 key, 3 key_value, 4 header, 5 json, 6 composite, 7 avro)  then the fields of the source, each
 //! field := 0x00                          (null: absent key, tombstone value, header without value)
 //!        | 0x01 len:u64-le bytes[len]    (present, possibly empty)
 //! header source: count:u64-le field*     (every value of the named header, in record order)
@@ -48,6 +48,14 @@
 //! | the target is `null`                       | no  | `null_id` |
 //! | the target is `""`                         | no  | `empty_id` |
 //! | anything else (`0`, `false`, `" "`, `[]`, `{}`, ...) | yes: its canonical form | |
+//!
+//! `avro:/POINTER` reads a value in the Schema Registry wire format, decoded with its writer
+//! schema ([`crate::schema_registry`]) into the JSON form of [`avro`], where the pointer is
+//! resolved as above (tag 7): `null_id`, `empty_id` and `pointer_not_found` as for json, and
+//! `no_magic_byte`, `unknown_schema_id`, `not_avro` for a value that is not in the wire format,
+//! names a schema the registry lacks, or does not decode. A registry that cannot be reached is
+//! [`Unfingerprintable::RegistryUnavailable`], which is no property of the record
+//! ([`Unfingerprintable::must_wait`]): the pipeline halts the partition instead.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -128,6 +136,13 @@ pub enum Source {
     /// An RFC 6901 JSON pointer into the value (`""` is the whole document). A value that is
     /// not JSON, lacks the pointed-to member, or where it is `null` or `""`, has no fingerprint.
     Json(String),
+    /// An RFC 6901 pointer into a value in the Schema Registry wire format (magic byte 0, a
+    /// 4-byte big-endian schema id, the Avro-encoded record), decoded with its writer schema
+    /// (`fingerprint.schema_registry`) and read as JSON ([`avro`], module documentation): the
+    /// target is encoded canonically as for [`Source::Json`], under a tag of its own. Without the
+    /// wire format, with an unknown schema id, or not decoding: no fingerprint, each with its
+    /// own reason.
+    Avro(String),
     /// Several sources together, in order (at least two; none composite itself): the event is
     /// the tuple, e.g. `(tenant_id, event_id)`. A record lacking any part has no fingerprint
     /// ([`Unfingerprintable::Part`] names the part).
@@ -185,6 +200,17 @@ impl Source {
         })
     }
 
+    /// True when `self` or one of its parts is [`Source::Avro`] (it needs
+    /// `fingerprint.schema_registry`).
+    pub fn reads_avro(&self) -> bool {
+        match self {
+            Source::Avro(_) => true,
+            Source::Composite(parts) => parts.iter().any(Source::reads_avro),
+            Source::Ignoring { source, .. } => source.reads_avro(),
+            _ => false,
+        }
+    }
+
     /// Several sources as one identity: one source stays itself (a one-element list is the
     /// plain source, with its fingerprints). Errors: an empty list, a nested list.
     pub fn composite(parts: Vec<Source>) -> Result<Source, SourceError> {
@@ -224,7 +250,7 @@ impl<'de> Deserialize<'de> for Source {
             type Value = Source;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str(
-                    "a fingerprint source (value | key | key_value | header:NAME | json:/POINTER) or a list of them",
+                    "a fingerprint source (value | key | key_value | header:NAME | json:/POINTER | avro:/POINTER) or a list of them",
                 )
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Source, E> {
@@ -256,7 +282,7 @@ pub enum SourceError {
     #[error("\"{0}\": invalid escape in JSON pointer: {1}")]
     BadEscape(String, String),
     /// None of the forms (the whole value).
-    #[error("\"{0}\" is not a fingerprint source; use value | key | key_value | header:NAME | json:/POINTER, or a list of them")]
+    #[error("\"{0}\" is not a fingerprint source; use value | key | key_value | header:NAME | json:/POINTER | avro:/POINTER, or a list of them")]
     Unknown(String),
     /// An empty list of sources.
     #[error("an empty list names no source; give one or more, e.g. [\"json:/tenant_id\", \"json:/event_id\"]")]
@@ -321,6 +347,14 @@ impl TryFrom<String> for Source {
                         return Err(SourceError::BadEscape(s, bad));
                     }
                     Ok(Source::Json(ptr.to_string()))
+                } else if let Some(ptr) = s.strip_prefix("avro:") {
+                    if !ptr.is_empty() && !ptr.starts_with('/') {
+                        return Err(SourceError::NotAPointer(s));
+                    }
+                    if let Some(bad) = invalid_escape(ptr) {
+                        return Err(SourceError::BadEscape(s, bad));
+                    }
+                    Ok(Source::Avro(ptr.to_string()))
                 } else {
                     Err(SourceError::Unknown(s))
                 }
@@ -343,6 +377,7 @@ impl fmt::Display for Source {
             Source::KeyValue => f.write_str("key_value"),
             Source::Header(n) => write!(f, "header:{n}"),
             Source::Json(p) => write!(f, "json:{p}"),
+            Source::Avro(p) => write!(f, "avro:{p}"),
             Source::Composite(parts) => {
                 let texts: Vec<String> = parts.iter().map(|p| p.to_string()).collect();
                 f.write_str(&serde_json::to_string(&texts).map_err(|_| fmt::Error)?)
@@ -396,6 +431,21 @@ pub enum Unfingerprintable {
     /// or empty, at least one empty. An empty id names no event.
     #[error("the id is empty")]
     EmptyId,
+    /// The value is not in the Schema Registry wire format: it is shorter than 5 bytes or does
+    /// not start with the magic byte 0 (avro source).
+    #[error("the value is not in the Schema Registry wire format (no magic byte 0 and 4-byte schema id)")]
+    NoMagicByte,
+    /// The schema registry has no schema with the record's schema id (avro source).
+    #[error("the schema registry has no schema with id {0}")]
+    UnknownSchemaId(u32),
+    /// The value does not decode with its writer schema, or that schema is not an Avro schema
+    /// this build reads (avro source; the message says which).
+    #[error("the value does not decode as Avro: {0}")]
+    NotAvro(String),
+    /// The schema registry could not be asked (avro source). Not a property of the record: the
+    /// record must wait, never be handled as one without identity ([`Self::must_wait`]).
+    #[error("{0}")]
+    RegistryUnavailable(String),
     /// One part of a composite source has none (its position from 1, its source, why).
     #[error("part {index} ({source_name}): {why}")]
     Part {
@@ -410,9 +460,22 @@ pub enum Unfingerprintable {
 
 impl Unfingerprintable {
     /// Every [`reason`](Self::reason) label value, for registering the counters up front.
-    pub const REASONS: [&'static str; 5] = ["absent", "not_json", "pointer_not_found", "null_id", "empty_id"];
+    /// [`Unfingerprintable::RegistryUnavailable`] is not among them: such a record is not
+    /// counted as one without identity, it waits.
+    pub const REASONS: [&'static str; 8] = [
+        "absent",
+        "not_json",
+        "pointer_not_found",
+        "null_id",
+        "empty_id",
+        "no_magic_byte",
+        "unknown_schema_id",
+        "not_avro",
+    ];
 
-    /// Label value for metrics: `absent`, `not_json`, `pointer_not_found`, `null_id`, `empty_id`.
+    /// Label value for metrics: `absent`, `not_json`, `pointer_not_found`, `null_id`, `empty_id`,
+    /// `no_magic_byte`, `unknown_schema_id`, `not_avro` (and `registry_unavailable`, never
+    /// counted: see [`Self::must_wait`]).
     pub fn reason(&self) -> &'static str {
         match self {
             Unfingerprintable::Absent => "absent",
@@ -420,7 +483,22 @@ impl Unfingerprintable {
             Unfingerprintable::PointerNotFound => "pointer_not_found",
             Unfingerprintable::NullId => "null_id",
             Unfingerprintable::EmptyId => "empty_id",
+            Unfingerprintable::NoMagicByte => "no_magic_byte",
+            Unfingerprintable::UnknownSchemaId(_) => "unknown_schema_id",
+            Unfingerprintable::NotAvro(_) => "not_avro",
+            Unfingerprintable::RegistryUnavailable(_) => "registry_unavailable",
             Unfingerprintable::Part { why, .. } => why.reason(),
+        }
+    }
+
+    /// True when the record may have an identity that cannot be computed now (the schema
+    /// registry is unavailable, for the record itself or one part): it must be fingerprinted
+    /// again later, not forwarded, dropped or dead-lettered as a record without identity.
+    pub fn must_wait(&self) -> bool {
+        match self {
+            Unfingerprintable::RegistryUnavailable(_) => true,
+            Unfingerprintable::Part { why, .. } => why.must_wait(),
+            _ => false,
         }
     }
 }
@@ -544,6 +622,9 @@ pub struct Fingerprinter {
     /// ([`Self::stand_in`]): `input.topic` in the partition scope, the topic the route stage reads
     /// in the filter stage of the global scope.
     stand_in_from: Option<String>,
+    /// The writer schemas of `avro:` parts (shared by every clone; `None` until
+    /// [`Self::with_registry`]: an avro part then has no registry to ask and waits).
+    registry: Option<std::sync::Arc<crate::schema_registry::SchemaRegistry>>,
 }
 
 fn field(h: &mut Xxh3Default, bytes: Option<&[u8]>) {
@@ -597,7 +678,7 @@ impl Fingerprinter {
     fn reading(reads: Source, ignore: &[Vec<String>]) -> Self {
         // A pointer is "" (the whole document) or starts with '/' (`Source::try_from` checks).
         let pointer = match &reads {
-            Source::Json(p) => pointer_tokens(p),
+            Source::Json(p) | Source::Avro(p) => pointer_tokens(p),
             _ => Vec::new(),
         };
         let parts = match &reads {
@@ -624,7 +705,30 @@ impl Fingerprinter {
             parts,
             ignore,
             stand_in_from: None,
+            registry: None,
         }
+    }
+
+    /// As `self`, and `avro:` parts read their writer schemas from `registry`.
+    pub fn with_registry(mut self, registry: std::sync::Arc<crate::schema_registry::SchemaRegistry>) -> Self {
+        for part in &mut self.parts {
+            part.registry = Some(registry.clone());
+        }
+        self.registry = Some(registry);
+        self
+    }
+
+    /// A fingerprinter of `cfg`'s identity, with a schema registry client when it has an
+    /// `avro:` part. Errors: a `fingerprint.schema_registry` that cannot be set up (its CA file).
+    pub fn of_config(
+        cfg: &crate::config::FingerprintConfig,
+    ) -> Result<Self, crate::schema_registry::RegistryConfigError> {
+        let f = Fingerprinter::new(cfg.identity());
+        if !cfg.source.reads_avro() {
+            return Ok(f);
+        }
+        let registry = crate::schema_registry::SchemaRegistry::new(&cfg.schema_registry)?;
+        Ok(f.with_registry(std::sync::Arc::new(registry)))
     }
 
     /// As `self`, and [`Self::stand_in`] identifies a record without fingerprint by its
@@ -653,8 +757,9 @@ impl Fingerprinter {
     }
 
     /// The fingerprint of `record`, or why it has none (see the module documentation for which
-    /// records have one). Allocation-free except for the json source, whose work is linear in
-    /// the value's size.
+    /// records have one). Allocation-free except for the json and avro sources, whose work is
+    /// linear in the value's size (an avro source may also fetch a schema it has not seen:
+    /// [`crate::schema_registry`], blocking for up to its timeout).
     pub fn fingerprint(&self, record: &dyn RecordFields) -> Result<Fingerprint, Unfingerprintable> {
         let mut h = Xxh3Default::new();
         match &self.reads {
@@ -711,6 +816,17 @@ impl Fingerprinter {
                 h.update(&[5]);
                 field(&mut h, Some(&canonical));
             }
+            Source::Avro(_) => {
+                let v = record.value().ok_or(Unfingerprintable::Absent)?;
+                let canonical = self.avro_target(v)?;
+                match canonical.as_slice() {
+                    b"null" => return Err(Unfingerprintable::NullId),
+                    b"\"\"" => return Err(Unfingerprintable::EmptyId),
+                    _ => {}
+                }
+                h.update(&[7]);
+                field(&mut h, Some(&canonical));
+            }
             Source::Composite(_) => {
                 // Each part's own fingerprint (16 bytes, fixed): no two tuples share an encoding,
                 // whatever bytes the parts hold.
@@ -729,6 +845,56 @@ impl Fingerprinter {
             Source::Ignoring { .. } => unreachable!("Fingerprinter::reads is never Ignoring"),
         }
         Ok(Fingerprint(h.digest128()))
+    }
+
+    /// The canonical encoding of the value the pointer designates in the Avro record `value`
+    /// (Schema Registry wire format), read as JSON ([`avro`]).
+    fn avro_target(&self, value: &[u8]) -> Result<Vec<u8>, Unfingerprintable> {
+        use crate::schema_registry::{split_wire_format, SchemaError};
+        let (id, mut body) = split_wire_format(value).ok_or(Unfingerprintable::NoMagicByte)?;
+        let registry = self.registry.as_ref().ok_or_else(|| {
+            Unfingerprintable::RegistryUnavailable("no schema registry client (fingerprint.schema_registry)".into())
+        })?;
+        let schema = registry.schema(id).map_err(|e| match e {
+            SchemaError::NotFound(id) => Unfingerprintable::UnknownSchemaId(id),
+            SchemaError::NotAvro(..) => Unfingerprintable::NotAvro(e.to_string()),
+            SchemaError::Unavailable(_) => Unfingerprintable::RegistryUnavailable(e.to_string()),
+        })?;
+        let not_avro = |e: apache_avro::Error| Unfingerprintable::NotAvro(format!("with schema id {id}: {e}"));
+        let decoded = apache_avro::reader::datum::GenericDatumReader::builder(&schema)
+            .build()
+            .map_err(not_avro)?
+            .read_value(&mut body)
+            .map_err(not_avro)?;
+        if !body.is_empty() {
+            return Err(Unfingerprintable::NotAvro(format!(
+                "with schema id {id}: {} bytes after the record",
+                body.len()
+            )));
+        }
+        let mut target = avro::to_json(decoded, 0)?;
+        for token in &self.pointer {
+            target = match target {
+                serde_json::Value::Object(mut members) => members
+                    .remove(token.as_str())
+                    .ok_or(Unfingerprintable::PointerNotFound)?,
+                serde_json::Value::Array(mut items) => {
+                    if token.is_empty()
+                        || (token.len() > 1 && token.starts_with('0'))
+                        || !token.bytes().all(|b| b.is_ascii_digit())
+                    {
+                        return Err(Unfingerprintable::PointerNotFound);
+                    }
+                    let index: usize = token.parse().map_err(|_| Unfingerprintable::PointerNotFound)?;
+                    if index >= items.len() {
+                        return Err(Unfingerprintable::PointerNotFound);
+                    }
+                    items.swap_remove(index)
+                }
+                _ => return Err(Unfingerprintable::PointerNotFound),
+            };
+        }
+        canonical_json(&target.to_string())
     }
 
     /// The canonical encoding of the value the pointer designates in the JSON document `value`.
@@ -1070,8 +1236,14 @@ impl<'a> Parser<'a> {
     }
 }
 
+mod avro;
+
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+#[path = "fingerprint/avro_tests.rs"]
+mod avro_tests;
 
 #[cfg(test)]
 #[path = "fingerprint/identity_tests.rs"]

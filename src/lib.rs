@@ -33,7 +33,8 @@
 //! record is dropped by its provenance ([`global::copy_fate`]). Both stages run in one process.
 //!
 //! Around it: [`config`] (TOML + environment), [`security`] (TLS/SASL checks, secrets from
-//! files), [`kafka`] (client settings), [`service`] (signals, HTTP), [`http`] (every route),
+//! files), [`schema_registry`] (writer schemas of `avro:` sources, fetched by id and cached),
+//! [`kafka`] (client settings), [`service`] (signals, HTTP), [`http`] (every route),
 //! [`status`] (`/readyz`), [`topics`] (topics deleted or recreated while running), [`inspect`]
 //! and [`migrate`] (store tools), [`audit`] (did it work: duplicates, lost records and order,
 //! read from the topics), [`demo`] and [`scenario`]
@@ -59,6 +60,7 @@ pub mod pipeline;
 pub mod provenance;
 pub mod recovery;
 pub mod scenario;
+pub mod schema_registry;
 pub mod security;
 pub mod service;
 pub mod state;

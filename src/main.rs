@@ -217,7 +217,7 @@ fn run(config: &Path) -> ExitCode {
         Err(e) => {
             eprintln!("kafka-dedup: {e}");
             match &e {
-                ServiceError::Run(RunError::Topics(_)) => ExitCode::from(2),
+                ServiceError::Run(RunError::Topics(_) | RunError::SchemaRegistry(_)) => ExitCode::from(2),
                 // librdkafka refused the client settings (an invalid certificate, ...).
                 ServiceError::Run(RunError::Kafka(KafkaError::ClientCreation(_) | KafkaError::ClientConfig(..))) => {
                     ExitCode::from(2)

@@ -36,7 +36,7 @@ pub const DUPLICATE_DISTANCE: &str = "kafka_dedup_duplicate_offset_distance_reco
 pub const UNFINGERPRINTABLE: &str = "kafka_dedup_unfingerprintable_records_total";
 /// The values of the `reason` label of [`UNFINGERPRINTABLE`]
 /// ([`crate::fingerprint::Unfingerprintable::reason`]).
-pub const UNFINGERPRINTABLE_REASONS: [&str; 5] = crate::fingerprint::Unfingerprintable::REASONS;
+pub const UNFINGERPRINTABLE_REASONS: [&str; 8] = crate::fingerprint::Unfingerprintable::REASONS;
 /// `kafka_dedup_checkpoints_total{result}`: checkpoints by [`CHECKPOINT_RESULTS`]: `ok` once the
 /// group coordinator confirmed the offset commit (or the transaction committed), `failed` when it
 /// refused it or it could not be sent.
@@ -120,6 +120,11 @@ pub const OUT_OF_SCOPE_REASONS: [&str; 2] = ["null_key", "key_elsewhere"];
 /// that the producer or the broker refused, each attempt counted; the partition halts meanwhile
 /// (`kafka_dedup_partition_state{state="halted"}`).
 pub const SIDE_REFUSED: &str = "kafka_dedup_side_copies_refused_total";
+/// `kafka_dedup_schema_registry_unavailable_total{partition}`: records of an `avro:` source that
+/// could not be fingerprinted because the schema registry was unavailable, each attempt counted;
+/// the partition halts meanwhile (`kafka_dedup_partition_state{state="halted"}`) and the record
+/// waits, never forwarded without its fingerprint.
+pub const REGISTRY_UNAVAILABLE: &str = "kafka_dedup_schema_registry_unavailable_total";
 /// The values of the `side` label of [`SIDE_REFUSED`].
 pub const SIDES: [&str; 2] = ["duplicates", "dead_letter"];
 /// `kafka_dedup_output_refused_total{partition,action}`: records the producer refused for the
@@ -149,8 +154,9 @@ pub const OLDEST_GENERATION: &str = "kafka_dedup_oldest_generation_info";
 
 /// Every counter (every name above ending in `_total`; a unit test checks the list against this
 /// file). Each is in the first scrape, at 0, with all its known label values.
-pub const COUNTERS: [&str; 14] = [
+pub const COUNTERS: [&str; 15] = [
     SIDE_REFUSED,
+    REGISTRY_UNAVAILABLE,
     OUTPUT_REFUSED,
     SKIPPED,
     RECOVERY_PANICS,
@@ -249,6 +255,11 @@ pub fn describe() {
         SIDE_REFUSED,
         Unit::Count,
         "Copies refused by a side topic (duplicates, dead letter); the partition halts and retries."
+    );
+    describe_counter!(
+        REGISTRY_UNAVAILABLE,
+        Unit::Count,
+        "Records that waited because the schema registry was unavailable; the partition halts and retries."
     );
     describe_counter!(
         OUTPUT_REFUSED,
@@ -351,7 +362,7 @@ pub struct PartitionMetrics {
     pub key_elsewhere: Counter,
     /// Unfingerprintable records under the configured `on_missing` action, by
     /// [`UNFINGERPRINTABLE_REASONS`] (same index).
-    unfingerprintable: [Counter; 5],
+    unfingerprintable: [Counter; 8],
     /// The configured `fingerprint.on_missing`, the `action` label of `unfingerprintable`.
     on_missing: OnMissing,
     /// The `partition` label value, for the state gauge and a label value registered on use.
@@ -401,6 +412,7 @@ impl PartitionMetrics {
             counter!(OUTPUT_REFUSED, "partition" => self.partition.clone(), "action" => action).increment(0);
         }
         counter!(SKIPPED, "partition" => self.partition.clone()).increment(0);
+        counter!(REGISTRY_UNAVAILABLE, "partition" => self.partition.clone()).increment(0);
         counter!(RECOVERY_PANICS, "partition" => self.partition.clone()).increment(0);
         self
     }
@@ -461,6 +473,12 @@ pub fn side_refused(partition: i32, side: &'static str) {
 /// (`action`: one of [`OUTPUT_REFUSED_ACTIONS`]) ([`OUTPUT_REFUSED`]).
 pub fn output_refused(partition: i32, action: &'static str) {
     counter!(OUTPUT_REFUSED, "partition" => partition.to_string(), "action" => action).increment(1);
+}
+
+/// Counts a record of input partition `partition` that waits for the schema registry
+/// ([`REGISTRY_UNAVAILABLE`]).
+pub fn registry_unavailable(partition: i32) {
+    counter!(REGISTRY_UNAVAILABLE, "partition" => partition.to_string()).increment(1);
 }
 
 /// Counts a record of input partition `partition` let past by `input.skip` ([`SKIPPED`]).
@@ -685,6 +703,7 @@ mod tests {
                 product(&[partition.clone(), ("action", strings(&OUTPUT_REFUSED_ACTIONS))]),
             ),
             (SKIPPED, product(std::slice::from_ref(&partition))),
+            (REGISTRY_UNAVAILABLE, product(std::slice::from_ref(&partition))),
             (RECOVERY_PANICS, product(std::slice::from_ref(&partition))),
             (STORE_WRITE_FAILURES, product(&[])),
         ]

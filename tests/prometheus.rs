@@ -17,8 +17,8 @@ use common::*;
 use kafka_dedup::telemetry::{
     CHECKPOINTS, CHECKPOINT_RESULTS, COUNTERS, DUPLICATES_DROPPED, OUTPUT_REFUSED, OUTPUT_REFUSED_ACTIONS,
     OUT_OF_SCOPE, OUT_OF_SCOPE_REASONS, POSITIONS_FROM_OUTPUT, POSITION_FROM_OUTPUT_REASONS, RECORDS_CONSUMED,
-    RECORDS_FORWARDED, RECOVERY_PANICS, RECOVERY_SCANNED, SIDES, SIDE_REFUSED, SKIPPED, STORE_REBUILDS,
-    STORE_REBUILD_REASONS, STORE_WRITE_FAILURES, UNFINGERPRINTABLE, UNFINGERPRINTABLE_REASONS,
+    RECORDS_FORWARDED, RECOVERY_PANICS, RECOVERY_SCANNED, REGISTRY_UNAVAILABLE, SIDES, SIDE_REFUSED, SKIPPED,
+    STORE_REBUILDS, STORE_REBUILD_REASONS, STORE_WRITE_FAILURES, UNFINGERPRINTABLE, UNFINGERPRINTABLE_REASONS,
 };
 use serde_json::Value;
 
@@ -537,6 +537,7 @@ fn expected_counters(partitions: &[i32]) -> BTreeMap<&'static str, BTreeSet<BTre
             product(&[p.clone(), ("action", strings(&OUTPUT_REFUSED_ACTIONS))]),
         ),
         (SKIPPED, product(std::slice::from_ref(&p))),
+        (REGISTRY_UNAVAILABLE, product(std::slice::from_ref(&p))),
         (
             DUPLICATES_DROPPED,
             product(&[p.clone(), ("generation", strings(&[0, 1, 2]))]),
@@ -566,8 +567,9 @@ fn expected_counters(partitions: &[i32]) -> BTreeMap<&'static str, BTreeSet<BTre
 }
 
 /// The counters that stay 0 while no record is written (the test below writes none).
-const RECORD_COUNTERS: [&str; 10] = [
+const RECORD_COUNTERS: [&str; 11] = [
     RECOVERY_PANICS,
+    REGISTRY_UNAVAILABLE,
     SIDE_REFUSED,
     OUTPUT_REFUSED,
     SKIPPED,

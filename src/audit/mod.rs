@@ -43,6 +43,9 @@ pub enum AuditError {
     /// A topic is missing, or the output has fewer partitions than the input.
     #[error(transparent)]
     Topics(#[from] TopicError),
+    /// `fingerprint.schema_registry` cannot be set up (its CA file).
+    #[error(transparent)]
+    SchemaRegistry(#[from] crate::schema_registry::RegistryConfigError),
     /// `partitioning = "preserve"` with fewer output than input partitions: the filter holds the
     /// input partitions without an output partition, so there is nothing to compare them with.
     #[error(
@@ -137,7 +140,7 @@ impl AuditError {
             | AuditError::GlobalScope
             | AuditError::NoSuchPartition { .. }
             | AuditError::TooFewOutputPartitions { .. } => 2,
-            AuditError::Usage(_) => 2,
+            AuditError::Usage(_) | AuditError::SchemaRegistry(_) => 2,
             AuditError::Kafka(KafkaError::ClientCreation(_) | KafkaError::ClientConfig(..)) => 2,
             AuditError::Kafka(_) | AuditError::Stalled { .. } | AuditError::Io(_) => 1,
         }

@@ -97,7 +97,7 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
         (&cfg.output.topic, outputs),
     )?;
     let committed = committed(&meta, cfg, &partitions)?;
-    let fingerprinter = Fingerprinter::new(cfg.fingerprint.identity());
+    let fingerprinter = Fingerprinter::of_config(&cfg.fingerprint)?;
     let (input_reader, output_reader) = (reader(cfg)?, reader(cfg)?);
     let progress = Progress::new(partitions.len());
     let mut report = Report::new(cfg, horizon);

@@ -344,6 +344,41 @@ fn composite_sources_and_ignore() {
     assert!(reason.contains("empty list"), "{reason}");
 }
 
+/// Issue 27: an `avro:` part needs `fingerprint.schema_registry.url`; the password may come
+/// from a file and is never printed; the global scope refuses avro parts.
+#[test]
+fn avro_sources_need_a_schema_registry() {
+    let avro = format!("{MINIMAL}\n[fingerprint]\nsource = [\"key\", \"avro:/event_id\"]\n");
+    let (key, reason) = key_and_reason(&avro, &[]);
+    assert_eq!(key, "fingerprint.schema_registry.url");
+    assert!(reason.contains("avro:"), "{reason}");
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("sr-password");
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    let text = format!(
+        "{avro}[fingerprint.schema_registry]\nurl = \"http://registry:8081/\"\nusername = \"u\"\npassword = \"file:{}\"\n",
+        secret.display()
+    );
+    let c = load(&text).unwrap();
+    let sr = &c.fingerprint.schema_registry;
+    assert_eq!((sr.username.as_str(), sr.password.as_str()), ("u", "s3cret"));
+    assert_eq!((sr.cache_schemas, sr.timeout), (1000, Duration::from_secs(5)));
+    assert!(!c.to_redacted_toml().contains("s3cret"));
+    assert!(!format!("{c:?}").contains("s3cret"));
+    let missing = text.replace(&secret.display().to_string(), "/nonexistent/sr-password");
+    assert_eq!(key_of(&missing, &[]), "fingerprint.schema_registry.password");
+    let bad_url = format!("{avro}[fingerprint.schema_registry]\nurl = \"registry:8081\"\n");
+    assert_eq!(key_of(&bad_url, &[]), "fingerprint.schema_registry.url");
+    let global = format!(
+        "{MINIMAL}\n[fingerprint]\nsource = \"avro:/id\"\nscope = \"global\"\nroute_topic = \"r\"\n\
+         [fingerprint.schema_registry]\nurl = \"http://r:8081\"\n"
+    );
+    let (key, reason) = key_and_reason(&global, &[]);
+    assert_eq!(key, "fingerprint.source", "{reason}");
+    // Without an avro part the registry settings are not needed.
+    load(&format!("{MINIMAL}\n[fingerprint]\nsource = \"json:/id\"\n")).unwrap();
+}
+
 /// Issue 23, item 6: a TOML syntax error says where (line and column) and names the key of that
 /// line (a table header names its table); a line that holds no key is reported by its position.
 #[test]

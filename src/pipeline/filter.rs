@@ -90,6 +90,9 @@ pub struct Filter {
     live: Receiver<LiveRequest>,
     /// Running partitions halted because a side topic refused a copy (`halt`).
     pub(super) halts: BTreeMap<i32, Halt>,
+    /// Halts in a row of running partitions waiting for the schema registry (`halt`), for the
+    /// back-off; a partition leaves it when one of its records is fingerprinted.
+    pub(super) registry_attempts: BTreeMap<i32, u32>,
     /// Since when the producer's queue has been full and every running partition paused
     /// ([`Filter::back_off`]); `None` while records flow.
     pub(super) backpressure: Option<Instant>,
@@ -182,11 +185,12 @@ impl Filter {
             producer.init_transactions(KAFKA_TIMEOUT)?;
             producer.begin_transaction()?;
         }
+        let fingerprinter = Fingerprinter::of_config(&cfg.fingerprint)?;
         Ok(Filter {
             policy: Policy::of(&cfg),
             fingerprinter: match &cfg.input.routed_from {
-                Some(topic) => Fingerprinter::new(cfg.fingerprint.identity()).with_stand_in(topic),
-                None => Fingerprinter::new(cfg.fingerprint.identity()).with_stand_in(&cfg.input.topic),
+                Some(topic) => fingerprinter.with_stand_in(topic),
+                None => fingerprinter.with_stand_in(&cfg.input.topic),
             },
             producer: Arc::new(producer),
             side_producer,
@@ -205,6 +209,7 @@ impl Filter {
             idle: Idle::default(),
             live,
             halts: BTreeMap::new(),
+            registry_attempts: BTreeMap::new(),
             backpressure: None,
             producer_queue_messages: crate::kafka::producer_config(&cfg)
                 .get("queue.buffering.max.messages")
@@ -253,6 +258,15 @@ impl Filter {
             // Halted (a side topic refused a copy) or paused while the producer's queue is full:
             // not taken, fetched again once it resumes.
             return Ok(Handled::Done);
+        }
+        if let Some(why) = fp.as_ref().err().filter(|e| e.must_wait()) {
+            // The schema registry is unavailable: the record may have an identity that cannot
+            // be computed now. Not taken; the partition halts and fingerprints it again.
+            self.halt_for_registry(p, offset, &why.to_string());
+            return Ok(Handled::Done);
+        }
+        if !self.registry_attempts.is_empty() {
+            self.registry_attempts.remove(&p);
         }
         let routed = self.cfg.input.routed_from.is_some();
         consumed(run, msg, self.topics.input, routed, &self.totals);

@@ -23,6 +23,13 @@
 //!   out may have been written) and out of order with later copies: side topics are
 //!   at-least-once.
 //!
+//! A partition also halts when a record's `avro:` fingerprint needs a writer schema and the
+//! schema registry cannot be reached ([`Filter::halt_for_registry`]): the record is not taken
+//! (nothing is committed past it, later records are not taken either), `/readyz` names the
+//! registry's error, and after [`RETRY_FIRST`], doubling up to [`RETRY_MAX`], the partition
+//! resumes at that record, which is fingerprinted again. Forwarding it as a record without
+//! fingerprint would let its replays through (or drop or dead-letter it, by `on_missing`).
+//!
 //! Transactional mode halts the same way when the producer refuses a copy outright (a local
 //! error: nothing entered the transaction). A copy the *broker* refuses fails the open
 //! transaction, which can then only be aborted: the pipeline stops with
@@ -116,6 +123,45 @@ impl Filter {
         self.status.set_halted(p, &halt.cause);
     }
 
+    /// The record at input `offset` of running partition `p` (returned, not taken) could not be
+    /// fingerprinted because the schema registry is unavailable (`error`): halt the partition
+    /// (nothing at or after `offset` is taken, nothing committed past it) and resume it at
+    /// `offset` after a back-off, where the record is fingerprinted again. A partition that also
+    /// holds refused side copies resumes once they are delivered, as any halt.
+    pub(super) fn halt_for_registry(&mut self, p: i32, offset: i64, error: &str) {
+        let Some(Partition::Running(run)) = self.partitions.get(&p) else {
+            return;
+        };
+        let incarnation = run.incarnation;
+        let halt = self
+            .halts
+            .entry(p)
+            .and_modify(|h| {
+                if h.incarnation != incarnation {
+                    *h = Halt::new(incarnation);
+                }
+            })
+            .or_insert_with(|| Halt::new(incarnation));
+        let attempts = self.registry_attempts.entry(p).or_insert(0);
+        let wait = backoff(*attempts);
+        *attempts = attempts.saturating_add(1);
+        halt.registry = true;
+        halt.retry_at = Instant::now() + wait;
+        halt.cause = format!(
+            "fingerprint.schema_registry: {error}; input offset {offset} waits unfingerprinted (nothing \
+             after it is taken) and is fingerprinted again in {wait:?}"
+        );
+        error!(
+            partition = p,
+            offset,
+            retry_in = ?wait,
+            cause = halt.cause.as_str(),
+            "the schema registry is unavailable; the partition halts (nothing committed past the record) and retries"
+        );
+        telemetry::registry_unavailable(p);
+        self.status.set_halted(p, &halt.cause);
+    }
+
     /// A side copy of halted partition `p` sent again was acknowledged.
     pub(super) fn halted_copy_acknowledged(&mut self, p: i32, seq: u64) {
         if let Some(h) = self.halts.get_mut(&p) {
@@ -152,6 +198,9 @@ impl Filter {
                 }
             }
             if h.refused.is_empty() && h.resent.is_empty() {
+                if h.registry && now < h.retry_at {
+                    continue;
+                }
                 self.unhalt(consumer, p);
             } else if h.resent.is_empty() && now >= h.retry_at {
                 self.resend(p);
@@ -227,13 +276,21 @@ impl Filter {
             }
             return;
         }
-        self.halts.remove(&p);
+        let registry = self.halts.remove(&p).is_some_and(|h| h.registry);
         self.status.set_partition(p, PartitionState::Running);
-        info!(
-            partition = p,
-            offset = next,
-            "side copies delivered; the partition runs again"
-        );
+        if registry {
+            info!(
+                partition = p,
+                offset = next,
+                "the partition runs again and fingerprints the record that waited for the schema registry"
+            );
+        } else {
+            info!(
+                partition = p,
+                offset = next,
+                "side copies delivered; the partition runs again"
+            );
+        }
     }
 
     /// For a hand-over: true when nothing of partition `p` is in flight (refused copies of a

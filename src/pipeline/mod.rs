@@ -128,6 +128,9 @@ pub enum RunError {
     /// The pipeline stopped; nothing was committed past the failed record (exit 1).
     #[error(transparent)]
     Fatal(#[from] Fatal),
+    /// `fingerprint.schema_registry` cannot be set up (its CA file; exit 2).
+    #[error(transparent)]
+    SchemaRegistry(#[from] crate::schema_registry::RegistryConfigError),
 }
 
 /// A condition that stops the pipeline. Offsets are not committed past the record concerned, so

@@ -72,6 +72,9 @@ pub(super) struct Halt {
     pub(super) retry_at: Instant,
     /// Whether the consumer has paused the partition.
     pub(super) paused: bool,
+    /// Whether it waits for the schema registry (an `avro:` source could not fetch a writer
+    /// schema): it resumes at `retry_at`, where the record is fingerprinted again.
+    pub(super) registry: bool,
 }
 
 impl Halt {
@@ -98,6 +101,7 @@ impl Halt {
             attempts: 0,
             retry_at: Instant::now(),
             paused: false,
+            registry: false,
         }
     }
 }

@@ -915,7 +915,7 @@ fn scan(
     while !progress.remaining.is_empty() {
         check(&req.cancel)?;
         match reader.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => progress.record(env, req, &m, gens, &metrics),
+            Some(Ok(m)) => progress.record(env, req, &m, gens, &metrics)?,
             Some(Err(KafkaError::PartitionEOF(q))) if progress.remaining.contains(&q) => {
                 progress.at_end(reader, &env.cfg.output.topic, q)
             }
@@ -1007,7 +1007,10 @@ impl Progress<'_> {
         }
     }
 
-    /// Re-learns one output record (or, past the limit, ends its partition).
+    /// Re-learns one output record (or, past the limit, ends its partition). An output record
+    /// whose fingerprint needs the schema registry while it is unavailable is tried again every
+    /// second until it can be computed (or the partition is revoked: `Cancelled`): re-learning
+    /// it as a record without fingerprint would let its replays through.
     fn record(
         &mut self,
         env: &RecoveryEnv,
@@ -1015,16 +1018,16 @@ impl Progress<'_> {
         m: &BorrowedMessage<'_>,
         gens: &mut Generations,
         metrics: &PartitionMetrics,
-    ) {
+    ) -> Result<(), RecoveryError> {
         let (q, o) = (m.partition(), m.offset());
         if !self.remaining.contains(&q) {
-            return;
+            return Ok(());
         }
         if let Some(stop) = self.limit.and_then(|l| l.get(&q)) {
             if o >= *stop {
                 self.remaining.remove(&q);
                 self.ends.insert(q, *stop);
-                return;
+                return Ok(());
             }
         }
         let named = Provenance::of(m, &env.cfg.input.topic);
@@ -1046,11 +1049,24 @@ impl Progress<'_> {
             }
             // A record forwarded without fingerprint is known by its stand-in (the input record
             // its provenance names), which the pipeline learned when it forwarded it.
-            let known = env
-                .fingerprinter
-                .fingerprint(m)
-                .ok()
-                .or_else(|| env.fingerprinter.stand_in(m));
+            let mut waited = false;
+            let fp = loop {
+                match env.fingerprinter.fingerprint(m) {
+                    Err(e) if e.must_wait() => {
+                        check(&req.cancel)?;
+                        if !waited {
+                            warn!(
+                                partition = req.partition, output_partition = q, offset = o, error = %e,
+                                "recovery waits for the schema registry to re-learn an output record; retrying every second"
+                            );
+                            waited = true;
+                        }
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                    fp => break fp,
+                }
+            };
+            let known = fp.ok().or_else(|| env.fingerprinter.stand_in(m));
             if let Some(fp) = known {
                 gens.relearn(fp.0, q, o);
             }
@@ -1076,6 +1092,7 @@ impl Progress<'_> {
         Totals::bump(&env.totals.scanned);
         self.ends.insert(q, o + 1);
         self.log_progress(req);
+        Ok(())
     }
 
     /// Logs progress every [`PROGRESS_EVERY`].

@@ -1,0 +1,282 @@
+//! The Schema Registry client of the `avro:` fingerprint source: writer schemas fetched by id
+//! (Confluent's REST API, `GET {url}/schemas/ids/{id}`), parsed once and cached.
+//!
+//! A record in the Schema Registry wire format is a magic byte `0`, the schema id (4 bytes, big
+//! endian) and the record encoded with that schema ([`split_wire_format`]). The id is all a
+//! consumer needs: the registry keeps every schema it ever registered under its id, immutable,
+//! so a schema fetched once is kept (up to [`SchemaRegistryConfig::cache_schemas`] of them,
+//! the oldest fetched left out first when more are needed).
+//!
+//! What a fetch can end in, and what the fingerprint then is ([`SchemaError`]):
+//! - the schema: the record is decoded with it;
+//! - the registry says 404 (Confluent's error 40403, "schema not found"): the id names no
+//!   schema, the record has no fingerprint (reason `unknown_schema_id`). The answer is kept for
+//!   [`NOT_FOUND_TTL`], so a run of such records costs one request;
+//! - anything else (no connection, a timeout, TLS refused, 401/403, 5xx, an answer that is not
+//!   a schema): the registry is *unavailable*. The record is not fingerprinted and must not be
+//!   forwarded as if it had no identity: the pipeline halts its partition and tries again
+//!   ([`crate::pipeline`], "halt"). After a failure, requests fail at once for a back-off
+//!   (1 s doubling to 30 s) instead of each waiting for its own timeout, so that a registry that
+//!   does not answer stalls the consumer loop once per back-off, not once per record.
+//!
+//! Requests are blocking (`ureq`, with [`SchemaRegistryConfig::timeout`]): they are made from the
+//! consumer loop's thread, and only for an id not seen yet.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::config::SchemaRegistryConfig;
+
+/// How long a "no schema with this id" answer is kept before the registry is asked again.
+pub const NOT_FOUND_TTL: Duration = Duration::from_secs(30);
+/// The first wait after a failed request before the registry is asked again.
+const BACKOFF_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between requests while the registry fails.
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Splits a record in the Schema Registry wire format into its schema id and the encoded record.
+/// `None` when it does not start with the magic byte `0` followed by a 4-byte id.
+pub fn split_wire_format(bytes: &[u8]) -> Option<(u32, &[u8])> {
+    match bytes {
+        [0, a, b, c, d, rest @ ..] => Some((u32::from_be_bytes([*a, *b, *c, *d]), rest)),
+        _ => None,
+    }
+}
+
+/// Why no schema came back for an id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// The registry has no schema with this id (it answered 404).
+    #[error("the schema registry has no schema with id {0}")]
+    NotFound(u32),
+    /// The registry's schema with this id is not an Avro schema (its `schemaType`, or a schema
+    /// text apache-avro does not parse: the message says which).
+    #[error("schema id {0} is not an Avro schema this build reads: {1}")]
+    NotAvro(u32, String),
+    /// The registry could not be asked, or did not answer with a schema (the reason, naming the
+    /// URL without credentials).
+    #[error("the schema registry is unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// A cached answer for one id.
+enum Entry {
+    /// The parsed writer schema.
+    Found(Arc<apache_avro::Schema>),
+    /// The registry had no such schema at this instant (kept for [`NOT_FOUND_TTL`]).
+    NotFound(Instant),
+    /// The registry's schema for this id is not one this build reads (kept like a schema: ids
+    /// are immutable).
+    NotAvro(String),
+}
+
+/// The cache and the back-off state, under one lock.
+#[derive(Default)]
+struct State {
+    /// Answers by schema id.
+    entries: HashMap<u32, Entry>,
+    /// Ids in the order they were cached, to leave the oldest out when the cache is full.
+    order: VecDeque<u32>,
+    /// While the registry fails: until when requests fail at once, the reason, and how many
+    /// requests failed in a row (for the back-off).
+    down: Option<(Instant, String, u32)>,
+}
+
+/// A Schema Registry client with a bounded cache of writer schemas. Shared (`Arc`) by the
+/// fingerprinters of one process.
+pub struct SchemaRegistry {
+    /// `fingerprint.schema_registry.url` without a trailing `/`.
+    base: String,
+    /// The HTTP agent (timeouts, TLS roots).
+    agent: ureq::Agent,
+    /// `Authorization` header value for basic auth, when a username is set.
+    authorization: Option<String>,
+    /// Most schemas kept (at least 1).
+    capacity: usize,
+    /// Cache and back-off.
+    state: Mutex<State>,
+}
+
+impl fmt::Debug for SchemaRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SchemaRegistry")
+            .field("base", &self.base)
+            .field("basic_auth", &self.authorization.is_some())
+            .field("capacity", &self.capacity)
+            .finish()
+    }
+}
+
+/// A `fingerprint.schema_registry` setting that cannot be used (the key, why).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("fingerprint.schema_registry.{key}: {reason}")]
+pub struct RegistryConfigError {
+    /// The key under `fingerprint.schema_registry`.
+    pub key: &'static str,
+    /// Why (naming paths, never secrets).
+    pub reason: String,
+}
+
+impl SchemaRegistry {
+    /// A client for `cfg` (whose `password` was already read from its file, if any). Errors: a
+    /// CA file that cannot be read or is not PEM, a TLS set-up that fails.
+    pub fn new(cfg: &SchemaRegistryConfig) -> Result<Self, RegistryConfigError> {
+        let mut builder = ureq::AgentBuilder::new()
+            .timeout_connect(cfg.timeout)
+            .timeout(cfg.timeout)
+            .user_agent(concat!("kafka-dedup/", env!("CARGO_PKG_VERSION")));
+        let mut tls = native_tls::TlsConnector::builder();
+        if !cfg.ca_file.is_empty() {
+            let pem = std::fs::read(&cfg.ca_file).map_err(|e| RegistryConfigError {
+                key: "ca_file",
+                reason: format!("cannot read {}: {e}", cfg.ca_file),
+            })?;
+            let cert = native_tls::Certificate::from_pem(&pem).map_err(|e| RegistryConfigError {
+                key: "ca_file",
+                reason: format!("{} is not a PEM certificate: {e}", cfg.ca_file),
+            })?;
+            tls.add_root_certificate(cert);
+        }
+        let tls = tls.build().map_err(|e| RegistryConfigError {
+            key: "ca_file",
+            reason: format!("cannot set up TLS: {e}"),
+        })?;
+        builder = builder.tls_connector(Arc::new(tls));
+        let authorization = (!cfg.username.is_empty()).then(|| {
+            use base64::Engine;
+            let pair = format!("{}:{}", cfg.username, cfg.password);
+            format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))
+        });
+        Ok(SchemaRegistry {
+            base: cfg.url.trim_end_matches('/').to_string(),
+            agent: builder.build(),
+            authorization,
+            capacity: cfg.cache_schemas.max(1),
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// The writer schema with id `id`: from the cache, or fetched (see the module documentation
+    /// for what each failure means).
+    pub fn schema(&self, id: u32) -> Result<Arc<apache_avro::Schema>, SchemaError> {
+        let now = Instant::now();
+        {
+            let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            match state.entries.get(&id) {
+                Some(Entry::Found(schema)) => return Ok(schema.clone()),
+                Some(Entry::NotAvro(why)) => return Err(SchemaError::NotAvro(id, why.clone())),
+                Some(Entry::NotFound(at)) if now.duration_since(*at) < NOT_FOUND_TTL => {
+                    return Err(SchemaError::NotFound(id))
+                }
+                _ => {}
+            }
+            if let Some((until, why, _)) = &state.down {
+                if now < *until {
+                    return Err(SchemaError::Unavailable(why.clone()));
+                }
+            }
+        }
+        // Not under the lock: a request may take up to the timeout.
+        let fetched = self.fetch(id);
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = match &fetched {
+            Ok(schema) => Entry::Found(schema.clone()),
+            Err(SchemaError::NotFound(_)) => Entry::NotFound(now),
+            Err(SchemaError::NotAvro(_, why)) => Entry::NotAvro(why.clone()),
+            Err(SchemaError::Unavailable(why)) => {
+                let failures = state.down.as_ref().map_or(0, |d| d.2).saturating_add(1);
+                let wait = BACKOFF_FIRST
+                    .saturating_mul(1 << (failures - 1).min(5))
+                    .min(BACKOFF_MAX);
+                state.down = Some((Instant::now() + wait, why.clone(), failures));
+                return fetched;
+            }
+        };
+        state.down = None;
+        if state.entries.insert(id, entry).is_none() {
+            state.order.push_back(id);
+        }
+        while state.order.len() > self.capacity {
+            if let Some(old) = state.order.pop_front() {
+                state.entries.remove(&old);
+            }
+        }
+        fetched
+    }
+
+    /// Asks the registry for schema `id` once.
+    fn fetch(&self, id: u32) -> Result<Arc<apache_avro::Schema>, SchemaError> {
+        let url = format!("{}/schemas/ids/{id}", self.base);
+        let mut request = self
+            .agent
+            .get(&url)
+            .set("Accept", "application/vnd.schemaregistry.v1+json, application/json");
+        if let Some(auth) = &self.authorization {
+            request = request.set("Authorization", auth);
+        }
+        let response = match request.call() {
+            Ok(r) => r,
+            Err(ureq::Error::Status(404, _)) => return Err(SchemaError::NotFound(id)),
+            Err(ureq::Error::Status(code, r)) => {
+                return Err(SchemaError::Unavailable(format!(
+                    "GET {url} answered {code} {}",
+                    r.status_text()
+                )))
+            }
+            Err(ureq::Error::Transport(t)) => return Err(SchemaError::Unavailable(format!("GET {url}: {t}"))),
+        };
+        let text = response
+            .into_string()
+            .map_err(|e| SchemaError::Unavailable(format!("GET {url}: reading the answer: {e}")))?;
+        let answer: SchemaAnswer = serde_json::from_str(&text)
+            .map_err(|e| SchemaError::Unavailable(format!("GET {url}: not a schema answer: {e}")))?;
+        match answer.schema_type.as_deref() {
+            None | Some("AVRO") => {}
+            Some(other) => return Err(SchemaError::NotAvro(id, format!("its schemaType is {other}"))),
+        }
+        if !answer.references.is_empty() {
+            return Err(SchemaError::NotAvro(
+                id,
+                "it references other schemas, which this build does not fetch".to_string(),
+            ));
+        }
+        apache_avro::Schema::parse_str(&answer.schema)
+            .map(Arc::new)
+            .map_err(|e| SchemaError::NotAvro(id, e.to_string()))
+    }
+
+    /// How many answers the cache holds (schemas, and ids recently not found).
+    pub fn cached(&self) -> usize {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).entries.len()
+    }
+}
+
+/// The body of `GET /schemas/ids/{id}` (Confluent's API; Apicurio's `ccompat` API answers the
+/// same). `schemaType` is absent for Avro.
+#[derive(serde::Deserialize)]
+struct SchemaAnswer {
+    /// The schema text.
+    schema: String,
+    /// `AVRO` (or absent), `PROTOBUF`, `JSON`.
+    #[serde(rename = "schemaType", default)]
+    schema_type: Option<String>,
+    /// Schemas this one references by name.
+    #[serde(default)]
+    references: Vec<serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wire_format_is_a_zero_byte_and_a_big_endian_id() {
+        assert_eq!(split_wire_format(&[0, 0, 0, 1, 2, 9, 9]), Some((258, &[9u8, 9][..])));
+        assert_eq!(split_wire_format(&[0, 0, 0, 0, 7]), Some((7, &[][..])));
+        assert_eq!(split_wire_format(&[1, 0, 0, 0, 7, 1]), None, "magic byte 1");
+        assert_eq!(split_wire_format(&[0, 0, 0, 7]), None, "id cut short");
+        assert_eq!(split_wire_format(b"{\"a\":1}"), None);
+    }
+}

@@ -1,0 +1,219 @@
+//! Issue 27: `avro:/event_id` against a real Schema Registry. Apicurio Registry 2.4.2.Final
+//! (Confluent-compatible API under `/apis/ccompat/v7`, built from Maven Central by
+//! `scripts/schema-registry.sh`), records written by the Python confluent-kafka client's
+//! `AvroSerializer` (`tests/fixtures/avro_records.py`) under three versions of one subject, and
+//! the registry stopped mid-stream: the partition halts (nothing forwarded unfingerprinted,
+//! `/readyz` says why) and runs on once the registry is back.
+//!
+//! Needs Java 17, Maven and `confluent-kafka[avro,schemaregistry]` from PyPI; `scripts/test.sh`
+//! provides them.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A registry process of `scripts/schema-registry.sh` (killed on drop).
+struct Registry {
+    child: Child,
+}
+
+impl Registry {
+    /// Starts it on `port` with its database in `data`, and waits until its API answers.
+    fn start(port: u16, data: &std::path::Path, log: &std::path::Path) -> Registry {
+        let child = Command::new("scripts/schema-registry.sh")
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .arg(port.to_string())
+            .arg(data)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("scripts/schema-registry.sh");
+        let mut r = Registry { child };
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let addr = format!("127.0.0.1:{port}");
+        while http_get(&addr, "/apis/ccompat/v7/subjects").is_none_or(|(code, _)| code != 200) {
+            assert!(
+                r.child.try_wait().unwrap().is_none(),
+                "the registry exited:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+            assert!(Instant::now() < deadline, "the registry did not start in 300 s");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        r
+    }
+
+    /// Stops it (the script `exec`s the JVM, so the child is the registry itself).
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One serialized record of the fixture.
+struct Written {
+    batch: String,
+    event_id: String,
+    value: Vec<u8>,
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The records of `tests/fixtures/avro_records.py`, serialized with the registry at `url`.
+fn serialize(url: &str, topic: &str) -> Vec<Written> {
+    let out = Command::new("python3")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["tests/fixtures/avro_records.py", url, topic])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "avro_records.py failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            Written {
+                batch: v["batch"].as_str().unwrap().to_string(),
+                event_id: v["event_id"].as_str().unwrap().to_string(),
+                value: hex(v["value"].as_str().unwrap()),
+            }
+        })
+        .collect()
+}
+
+fn value(bytes: &[u8]) -> Raw {
+    Raw {
+        value: Some(bytes.to_vec()),
+        ..Raw::default()
+    }
+}
+
+/// Waits until `output` holds `n` records; returns their values.
+fn wait_output(broker: &Broker, output: &str, n: usize, filter: &mut FilterProcess) -> Vec<Vec<u8>> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let got: Vec<Vec<u8>> = broker.read_records(output, 1)[&0]
+            .iter()
+            .map(|r| r.value.clone().unwrap_or_default())
+            .collect();
+        if got.len() >= n {
+            return got;
+        }
+        assert!(filter.running(), "kafka-dedup exited:\n{}", filter.logs());
+        assert!(
+            Instant::now() < deadline,
+            "{} of {n} records in {output} after 90 s:\n{}",
+            got.len(),
+            filter.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn avro_records_of_three_schema_versions_collapse_and_a_stopped_registry_halts_the_partition() {
+    let broker = kafka();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/apis/ccompat/v7");
+    let mut registry = Registry::start(port, &dir.path().join("registry"), &dir.path().join("registry-1.log"));
+
+    let (input, output) = (unique("avro-in"), unique("avro-out"));
+    broker.create_topic(&input, 1);
+    broker.create_topic(&output, 1);
+    let written = serialize(&url, &input);
+    let batch = |name: &str| -> Vec<&Written> { written.iter().filter(|w| w.batch == name).collect() };
+    let (v1, v2, v3) = (batch("v1"), batch("v2"), batch("v3"));
+    assert_eq!((v1.len(), v2.len(), v3.len()), (10, 15, 3));
+    let ids: std::collections::BTreeSet<[u8; 5]> = written.iter().map(|w| w.value[..5].try_into().unwrap()).collect();
+    assert_eq!(ids.len(), 3, "three schema ids in the wire format: {ids:?}");
+
+    // v1 (e-0..e-9), a value without the wire format, then v2 (e-0..e-9 again, e-10..e-14).
+    let not_wire = br#"{"event_id":"e-0"}"#.to_vec();
+    let mut first: Vec<Raw> = v1.iter().map(|w| value(&w.value)).collect();
+    first.push(value(&not_wire));
+    first.extend(v2.iter().map(|w| value(&w.value)));
+    broker.produce_raw(&input, 0, &first);
+
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    // A horizon longer than the registry's downtime, so v3's e-5 is still a replay of v1's.
+    spec.interval = "1m";
+    spec.fingerprint = format!(
+        "[fingerprint]\nsource = \"avro:/event_id\"\n[fingerprint.schema_registry]\nurl = \"{url}\"\ntimeout = \"2s\"\n"
+    );
+    let mut filter = spec.start(dir.path());
+    filter.wait_ready(Duration::from_secs(60));
+    let mut expected: Vec<Vec<u8>> = v1.iter().map(|w| w.value.clone()).collect();
+    expected.push(not_wire.clone());
+    expected.extend(v2[10..].iter().map(|w| w.value.clone()));
+    assert_eq!(expected.len(), 16);
+    let got = wait_output(&broker, &output, expected.len(), &mut filter);
+    assert_eq!(
+        got, expected,
+        "one record per event_id across v1 and v2, the non-Avro value forwarded"
+    );
+    filter.wait_metric(
+        "kafka_dedup_unfingerprintable_records_total",
+        &["reason=\"no_magic_byte\""],
+        1.0,
+        Duration::from_secs(10),
+    );
+    filter.wait_metric(
+        "kafka_dedup_duplicates_dropped_total",
+        &["partition=\"0\""],
+        10.0,
+        Duration::from_secs(10),
+    );
+
+    // The registry stops; v3's schema was never fetched by kafka-dedup.
+    registry.stop();
+    broker.produce_raw(&input, 0, &v3.iter().map(|w| value(&w.value)).collect::<Vec<_>>());
+    filter.wait_metric(
+        "kafka_dedup_schema_registry_unavailable_total",
+        &["partition=\"0\""],
+        1.0,
+        Duration::from_secs(30),
+    );
+    let (code, body) = http_get(&filter.http, "/readyz").unwrap();
+    assert_ne!(code, 200, "{body}");
+    assert!(body.contains("schema_registry"), "/readyz names the cause: {body}");
+    std::thread::sleep(Duration::from_secs(3));
+    let during = broker.read_records(&output, 1)[&0].len();
+    assert_eq!(during, expected.len(), "nothing forwarded while the registry is away");
+
+    // Back, with its schemas: the waiting records are fingerprinted, e-5 is a replay.
+    let _registry = Registry::start(port, &dir.path().join("registry"), &dir.path().join("registry-2.log"));
+    expected.extend(v3.iter().filter(|w| w.event_id != "e-5").map(|w| w.value.clone()));
+    let got = wait_output(&broker, &output, expected.len(), &mut filter);
+    assert_eq!(got, expected);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_get(&filter.http, "/readyz").is_none_or(|(code, _)| code != 200) {
+        assert!(Instant::now() < deadline, "not ready again:\n{}", filter.logs());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        broker.read_records(&output, 1)[&0].len(),
+        expected.len(),
+        "e-5 of v3 dropped"
+    );
+    assert_eq!(filter.terminate().code(), Some(0), "{}", filter.logs());
+}
