@@ -39,7 +39,7 @@ use crate::config::{Config, Delivery, Start};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::kafka::{self, TopicError};
 use crate::partition::{InFlight, Target, SEQ_BITS};
-use crate::pipeline::context::Throttle;
+use crate::pipeline::delivery::Throttle;
 use crate::pipeline::{Fatal, HandoverError, RunError, Shutdown};
 use crate::provenance::{Provenance, HEADER};
 use crate::status::Status;
@@ -166,7 +166,7 @@ impl ClientContext for RouteDelivery {
     /// As the filter's producer ([`crate::pipeline::DeliveryContext`]): librdkafka's lines, the
     /// warning that `enable.gapless.guarantee` (set on purpose) is experimental at debug.
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
-        crate::pipeline::context::log_client_line(level, fac, log_message);
+        crate::pipeline::delivery::log_client_line(level, fac, log_message);
     }
 }
 

@@ -12,6 +12,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::given::{values, Scenario};
 use common::*;
 use kafka_dedup::scenario::{self, read_values};
 use rand::{Rng, SeedableRng};
@@ -21,34 +22,6 @@ const FORWARDED: &str = "kafka_dedup_records_forwarded_total";
 const DROPPED: &str = "kafka_dedup_duplicates_dropped_total";
 const REBUILDS: &str = "kafka_dedup_store_rebuilds_total";
 const SCANNED: &str = "kafka_dedup_recovery_records_scanned_total";
-
-/// Records (partition, value) for values in `range`, on `partitions` partitions.
-fn values(range: std::ops::Range<u64>, partitions: i32) -> Vec<(i32, u64)> {
-    range.map(|v| ((v % partitions as u64) as i32, v)).collect()
-}
-
-fn assert_once_in_order(written: &[(i32, u64)], output: &str, partitions: i32, distinct: u64) {
-    let out = read_values(&kafka().client(), output, partitions, Duration::from_secs(120)).unwrap();
-    let v = scenario::verify(written, &out);
-    assert!(v.ok(), "{v:?}");
-    assert_eq!(v.output_records, distinct, "{v:?}");
-}
-
-fn wait_done(spec: &FilterSpec, input: &str, partitions: i32, filter: &FilterProcess) {
-    assert_eq!(spec.input, input);
-    wait_drained(spec, partitions, &[filter], Duration::from_secs(180), || {
-        format!(
-            "{}\n{}",
-            filter.logs(),
-            filter
-                .scrape()
-                .lines()
-                .filter(|l| !l.starts_with('#'))
-                .collect::<Vec<_>>()
-                .join("\n")
-        )
-    });
-}
 
 /// Case 1: chaos. 50,000 integers with upstream replays over 3 partitions, while kafka-dedup is
 /// killed with SIGKILL at random moments at least 15 times and restarted.
@@ -60,11 +33,8 @@ fn chaos_sigkill_at_random_moments() {
         .unwrap_or_else(rand::random);
     eprintln!("chaos seed {seed} (set CHAOS_SEED to replay)");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("chaos-in"), unique("chaos-out"));
-    kafka().create_topic(&input, 3);
-    kafka().create_topic(&output, 3);
-    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
+    let given = Scenario::new("chaos", 3).killable();
+    let (dir, input, output, spec) = (given.path(), &given.input, &given.output, &given.spec);
 
     let s = scenario::replay_scenario(50_000, 3, 150, seed);
     let writer = {
@@ -76,7 +46,7 @@ fn chaos_sigkill_at_random_moments() {
     let started = Instant::now();
     let (mut kills, mut librdkafka_aborts) = (0, 0);
     while kills < 15 || !writer.is_finished() {
-        let mut filter = spec.start(dir.path());
+        let mut filter = spec.start(dir);
         // A random moment: during start-up, recovery, forwarding or a checkpoint.
         std::thread::sleep(Duration::from_millis(rng.gen_range(500..7000)));
         if !filter.running() {
@@ -98,11 +68,10 @@ fn chaos_sigkill_at_random_moments() {
         assert!(started.elapsed() < Duration::from_secs(420), "chaos loop took too long");
     }
     writer.join().unwrap();
-    let mut filter = spec.survivor().start(dir.path());
-    wait_done(&spec, &input, 3, &filter);
+    let mut filter = given.run_to_end();
     assert!(filter.terminate().success(), "{}", filter.logs());
 
-    let out = read_values(&kafka().client(), &output, 3, Duration::from_secs(120)).unwrap();
+    let out = read_values(&kafka().client(), output, 3, Duration::from_secs(120)).unwrap();
     let v = scenario::verify(&s.records, &out);
     eprintln!(
         "chaos: {kills} SIGKILLs and {librdkafka_aborts} librdkafka aborts in {:?}; written {} records ({} distinct + {} replays from {} upstream crashes); \
@@ -123,7 +92,7 @@ fn chaos_sigkill_at_random_moments() {
 
     // `kafka-dedup audit` agrees, reading the topics itself: clean, every event forwarded once,
     // every replay dropped.
-    let config = dir.path().join("audit.toml");
+    let config = dir.join("audit.toml");
     std::fs::write(&config, spec.toml(free_port())).unwrap();
     let audit = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
         .args(["audit", "--json", "--config"])
@@ -143,38 +112,26 @@ fn chaos_sigkill_at_random_moments() {
     assert_eq!(totals["input_records"].as_u64(), Some(s.records.len() as u64), "{said}");
 }
 
-fn start_with_crash(spec: &FilterSpec, dir: &Path, point: &str) -> FilterProcess {
-    let mut s = spec.clone();
-    s.env.push(("KAFKA_DEDUP_CRASH_AT".into(), point.into()));
-    s.start(dir)
-}
-
 /// Case 2a: killed between forwarding records and the checkpoint that would have committed them
 /// → the restart re-reads the input from the last commit and forwards nothing twice.
 #[test]
 fn killed_between_forwarding_and_checkpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("fwd-in"), unique("fwd-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
-    let first = values(0..1000, 1);
-    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
-    let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
-    spec.interval = "1h"; // no checkpoint: only the commit made when the partition starts
-    let mut filter = start_with_crash(&spec, dir.path(), "after-ack:600");
-    let status = filter.wait_exit(Duration::from_secs(60));
+    let mut s = Scenario::new("fwd", 1).killable();
+    s.spec.interval = "1h"; // no checkpoint: only the commit made when the partition starts
+    s.produce(0..1000);
+
+    let status = s.crash_at("after-ack:600").wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point");
-    let before = read_values(&kafka().client(), &output, 1, Duration::from_secs(30)).unwrap()[&0].len();
+    let before = s.output()[&0].len();
     assert!(before >= 600, "{before} records reached the output before the crash");
     assert_eq!(
-        kafka().committed(&spec.group, &input, 1)[&0].0,
+        kafka().committed(&s.spec.group, &s.input, 1)[&0].0,
         Some(0),
         "nothing was checkpointed"
     );
 
-    let second = values(1000..1500, 1);
-    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
-    let mut filter = spec.survivor().start(dir.path());
+    s.produce(1000..1500);
+    let mut filter = s.start();
     filter.wait_metric(CONSUMED, &[], 1500.0, Duration::from_secs(60));
     filter.wait_metric(FORWARDED, &[], (1500 - before) as f64, Duration::from_secs(60));
     assert_eq!(
@@ -183,8 +140,7 @@ fn killed_between_forwarding_and_checkpoint() {
         "exactly the forwarded ones were replays"
     );
     assert!(filter.terminate().success());
-    let all: Vec<_> = first.iter().chain(second.iter()).copied().collect();
-    assert_once_in_order(&all, &output, 1, 1500);
+    s.then_once_in_order(1500);
 }
 
 /// Case 2b: killed after a checkpoint wrote the store but before the offsets were committed →
@@ -192,36 +148,19 @@ fn killed_between_forwarding_and_checkpoint() {
 /// forwards nothing twice.
 #[test]
 fn killed_after_store_write_before_commit() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("ckpt-in"), unique("ckpt-out"));
-    kafka().create_topic(&input, 2);
-    kafka().create_topic(&output, 2);
-    let first = values(0..2000, 2);
-    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
+    let mut s = Scenario::new("ckpt", 2).killable();
     // Records keep arriving over 8 s, so each checkpoint has new ones; the third checkpoint that
     // commits anything (the point counts checkpoints of running partitions) stores them, then
     // the process dies before the commit.
-    let writer = {
-        let (records, input) = (first.clone(), input.clone());
-        std::thread::spawn(move || {
-            scenario::produce(&kafka().client(), &input, &records, Duration::from_secs(8)).unwrap()
-        })
-    };
-    let mut filter = start_with_crash(&spec, dir.path(), "checkpoint-before-commit:3");
+    let writer = s.produce_over(0..2000, Duration::from_secs(8));
+    let mut filter = s.crash_at("checkpoint-before-commit:3");
     let status = filter.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", filter.logs());
     writer.join().unwrap();
-    let forwarded: usize = read_values(&kafka().client(), &output, 2, Duration::from_secs(30))
-        .unwrap()
-        .values()
-        .map(Vec::len)
-        .sum();
-    assert!(forwarded > 0, "records were forwarded before the checkpoint");
+    assert!(s.output_len() > 0, "records were forwarded before the checkpoint");
 
-    let second = values(2000..3000, 2);
-    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
-    let mut filter = spec.survivor().start(dir.path());
-    wait_done(&spec, &input, 2, &filter);
+    s.produce(2000..3000);
+    let mut filter = s.run_to_end();
     let scrape = filter.scrape();
     let ahead = metric(&scrape, REBUILDS, &["reason=\"behind_or_ahead\""]);
     assert!(
@@ -232,67 +171,39 @@ fn killed_after_store_write_before_commit() {
         .logs()
         .contains("rebuilding its generations from the output topic"));
     assert!(filter.terminate().success());
-    let all: Vec<_> = first.iter().chain(second.iter()).copied().collect();
-    assert_once_in_order(&all, &output, 2, 3000);
+    s.then_once_in_order(3000);
 }
 
 /// Case 2c: killed during a hand-over (SIGTERM), after the store was written, before the commit.
 #[test]
 fn killed_during_handover_before_commit() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("ho-in"), unique("ho-out"));
-    kafka().create_topic(&input, 2);
-    kafka().create_topic(&output, 2);
-    let first = values(0..1500, 2);
-    let event_time = wall_ms();
-    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
-    let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
-    spec.interval = "1h";
-    let mut filter = start_with_crash(&spec, dir.path(), "handover-before-commit");
+    let mut s = Scenario::new("ho", 2).killable();
+    s.spec.interval = "1h";
+    s.produce(0..1500);
+    let mut filter = s.crash_at("handover-before-commit");
     filter.wait_metric(FORWARDED, &[], 1500.0, Duration::from_secs(60));
     let status = filter.terminate();
     assert!(!status.success(), "aborted inside the hand-over:\n{}", filter.logs());
 
-    let replays = values(1000..1500, 2);
-    let second = values(1500..2000, 2);
-    kafka().produce_values_at(&input, &replays, event_time);
-    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
-    spec.interval = "1s";
-    let mut filter = spec.survivor().start(dir.path());
-    wait_done(&spec, &input, 2, &filter);
-    assert!(filter.terminate().success());
-    let all: Vec<_> = first
-        .iter()
-        .chain(replays.iter())
-        .chain(second.iter())
-        .copied()
-        .collect();
-    assert_once_in_order(&all, &output, 2, 2000);
+    s.replay(1000..1500);
+    s.produce(1500..2000);
+    s.spec.interval = "1s";
+    assert!(s.run_to_end().terminate().success());
+    s.then_once_in_order(2000);
 }
 
 /// Case 4a: the store directory is deleted between runs → rebuilt from the output topic, logged,
 /// counted; replays are still dropped.
 #[test]
 fn store_deleted_between_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("del-in"), unique("del-out"));
-    kafka().create_topic(&input, 3);
-    kafka().create_topic(&output, 3);
-    let first = values(0..3000, 3);
-    let event_time = wall_ms();
-    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
-    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
-    let mut filter = spec.survivor().start(dir.path());
-    wait_done(&spec, &input, 3, &filter);
-    assert!(filter.terminate().success());
+    let mut s = Scenario::new("del", 3).killable();
+    s.produce(0..3000);
+    assert!(s.run_to_end().terminate().success());
 
-    std::fs::remove_dir_all(&spec.store).unwrap();
-    let replays = values(2000..3000, 3);
-    let second = values(3000..4000, 3);
-    kafka().produce_values_at(&input, &replays, event_time);
-    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
-    let mut filter = spec.survivor().start(dir.path());
-    wait_done(&spec, &input, 3, &filter);
+    std::fs::remove_dir_all(&s.spec.store).unwrap();
+    s.replay(2000..3000);
+    s.produce(3000..4000);
+    let mut filter = s.run_to_end();
     let scrape = filter.scrape();
     // Every partition rebuilt because the store had no snapshot, for no other reason (a partition
     // moved by a rebalance meanwhile is rebuilt again, for the same reason).
@@ -303,13 +214,7 @@ fn store_deleted_between_runs() {
         .logs()
         .contains("rebuilding its generations from the output topic"));
     assert!(filter.terminate().success());
-    let all: Vec<_> = first
-        .iter()
-        .chain(replays.iter())
-        .chain(second.iter())
-        .copied()
-        .collect();
-    assert_once_in_order(&all, &output, 3, 4000);
+    s.then_once_in_order(4000);
 }
 
 /// Overwrites the middle of every regular file under `dir` with garbage and truncates the
@@ -357,25 +262,14 @@ fn mangle(dir: &Path) {
 /// loop), rebuilds from the output topic, counts it, and forwards nothing twice.
 #[test]
 fn store_garbled_between_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("garble-in"), unique("garble-out"));
-    kafka().create_topic(&input, 2);
-    kafka().create_topic(&output, 2);
-    let first = values(0..3000, 2);
-    let event_time = wall_ms();
-    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
-    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
-    let mut filter = spec.survivor().start(dir.path());
-    wait_done(&spec, &input, 2, &filter);
-    assert!(filter.terminate().success());
+    let mut s = Scenario::new("garble", 2).killable();
+    s.produce(0..3000);
+    assert!(s.run_to_end().terminate().success());
 
-    mangle(&spec.store);
-    let replays = values(2500..3000, 2);
-    let second = values(3000..3500, 2);
-    kafka().produce_values_at(&input, &replays, event_time);
-    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
-    let mut filter = spec.survivor().start(dir.path());
-    wait_done(&spec, &input, 2, &filter);
+    mangle(&s.spec.store);
+    s.replay(2500..3000);
+    s.produce(3000..3500);
+    let mut filter = s.run_to_end();
     let scrape = filter.scrape();
     // The garbled database is moved aside (`corrupt`, once for the store); each partition then
     // finds no snapshot in the new one (`missing`) or an unreadable one (`corrupt`).
@@ -388,16 +282,10 @@ fn store_garbled_between_runs() {
     );
     assert_eq!(metric(&scrape, DROPPED, &[]), 500.0);
     assert!(filter.terminate().success());
-    let all: Vec<_> = first
-        .iter()
-        .chain(replays.iter())
-        .chain(second.iter())
-        .copied()
-        .collect();
-    assert_once_in_order(&all, &output, 2, 3500);
+    s.then_once_in_order(3500);
 
     // And the run after that starts from a healthy store again.
-    let mut filter = spec.survivor().start(dir.path());
+    let mut filter = s.start();
     filter.wait_ready(Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), REBUILDS, &[]), 0.0, "{}", filter.logs());
     assert!(filter.terminate().success());
@@ -409,23 +297,21 @@ fn store_garbled_between_runs() {
 /// up to it, and once the limit is raised a restart forwards it and everything after it, once.
 #[test]
 fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("big-in"), unique("big-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
+    let s = Scenario::new("big", 1);
+    let (dir, input, output) = (s.path(), &s.input, &s.output);
     let big = "x".repeat(20_000);
     let mut records: Vec<Raw> = (0..10).map(|i| raw(None, Some(&format!("small-{i}")), &[])).collect();
     records.push(raw(None, Some(&big), &[]));
     records.extend((10..20).map(|i| raw(None, Some(&format!("small-{i}")), &[])));
-    kafka().produce_raw(&input, 0, &records);
+    kafka().produce_raw(input, 0, &records);
 
-    let spec = FilterSpec::new(&input, &output, dir.path());
+    let spec = s.spec.clone();
     let mut limited = spec.clone();
     limited.env.push((
         "KAFKA_DEDUP__KAFKA__PROPERTIES__MESSAGE_MAX_BYTES".into(),
         "10000".into(),
     ));
-    let mut filter = limited.start(dir.path());
+    let mut filter = limited.start(dir);
     filter.wait_metric(
         "kafka_dedup_output_refused_total",
         &["action=\"halt\""],
@@ -436,18 +322,18 @@ fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("offset 10") && body.contains("input.skip"), "{body}");
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let got = kafka().read_forwarded(&output, 1, &input);
+    let got = kafka().read_forwarded(output, 1, input);
     assert_eq!(got[&0], records[..10].to_vec(), "the records before the refused one");
-    let c = kafka().committed(&spec.group, &input, 1);
+    let c = kafka().committed(&spec.group, input, 1);
     assert_eq!(c[&0].0, Some(10), "committed up to the refused record: {c:?}");
 
     // The fix: the default limit. The refused record was not fingerprinted, so it is forwarded.
-    let mut filter = spec.start(dir.path());
+    let mut filter = spec.start(dir);
     filter.wait_metric(FORWARDED, &[], 11.0, Duration::from_secs(60));
     filter.wait_metric(CONSUMED, &[], 11.0, Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), DROPPED, &[]), 0.0);
     assert!(filter.terminate().success());
-    let got = kafka().read_forwarded(&output, 1, &input);
+    let got = kafka().read_forwarded(output, 1, input);
     assert_eq!(got[&0], records);
 }
 
@@ -459,36 +345,26 @@ fn refused_record_stops_the_filter_and_is_forwarded_after_the_fix() {
 /// still drop the replays of what the first run forwarded.
 #[test]
 fn a_restart_after_a_crash_uses_the_committed_snapshot() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("snap-in"), unique("snap-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
-    let first = values(0..1000, 1);
-    let event_time = wall_ms();
-    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
-    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
-    let mut filter = start_with_crash(&spec, dir.path(), "offsets-committed:4");
+    let mut s = Scenario::new("snap", 1).killable();
+    s.produce(0..1000);
+    let mut filter = s.crash_at("offsets-committed:4");
     let status = filter.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", filter.logs());
     assert_eq!(
-        kafka().committed(&spec.group, &input, 1)[&0].0,
+        kafka().committed(&s.spec.group, &s.input, 1)[&0].0,
         Some(1000),
         "the checkpoints before the crash committed everything:\n{}",
         filter.logs()
     );
 
-    let replays = values(500..1000, 1);
-    let second = values(1000..1200, 1);
-    kafka().produce_values_at(&input, &replays, event_time);
-    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
-    let mut filter = spec.survivor().start(dir.path());
-    wait_done(&spec, &input, 1, &filter);
+    s.replay(500..1000);
+    s.produce(1000..1200);
+    let mut filter = s.run_to_end();
     let scrape = filter.scrape();
     assert_eq!(metric(&scrape, REBUILDS, &[]), 0.0, "the snapshot was used:\n{scrape}");
     assert_eq!(metric(&scrape, DROPPED, &[]), 500.0, "{scrape}");
     assert!(filter.terminate().success());
-    let all: Vec<_> = first.iter().chain(&replays).chain(&second).copied().collect();
-    assert_once_in_order(&all, &output, 1, 1200);
+    s.then_once_in_order(1200);
 }
 
 /// Rule: records forwarded after the last snapshot are re-learned from the output topic. Run 1
@@ -499,35 +375,25 @@ fn a_restart_after_a_crash_uses_the_committed_snapshot() {
 /// offset 500, as well as the upstream replays of 500..800.
 #[test]
 fn records_forwarded_after_the_snapshot_are_relearned() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("reread-in"), unique("reread-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
-    let first = values(0..500, 1);
-    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
-    let mut spec = FilterSpec::new(&input, &output, dir.path()).killable();
-    let mut filter = spec.survivor().start(dir.path());
-    wait_done(&spec, &input, 1, &filter);
+    let mut s = Scenario::new("reread", 1).killable();
+    s.produce(0..500);
+    let mut filter = s.run_to_end();
     assert!(filter.terminate().success(), "{}", filter.logs());
 
-    let second = values(500..1000, 1);
-    let event_time = wall_ms();
-    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
-    spec.interval = "1h";
-    let mut filter = start_with_crash(&spec, dir.path(), "after-ack:300");
+    s.replays_take_time_of_next_write();
+    s.produce(500..1000);
+    s.spec.interval = "1h";
+    let mut filter = s.crash_at("after-ack:300");
     let status = filter.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", filter.logs());
-    let forwarded = kafka().read_values(&output, 1)[&0].len() - 500;
+    let forwarded = kafka().read_values(&s.output, 1)[&0].len() - 500;
     assert!(forwarded >= 300, "{forwarded} records of run 2 reached the output");
-    assert_eq!(kafka().committed(&spec.group, &input, 1)[&0].0, Some(500));
+    assert_eq!(kafka().committed(&s.spec.group, &s.input, 1)[&0].0, Some(500));
 
-    let replays = values(500..800, 1);
-    let third = values(1000..1100, 1);
-    kafka().produce_values_at(&input, &replays, event_time);
-    scenario::produce(&kafka().client(), &input, &third, Duration::ZERO).unwrap();
-    spec.interval = "1s";
-    let mut filter = spec.survivor().start(dir.path());
-    wait_done(&spec, &input, 1, &filter);
+    s.replay(500..800);
+    s.produce(1000..1100);
+    s.spec.interval = "1s";
+    let mut filter = s.run_to_end();
     let scrape = filter.scrape();
     assert_eq!(
         metric(&scrape, REBUILDS, &[]),
@@ -541,14 +407,7 @@ fn records_forwarded_after_the_snapshot_are_relearned() {
     );
     assert_eq!(metric(&scrape, DROPPED, &[]), (forwarded + 300) as f64, "{scrape}");
     assert!(filter.terminate().success());
-    let all: Vec<_> = first
-        .iter()
-        .chain(&second)
-        .chain(&replays)
-        .chain(&third)
-        .copied()
-        .collect();
-    assert_once_in_order(&all, &output, 1, 1100);
+    s.then_once_in_order(1100);
 }
 
 /// Rule: a new owner does not read the output's end before `output.fence_wait` has passed, so
@@ -616,37 +475,34 @@ fn the_fence_waits_out_a_killed_owners_records_in_flight() {
 /// replay of `c` (its original stamp 10.2 s, 0.3 s after it on the partition clock).
 #[test]
 fn records_forwarded_across_buckets_before_a_crash_stay_inside_the_horizon() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("buckets-in"), unique("buckets-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
+    let s = Scenario::new("buckets", 1).killable();
+    let (dir, input, output, spec) = (s.path(), &s.input, &s.output, &s.spec);
     let t0 = (wall_ms() - 60_000) / 1000 * 1000;
     let value = |v: &str| raw(None, Some(v), &[]);
-    kafka().produce_timed(&input, 0, &[(t0, value("x")), (t0 + 8_500, value("a"))]);
-    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
-    let mut filter = spec.start(dir.path());
+    kafka().produce_timed(input, 0, &[(t0, value("x")), (t0 + 8_500, value("a"))]);
+    let mut filter = spec.start(dir);
     let two: std::collections::BTreeMap<i32, i64> = [(0, 2)].into_iter().collect();
-    kafka().wait_committed(&spec.group, &input, &two, Duration::from_secs(60), || filter.logs());
+    kafka().wait_committed(&spec.group, input, &two, Duration::from_secs(60), || filter.logs());
     assert!(filter.terminate().success(), "{}", filter.logs());
 
-    kafka().produce_timed(&input, 0, &[(t0 + 9_000, value("b")), (t0 + 10_200, value("c"))]);
-    let mut filter = start_with_crash(&spec, dir.path(), "after-ack:2");
+    kafka().produce_timed(input, 0, &[(t0 + 9_000, value("b")), (t0 + 10_200, value("c"))]);
+    let mut filter = s.crash_at("after-ack:2");
     let status = filter.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", filter.logs());
-    let committed = kafka().committed(&spec.group, &input, 1)[&0].0;
+    let committed = kafka().committed(&spec.group, input, 1)[&0].0;
     assert!(
         committed < Some(4),
         "c was not committed: {committed:?}\n{}",
         filter.logs()
     );
 
-    kafka().produce_timed(&input, 0, &[(t0 + 10_200, value("c")), (t0 + 10_500, value("d"))]);
-    let mut filter = spec.start(dir.path());
+    kafka().produce_timed(input, 0, &[(t0 + 10_200, value("c")), (t0 + 10_500, value("d"))]);
+    let mut filter = spec.start(dir);
     let six: std::collections::BTreeMap<i32, i64> = [(0, 6)].into_iter().collect();
-    kafka().wait_committed(&spec.group, &input, &six, Duration::from_secs(60), || filter.logs());
+    kafka().wait_committed(&spec.group, input, &six, Duration::from_secs(60), || filter.logs());
     let scrape = filter.scrape();
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out: Vec<String> = kafka().read_records(&output, 1)[&0]
+    let out: Vec<String> = kafka().read_records(output, 1)[&0]
         .iter()
         .map(|r| String::from_utf8(r.value.clone().unwrap_or_default()).unwrap())
         .collect();
@@ -666,41 +522,31 @@ fn records_forwarded_across_buckets_before_a_crash_stay_inside_the_horizon() {
 #[test]
 fn store_snapshot_without_generations_is_rebuilt() {
     use kafka_dedup::store::{PartitionWrite, Store};
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("nogens-in"), unique("nogens-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
-    let first = values(0..100, 1);
-    let event_time = wall_ms();
-    scenario::produce(&kafka().client(), &input, &first, Duration::ZERO).unwrap();
-    let spec = FilterSpec::new(&input, &output, dir.path());
-    let mut filter = spec.start(dir.path());
-    wait_done(&spec, &input, 1, &filter);
+    let mut s = Scenario::new("nogens", 1);
+    s.produce(0..100);
+    let mut filter = s.run_to_end();
     assert!(filter.terminate().success(), "{}", filter.logs());
 
-    let store = Store::open_existing(&spec.store).unwrap();
-    let s = store.snapshot(0).unwrap().expect("a snapshot of partition 0");
-    assert!(!s.generations.is_empty());
+    let store = Store::open_existing(&s.spec.store).unwrap();
+    let snap = store.snapshot(0).unwrap().expect("a snapshot of partition 0");
+    assert!(!snap.generations.is_empty());
     store
         .save(&[PartitionWrite {
             partition: 0,
-            epoch: s.epoch,
-            ckpt: s.ckpt.clone(),
-            committed_offset: s.committed_offset,
-            out_covered: s.out_covered.clone(),
+            epoch: snap.epoch,
+            ckpt: snap.ckpt.clone(),
+            committed_offset: snap.committed_offset,
+            out_covered: snap.out_covered.clone(),
             generations: Vec::new(),
-            clean: s.clean,
-            clock: s.clock,
+            clean: snap.clean,
+            clock: snap.clock,
         }])
         .unwrap();
     drop(store);
 
-    let replays = values(50..100, 1);
-    let second = values(100..150, 1);
-    kafka().produce_values_at(&input, &replays, event_time);
-    scenario::produce(&kafka().client(), &input, &second, Duration::ZERO).unwrap();
-    let mut filter = spec.start(dir.path());
-    wait_done(&spec, &input, 1, &filter);
+    s.replay(50..100);
+    s.produce(100..150);
+    let mut filter = s.run_to_end();
     let scrape = filter.scrape();
     assert!(filter.terminate().success(), "{}", filter.logs());
     assert_eq!(
@@ -715,13 +561,7 @@ fn store_snapshot_without_generations_is_rebuilt() {
         "{scrape}"
     );
     assert_eq!(metric(&scrape, DROPPED, &[]), 50.0, "{scrape}");
-    let all: Vec<_> = first
-        .iter()
-        .chain(replays.iter())
-        .chain(second.iter())
-        .copied()
-        .collect();
-    assert_once_in_order(&all, &output, 1, 150);
+    s.then_once_in_order(150);
 }
 
 /// Issue 22 (low) and its review: after a crash with rotations since the last checkpoint, the
@@ -737,17 +577,14 @@ fn store_snapshot_without_generations_is_rebuilt() {
 /// (`recovery::execute::tests::a_replay_dropped_before_the_crash_still_finds_its_first_copy`).
 #[test]
 fn records_rereading_across_buckets_after_a_crash_keep_the_checkpoints_generations() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("hmax-in"), unique("hmax-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
+    let s = Scenario::new("hmax", 1).killable();
+    let (dir, input, output, spec) = (s.path(), &s.input, &s.output, &s.spec);
     let t0 = (wall_ms() - 60_000) / 1000 * 1000;
     let value = |v: &str| raw(None, Some(v), &[]);
-    kafka().produce_timed(&input, 0, &[(t0 + 100, value("x"))]);
-    let spec = FilterSpec::new(&input, &output, dir.path()).killable();
-    let mut filter = spec.start(dir.path());
+    kafka().produce_timed(input, 0, &[(t0 + 100, value("x"))]);
+    let mut filter = spec.start(dir);
     let one: std::collections::BTreeMap<i32, i64> = [(0, 1)].into_iter().collect();
-    kafka().wait_committed(&spec.group, &input, &one, Duration::from_secs(60), || filter.logs());
+    kafka().wait_committed(&spec.group, input, &one, Duration::from_secs(60), || filter.logs());
     assert!(filter.terminate().success(), "{}", filter.logs());
 
     let later = [
@@ -755,18 +592,18 @@ fn records_rereading_across_buckets_after_a_crash_keep_the_checkpoints_generatio
         (t0 + 2_400, value("b")),
         (t0 + 3_600, value("c")),
     ];
-    kafka().produce_timed(&input, 0, &later);
-    let mut filter = start_with_crash(&spec, dir.path(), "after-ack:3");
+    kafka().produce_timed(input, 0, &later);
+    let mut filter = s.crash_at("after-ack:3");
     let status = filter.wait_exit(Duration::from_secs(60));
     assert!(!status.success(), "aborted at the crash point:\n{}", filter.logs());
 
-    kafka().produce_timed(&input, 0, &[(t0 + 3_700, value("x"))]);
-    let mut filter = spec.start(dir.path());
+    kafka().produce_timed(input, 0, &[(t0 + 3_700, value("x"))]);
+    let mut filter = spec.start(dir);
     let five: std::collections::BTreeMap<i32, i64> = [(0, 5)].into_iter().collect();
-    kafka().wait_committed(&spec.group, &input, &five, Duration::from_secs(60), || filter.logs());
+    kafka().wait_committed(&spec.group, input, &five, Duration::from_secs(60), || filter.logs());
     let scrape = filter.scrape();
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out: Vec<String> = kafka().read_records(&output, 1)[&0]
+    let out: Vec<String> = kafka().read_records(output, 1)[&0]
         .iter()
         .map(|r| String::from_utf8(r.value.clone().unwrap_or_default()).unwrap())
         .collect();

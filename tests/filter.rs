@@ -5,37 +5,28 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use common::given::Scenario;
 use common::*;
 use kafka_dedup::scenario::{self, read_values};
 
 /// Case 1: the seed scenario, 10,000 integers on 3 partitions with upstream replays.
 #[test]
 fn seed_scenario_on_three_partitions() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("seed-in"), unique("seed-out"));
-    kafka().create_topic(&input, 3);
-    kafka().create_topic(&output, 3);
-    let spec = FilterSpec::new(&input, &output, dir.path());
-    let mut filter = spec.start(dir.path());
+    let mut given = Scenario::new("seed", 3);
+    let mut filter = given.start();
     filter.wait_ready(Duration::from_secs(60));
 
     let s = scenario::replay_scenario(10_000, 3, 150, 1);
     assert!(s.replays > 500, "the scenario injects replays ({})", s.replays);
-    scenario::produce(&kafka().client(), &input, &s.records, Duration::from_secs(3)).unwrap();
-    kafka().wait_committed(
-        &spec.group,
-        &input,
-        &kafka().end_offsets(&input, 3),
-        Duration::from_secs(120),
-        || filter.logs(),
-    );
+    given.produce_records(&s.records, Duration::from_secs(3));
+    given.wait_done(&filter);
     assert!(filter.terminate().success(), "{}", filter.logs());
     // The test configuration sets consumer-only properties (heartbeat.interval.ms): the producer
     // does not get them, so librdkafka has nothing to warn about.
     let logs = filter.logs();
     assert!(!logs.contains("CONFWARN"), "{logs}");
 
-    let out = read_values(&kafka().client(), &output, 3, Duration::from_secs(60)).unwrap();
+    let out = read_values(&kafka().client(), &given.output, 3, Duration::from_secs(60)).unwrap();
     let v = scenario::verify(&s.records, &out);
     if !v.ok() {
         let mut seen = std::collections::HashMap::new();
@@ -46,7 +37,7 @@ fn seed_scenario_on_three_partitions() {
                 }
             }
         }
-        let keep = dir.keep();
+        let keep = given.dir.keep();
         eprintln!("kept {}", keep.display());
     }
     assert!(v.ok(), "{v:?}");
@@ -75,10 +66,7 @@ fn text_values(out: &BTreeMap<i32, Vec<Raw>>, p: i32) -> Vec<String> {
 /// offsets, then 501..1000 → 1..1000 once; exactly 100 dropped.
 #[test]
 fn retried_batch_drops_exactly_the_repeats() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("retry-in"), unique("retry-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
+    let s = Scenario::new("retry", 1);
     let rec = |i: u32| {
         raw(
             Some(&format!("k{i}")),
@@ -89,10 +77,9 @@ fn retried_batch_drops_exactly_the_repeats() {
     let mut records: Vec<Raw> = (1..=500).map(rec).collect();
     records.extend((401..=500).map(rec));
     records.extend((501..=1000).map(rec));
-    kafka().produce_raw(&input, 0, &records);
+    s.produce_raw(0, &records);
 
-    let spec = FilterSpec::new(&input, &output, dir.path());
-    let mut filter = spec.start(dir.path());
+    let mut filter = s.start();
     filter.wait_metric(CONSUMED, &[], 1100.0, Duration::from_secs(60));
     filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
     let scrape = filter.scrape();
@@ -101,7 +88,7 @@ fn retried_batch_drops_exactly_the_repeats() {
     assert_eq!(metric(&scrape, DROPPED, &[]), 100.0, "{scrape}");
     assert!(filter.terminate().success());
 
-    let out = kafka().read_forwarded(&output, 1, &input);
+    let out = s.forwarded();
     let expected: Vec<String> = (1..=1000).map(|i| i.to_string()).collect();
     assert_eq!(text_values(&out, 0), expected);
     // Key and headers are kept.
@@ -176,10 +163,7 @@ fn header_selected_identity() {
 /// (k1,"") → the repeat is dropped; a null value and an empty value are different events.
 #[test]
 fn tombstones_and_empty_values() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("tomb-in"), unique("tomb-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
+    let mut s = Scenario::new("tomb", 1);
     let records = vec![
         raw(Some("k1"), Some("v1"), &[]),
         raw(Some("k1"), None, &[]),
@@ -187,15 +171,14 @@ fn tombstones_and_empty_values() {
         raw(Some("k1"), None, &[]),
         raw(Some("k1"), Some(""), &[]),
     ];
-    kafka().produce_raw(&input, 0, &records);
-    let mut spec = FilterSpec::new(&input, &output, dir.path());
-    spec.fingerprint = "[fingerprint]\nsource = \"key_value\"\n".into();
-    let mut filter = spec.start(dir.path());
+    s.produce_raw(0, &records);
+    s.spec.fingerprint = "[fingerprint]\nsource = \"key_value\"\n".into();
+    let mut filter = s.start();
     filter.wait_metric(CONSUMED, &[], 5.0, Duration::from_secs(60));
     filter.wait_metric(FORWARDED, &[], 4.0, Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), DROPPED, &[]), 1.0);
     assert!(filter.terminate().success());
-    let out = kafka().read_forwarded(&output, 1, &input);
+    let out = s.forwarded();
     assert_eq!(
         out[&0],
         vec![
@@ -277,12 +260,9 @@ fn transaction_markers_do_not_stall_the_committed_position() {
 /// Case 6: a graceful restart mid-stream (SIGTERM, start again) loses and repeats nothing.
 #[test]
 fn graceful_restart_mid_stream() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("restart-in"), unique("restart-out"));
-    kafka().create_topic(&input, 3);
-    kafka().create_topic(&output, 3);
-    let spec = FilterSpec::new(&input, &output, dir.path());
-    let mut filter = spec.start(dir.path());
+    let given = Scenario::new("restart", 3);
+    let (input, output, spec) = (&given.input, &given.output, &given.spec);
+    let mut filter = given.start();
     filter.wait_ready(Duration::from_secs(60));
     let s = scenario::replay_scenario(6000, 3, 150, 2);
     let writer = {
@@ -294,19 +274,13 @@ fn graceful_restart_mid_stream() {
     // Stop while records are flowing, then start again on the same store.
     filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let stopped_at = kafka().committed(&spec.group, &input, 3);
-    let mut filter = spec.start(dir.path());
+    let stopped_at = kafka().committed(&spec.group, input, 3);
+    let mut filter = given.start();
     writer.join().unwrap();
-    kafka().wait_committed(
-        &spec.group,
-        &input,
-        &kafka().end_offsets(&input, 3),
-        Duration::from_secs(120),
-        || filter.logs(),
-    );
+    given.wait_done(&filter);
     assert!(filter.terminate().success(), "{}", filter.logs());
 
-    let out = read_values(&kafka().client(), &output, 3, Duration::from_secs(60)).unwrap();
+    let out = read_values(&kafka().client(), output, 3, Duration::from_secs(60)).unwrap();
     let v = scenario::verify(&s.records, &out);
     if !v.ok() {
         let mut seen = std::collections::HashMap::new();
@@ -318,7 +292,7 @@ fn graceful_restart_mid_stream() {
             }
         }
         eprintln!("stopped_at {stopped_at:?}");
-        let keep = dir.keep();
+        let keep = given.dir.keep();
         eprintln!("kept {}", keep.display());
     }
     assert!(v.ok(), "{v:?}");
@@ -333,24 +307,20 @@ fn graceful_restart_mid_stream() {
 /// on the mock cluster).
 #[test]
 fn compressed_input() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("codec-in"), unique("codec-out"));
-    kafka().create_topic(&input, 2);
-    kafka().create_topic(&output, 2);
+    let given = Scenario::new("codec", 2);
     let s = scenario::replay_scenario(4000, 2, 100, 3);
     let quarter = s.records.len() / 4 + 1; // four batches of codecs
     for (chunk, codec) in s.records.chunks(quarter).zip(["zstd", "lz4", "gzip", "zstd"]) {
         let mut c = kafka().client();
         c.set("compression.type", codec).set("linger.ms", "20");
-        scenario::produce(&c, &input, chunk, Duration::ZERO).unwrap();
+        scenario::produce(&c, &given.input, chunk, Duration::ZERO).unwrap();
     }
-    let spec = FilterSpec::new(&input, &output, dir.path());
-    let mut filter = spec.start(dir.path());
+    let mut filter = given.start();
     filter.wait_metric(CONSUMED, &[], s.records.len() as f64, Duration::from_secs(90));
     filter.wait_metric(FORWARDED, &[], 4000.0, Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), DROPPED, &[]), s.replays as f64);
     assert!(filter.terminate().success());
-    let out = read_values(&kafka().client(), &output, 2, Duration::from_secs(60)).unwrap();
+    let out = read_values(&kafka().client(), &given.output, 2, Duration::from_secs(60)).unwrap();
     let v = scenario::verify(&s.records, &out);
     assert!(v.ok() && v.output_records == 4000, "{v:?}");
 }

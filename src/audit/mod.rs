@@ -15,7 +15,9 @@
 //! by input offset, exactly.
 //!
 //! The rooms:
-//! - [`core`](mod@core): the rules, as a pure function over two in-memory record streams;
+//! - [`core`](mod@core): the rules, as a pure function over two in-memory record streams, in
+//!   four files: the records compared (`core/record.rs`), what a partition's audit is told
+//!   (`core/rules.rs`), what it finds (`core/findings.rs`), and the walk (`core/walk.rs`);
 //! - [`read`]: the Kafka side: ranges, the two streams, progress;
 //! - [`report`]: the answer, as JSON and as text;
 //! - [`cli`]: the command line.

@@ -12,14 +12,14 @@ use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::Message;
 use tracing::{debug, info, warn};
 
-use super::context::{DeliveryContext, FilterConsumer};
-use super::halt::Halt;
+use super::delivery::{encode_opaque, DeliveryContext, DeliveryEvent};
 use super::mode::Mode;
-use super::ownership::Recoveries;
-use super::produce::{encode_opaque, send, Added, DeliveryEvent, Destination, Refused};
+use super::produce::{send, Added, Destination, Refused};
+use super::recoveries::Recoveries;
+use super::refused::Halt;
 use super::route::{route, Policy, Route};
 use super::{Fatal, RunError, Shutdown, TopicCounts, KAFKA_TIMEOUT};
-use crate::config::{Config, GroupProtocol, OnMissing};
+use crate::config::{Config, OnMissing};
 use crate::fingerprint::{stand_in_at, Fingerprint, Fingerprinter, Unfingerprintable};
 use crate::generations::{now_ms, Generation};
 use crate::global::{self, CopyFate};
@@ -33,7 +33,7 @@ use crate::store::{Store, StoreError};
 use crate::telemetry::{self, Totals};
 
 /// How often gauges are refreshed and the idle warning is considered.
-const GAUGE_EVERY: Duration = Duration::from_secs(1);
+pub(super) const GAUGE_EVERY: Duration = Duration::from_secs(1);
 /// How long the start waits for the output topic's `max.message.bytes`
 /// ([`kafka::topic_max_message_bytes`]): a broker answers DescribeConfigs in milliseconds; one
 /// that does not implement it (librdkafka's mock cluster) never answers, and the producer then
@@ -82,7 +82,7 @@ pub struct Filter {
     /// Stop request; checked while waiting for producer queue space.
     shutdown: Shutdown,
     /// Last time gauges were refreshed.
-    last_gauges: Instant,
+    pub(super) last_gauges: Instant,
     /// Whether and since when this instance owns no partition.
     idle: Idle,
     /// Questions of the live `/store/*` routes, answered in [`Filter::tick`] from this thread's
@@ -420,30 +420,6 @@ impl Filter {
         }
     }
 
-    /// Applies acknowledgements, installs recovered partitions, drives the checkpoint.
-    /// Call after every poll. Errors stop the pipeline.
-    pub fn tick(&mut self, consumer: &FilterConsumer) -> Result<(), Fatal> {
-        self.drain_deliveries();
-        if let Some(f) = self.failure.clone() {
-            return Err(f);
-        }
-        while let Ok(finished) = self.recoveries.rx.try_recv() {
-            self.on_recovered(consumer, finished);
-        }
-        self.retry_recoveries();
-        self.drive_halts(consumer);
-        self.drive_backpressure(consumer);
-        self.drive_checkpoint(consumer)?;
-        if self.last_gauges.elapsed() >= GAUGE_EVERY {
-            self.last_gauges = Instant::now();
-            self.note_membership(consumer);
-            self.refresh_gauges();
-            self.warn_if_idle();
-        }
-        self.answer_live();
-        Ok(())
-    }
-
     /// Takes note of the result of a store write (a checkpoint's, a hand-over's). A failure is
     /// counted (`kafka_dedup_store_write_failures_total`); the first of a series is logged and
     /// shown by `/readyz` (ready all the same), the later ones only counted; the first success
@@ -485,23 +461,10 @@ impl Filter {
         self.failure = Some(e);
     }
 
-    /// With `group.protocol = "consumer"`, marks the group joined once the coordinator gave this
-    /// member an epoch ([`crate::kafka::member_epoch`]): a member given no partition gets no
-    /// rebalance callback from librdkafka 2.12, and would otherwise never be ready. (The classic
-    /// protocol calls the callback with an empty assignment; its generation is set before the
-    /// assignment arrives, so it is not used there.)
-    fn note_membership(&self, consumer: &FilterConsumer) {
-        if self.cfg.kafka.group_protocol() == GroupProtocol::Consumer
-            && crate::kafka::member_epoch(consumer).is_some_and(|epoch| epoch > 0)
-        {
-            self.status.set_joined();
-        }
-    }
-
     /// An instance that owns no partition is ready (a replica beyond the partition count is idle
     /// by design), but one that stays so may also mean the group coordinator left partitions with
     /// a member that is gone: after a minute it says so, then every 10 minutes.
-    fn warn_if_idle(&mut self) {
+    pub(super) fn warn_if_idle(&mut self) {
         if !self.partitions.is_empty() {
             self.idle = Idle::default();
             return;
@@ -525,7 +488,7 @@ impl Filter {
 
     /// Answers the live `/store/*` questions from the owned partitions' in-memory state (see
     /// [`crate::inspect::live`]): running partitions with their generations, recovering ones as such.
-    fn answer_live(&self) {
+    pub(super) fn answer_live(&self) {
         while let Ok(request) = self.live.try_recv() {
             let view: BTreeMap<i32, PartitionView<'_>> = self
                 .partitions
@@ -548,7 +511,7 @@ impl Filter {
 
     /// Sets the fingerprints-held and horizon gauges of every running partition (the store size
     /// gauge is set at each scrape, off this thread: `http::metrics`).
-    fn refresh_gauges(&self) {
+    pub(super) fn refresh_gauges(&self) {
         let interval = horizon::interval_ms(self.cfg.checkpoint.interval);
         for state in self.partitions.values() {
             if let Partition::Running(run) = state {

@@ -9,28 +9,43 @@
 //! `poll` on the same thread and reach the same [`Filter`] through the consumer context, so
 //! exactly one owner touches partition state.
 //!
-//! The rooms:
-//! - this file: start-up and the poll loop, [`Shutdown`], [`RunError`], [`Fatal`];
-//! - [`context`]: the librdkafka client contexts and their callbacks;
-//! - `filter`: the [`Filter`] (the pipeline's state) and what happens to one record;
+//! The rooms, from the bottom up (each file imports only files above it in this list, never
+//! one below; the graph is drawn in docs/ARCHITECTURE.md and checked by `tests/pipeline_graph.rs`):
 //! - [`route`]: the pure decision of where one record goes;
-//! - `produce`: producing a record, and applying its acknowledgement;
-//! - `halt`: a side topic that refuses copies halts its partition, which retries them;
+//! - `refused`: what a halted partition holds (the refused copies, the retry back-off);
+//! - [`delivery`]: the producer's context, whose callback sends `DeliveryEvent`s
+//!   into a channel, and the delivery opaque;
+//! - `produce`: producing a record (destination, headers, what a refused send gives back);
+//! - `recoveries`: the recovery workers' results, as data;
 //! - `mode`: the delivery mode as a value carrying its own state;
-//! - `checkpoint`: periodic checkpoints (idempotent stages, or a transaction commit);
-//! - `ownership`: assignment, recovery results, revocation, hand-over, shutdown.
+//! - `filter`: the [`Filter`] (the pipeline's state) and what happens to one record;
+//! - [`context`]: the consumer's context, which owns the `Filter` and hands it rebalances;
+//! - the `Filter`'s rooms, each an `impl Filter` that `filter` does not import: `tick` (one step
+//!   between two polls), `acknowledge` (applying acknowledgements), `halt` (a side topic that
+//!   refuses copies halts its partition, which retries them), `backpressure`, `checkpoint`
+//!   (periodic checkpoints: idempotent stages, or a transaction commit), `ownership`
+//!   (assignment, recovery results, revocation, hand-over, shutdown);
+//! - this file: start-up and the poll loop, [`Shutdown`], [`RunError`], [`Fatal`].
+//!
+//! One edge still points up: `mode` holds the checkpoint in progress, whose type lives in
+//! `checkpoint` (docs/ARCHITECTURE.md says how that goes).
 //!
 //! docs/ARCHITECTURE.md ("Checkpoint", "The partition life cycle") tells the whole story.
 
+mod acknowledge;
 mod backpressure;
 mod checkpoint;
 pub mod context;
+pub mod delivery;
 mod filter;
 mod halt;
 mod mode;
 mod ownership;
 mod produce;
+mod recoveries;
+mod refused;
 pub mod route;
+mod tick;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -48,7 +63,8 @@ use crate::store::{Identity, Opened, Store, StoreError};
 use crate::telemetry;
 
 pub use checkpoint::TransactionError;
-pub use context::{DeliveryContext, FilterConsumer, FilterContext};
+pub use context::{FilterConsumer, FilterContext};
+pub use delivery::DeliveryContext;
 pub use filter::{Filter, Handled};
 pub use ownership::HandoverError;
 pub(crate) use produce::copy_of;

@@ -3,10 +3,8 @@
 //! release, shutdown, and the abort after a fatal error. See docs/ARCHITECTURE.md, "The
 //! partition life cycle", and [`crate::partition`].
 
-use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,9 +15,11 @@ use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
 use super::checkpoint::{commit_list, CheckpointRecord, TransactionError};
-use super::context::{DeliveryContext, FilterConsumer};
+use super::context::FilterConsumer;
+use super::delivery::DeliveryContext;
 use super::filter::Filter;
 use super::mode::Mode;
+use super::recoveries::{Finished, NotRecovered};
 use super::{Fatal, TopicCounts, KAFKA_TIMEOUT};
 use crate::config::{Config, Partitioning};
 use crate::horizon::Clock;
@@ -50,40 +50,6 @@ const HOLD_RETRY: Duration = Duration::from_secs(5);
 /// Timeout of the metadata requests a recovery worker makes before recovering.
 const TOPOLOGY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A recovery worker's result, sent to the pipeline thread.
-pub(super) struct Finished {
-    /// Input partition.
-    partition: i32,
-    /// The ownership the recovery ran for; a result for an older one is ignored.
-    incarnation: u64,
-    /// The topics' partition counts the worker found, if it got that far.
-    topics: Option<TopicCounts>,
-    /// The recovered partition, or why not.
-    result: Result<Recovered, NotRecovered>,
-}
-
-/// Why a recovery worker delivered no recovered partition.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum NotRecovered {
-    /// The recovery failed (retried) or was cancelled.
-    #[error(transparent)]
-    Recovery(#[from] RecoveryError),
-    /// `output.partitioning = "preserve"` and the output topic has no partition for this input
-    /// partition (partitions were added to the input only): the partition is held.
-    #[error(
-        "output topic \"{topic}\" has {partitions} partitions, none for input partition {partition} \
-         (output.partitioning = \"preserve\"); add partitions to it"
-    )]
-    NoOutputPartition {
-        /// `output.topic`.
-        topic: String,
-        /// The input partition.
-        partition: i32,
-        /// The output topic's partitions.
-        partitions: usize,
-    },
-}
-
 /// Before a recovery: how many partitions the input and output topics have now, asked through
 /// the producer's client (which thereby knows an output partition added since its last
 /// metadata refresh, and takes records for it: `kafka::partition_count`). With
@@ -107,31 +73,6 @@ fn topology(producer: &ThreadedProducer<DeliveryContext>, cfg: &Config, p: i32) 
         });
     }
     Ok(TopicCounts { input, output })
-}
-
-/// The recovery workers' side of the [`Filter`].
-pub(super) struct Recoveries {
-    /// Finished recoveries, drained by [`Filter::tick`].
-    pub(super) rx: Receiver<Finished>,
-    /// Cloned into every worker.
-    tx: Sender<Finished>,
-    /// Counter of ownership incarnations: each assignment of a partition gets the next.
-    incarnations: u64,
-    /// Panicked recovery workers per partition since it last ran (the retry's back-off).
-    panics: BTreeMap<i32, u32>,
-}
-
-impl Recoveries {
-    /// No recovery yet.
-    pub(super) fn new() -> Self {
-        let (tx, rx) = mpsc::channel();
-        Recoveries {
-            rx,
-            tx,
-            incarnations: 0,
-            panics: BTreeMap::new(),
-        }
-    }
 }
 
 /// Why a clean hand-over failed; the next owner then recovers from the output topic.

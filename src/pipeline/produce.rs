@@ -1,65 +1,19 @@
-//! Producing a record, and applying its acknowledgement.
-//!
-//! Every produced record carries a delivery opaque, `partition << SEQ_BITS | seq`, naming the
-//! input partition and the record's sequence number in its [`InFlight`](crate::partition::InFlight)
-//! tracking; the acknowledgement ([`DeliveryEvent`]) comes back through
-//! [`DeliveryContext`](super::DeliveryContext) and is applied on the pipeline thread.
+//! Producing a record: where a copy goes ([`Destination`]), the headers it carries, and what a
+//! refused `send` gives back ([`Refused`]). No partition state: the acknowledgement comes back
+//! through [`DeliveryContext`](super::DeliveryContext) and is applied by `acknowledge`.
 
-use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, ThreadedProducer};
 use rdkafka::Message;
-use tracing::{error, info};
 
-use super::context::DeliveryContext;
-use super::filter::Filter;
-use super::halt::SideCopy;
-use super::mode::Mode;
-use super::{Fatal, Shutdown};
-use crate::partition::{Partition, Running, Target, SEQ_BITS};
+use super::delivery::DeliveryContext;
+use super::refused::SideCopy;
+use super::Shutdown;
+use crate::partition::Target;
 use crate::provenance::{Provenance, ENCODED_MAX, HEADER, REASON_HEADER};
-use crate::telemetry::Totals;
-
-/// Where the output acknowledged a record.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Acknowledgement {
-    /// Output partition.
-    pub partition: i32,
-    /// Output offset.
-    pub offset: i64,
-}
-
-/// A record the producer gave up on (after librdkafka's retries).
-pub(super) struct DeliveryFailure {
-    /// The topic it was produced to.
-    pub topic: String,
-    /// librdkafka's error.
-    pub error: KafkaError,
-    /// The record as produced, to be sent again if it was a side copy (`halt`).
-    pub copy: SideCopy,
-}
-
-/// An acknowledgement from the producer thread.
-pub(super) struct DeliveryEvent {
-    /// `partition << SEQ_BITS | seq` (see [`encode_opaque`]).
-    pub opaque: usize,
-    /// Where the record landed, or why it did not.
-    pub result: Result<Acknowledgement, DeliveryFailure>,
-}
-
-/// The delivery opaque of the record with sequence number `seq` of input partition `partition`.
-pub(super) fn encode_opaque(partition: i32, seq: u64) -> usize {
-    ((partition as u64) << SEQ_BITS | seq) as usize
-}
-
-/// The input partition and sequence number of a delivery opaque.
-fn decode_opaque(opaque: usize) -> (i32, u64) {
-    let v = opaque as u64;
-    ((v >> SEQ_BITS) as i32, v & ((1 << SEQ_BITS) - 1))
-}
 
 /// Where a produced copy of a record goes.
 pub(super) struct Destination<'a> {
@@ -199,116 +153,4 @@ fn headers(msg: &BorrowedMessage<'_>, added: Added<'_>) -> Option<OwnedHeaders> 
             }),
         },
     )
-}
-
-impl Filter {
-    /// Applies every acknowledgement that arrived.
-    pub(super) fn drain_deliveries(&mut self) {
-        loop {
-            match self.deliveries.try_recv() {
-                Ok(ev) => self.apply_delivery(ev),
-                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => return,
-            }
-        }
-    }
-
-    /// Applies one acknowledgement: the record is done. A side copy that failed halts its
-    /// partition (idempotent mode, see `halt`); any other failure stops the pipeline.
-    fn apply_delivery(&mut self, ev: DeliveryEvent) {
-        let (p, seq) = decode_opaque(ev.opaque);
-        let failure = match ev.result {
-            Ok(ack) => {
-                self.halted_copy_acknowledged(p, seq);
-                if let Some(Partition::Running(run)) = self.partitions.get_mut(&p) {
-                    acknowledged(run, p, seq, ack, &self.totals);
-                }
-                return; // or an acknowledgement for a partition no longer owned
-            }
-            Err(failure) => failure,
-        };
-        if let (Some(offset), Mode::Idempotent { .. }) = (self.pending_side_copy(p, seq), &self.mode) {
-            return self.halt(p, seq, offset, failure.copy, &failure.error);
-        }
-        let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
-            return; // a failure for a partition no longer owned
-        };
-        let DeliveryFailure { topic, error, copy } = failure;
-        if copy.key.is_none() && error.rdkafka_error_code() == Some(RDKafkaErrorCode::InvalidRecord) {
-            // The broker names no record of the refused batch; this one is the likely cause.
-            error!(
-                partition = p,
-                offset = run.inflight.pending(seq).map(|(o, _)| o),
-                topic,
-                "the output refused a record without a key: a compacted topic (cleanup.policy = compact) \
-                 accepts keyed records only; nothing is committed past it"
-            );
-        }
-        // Not acknowledged: the watermark stays before it, so it is never committed, and nothing
-        // is stored from now on, so its fingerprint dies with this process.
-        let offset = run.inflight.watermark();
-        if self.failure.is_none() {
-            let message = error.to_string();
-            error!(
-                partition = p,
-                topic,
-                error = message.as_str(),
-                "delivery failed; stopping without committing past it"
-            );
-            self.failure = Some(Fatal::Delivery {
-                partition: p,
-                offset,
-                topic,
-                error,
-                skippable: true,
-            });
-        }
-    }
-
-    /// Waits until nothing of `parts` awaits an acknowledgement. False at `deadline`, after a
-    /// delivery failure, or when the producer is gone.
-    pub(super) fn wait_deliveries(&mut self, parts: &[i32], deadline: Instant) -> bool {
-        loop {
-            self.drain_deliveries();
-            let idle = parts.iter().all(|p| self.deliveries_idle(*p));
-            if idle {
-                return true;
-            }
-            if self.failure.is_some() {
-                return false;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            match self.deliveries.recv_timeout(left.min(Duration::from_millis(100))) {
-                Ok(ev) => self.apply_delivery(ev),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return false,
-            }
-        }
-    }
-}
-
-/// Marks record `seq` of running partition `p` done; a record forwarded to the output moves the
-/// partition's output position and counts as forwarded.
-fn acknowledged(run: &mut Running, p: i32, seq: u64, ack: Acknowledgement, totals: &Totals) {
-    let Some((_, target)) = run.inflight.ack(seq) else {
-        return;
-    };
-    crate::crash::point("after-ack");
-    if target != Target::Output {
-        return;
-    }
-    run.metrics.forwarded.increment(1);
-    Totals::bump(&totals.forwarded);
-    if let Some(first) = run.first_forward.take() {
-        info!(
-            partition = p,
-            seconds = first.assigned.elapsed().as_secs_f64(),
-            rescanned = first.rescanned,
-            "first record forwarded since the partition was assigned"
-        );
-    }
-    let e = run.out_positions.entry(ack.partition).or_insert(ack.offset + 1);
-    *e = (*e).max(ack.offset + 1);
 }

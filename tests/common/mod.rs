@@ -2,6 +2,7 @@
 //! and for driving the `kafka-dedup` binary as its own process.
 #![allow(dead_code)]
 
+pub mod given;
 pub mod proxy;
 
 use std::collections::BTreeMap;

@@ -4,7 +4,10 @@
 
 use std::convert::Infallible;
 
+use super::walk::Auditor;
 use super::*;
+use crate::config::{CheckpointConfig, OnMissing};
+use crate::fingerprint::Fingerprint;
 
 /// Interval 1 s, 2 generations: H_min = 1 s, H_max = 2 s.
 const HORIZON: Horizon = Horizon {
