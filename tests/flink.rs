@@ -70,7 +70,10 @@ fn flink_job_killed_three_times_replays_and_kafka_dedup_forwards_each_integer_on
     let job = broker.read_values(&env["JOB_OUT_ALO"], partitions);
     let dedup = broker.read_values(&env["DEDUP_ALO_DEDUP"], partitions);
     let produced: usize = input.values().map(Vec::len).sum();
-    assert!(produced > 1000, "the producer wrote {produced} integers");
+    // How many integers there are depends on how fast the three kills and relaunches go (one
+    // integer every 20 ms until the last relaunch caught up: about 1,000 on a quiet machine,
+    // 2,000-3,000 on a busy one); what the test holds is below: replays, then each once.
+    assert!(produced > 200, "the producer wrote {produced} integers");
 
     // The scenario is real: every integer reached the job's output at least once, in its
     // partition, and some more than once (the replays after the kills).
