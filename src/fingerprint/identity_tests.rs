@@ -1,17 +1,7 @@
 //! Identities of several parts (`source = [...]`) and JSON members left out (`ignore`), issue 27.
 
+use super::tests::rec;
 use super::*;
-
-fn rec(key: Option<&str>, value: Option<&str>, headers: &[(&str, Option<&str>)]) -> OwnedRecord {
-    OwnedRecord {
-        key: key.map(|k| k.as_bytes().to_vec()),
-        value: value.map(|v| v.as_bytes().to_vec()),
-        headers: headers
-            .iter()
-            .map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec())))
-            .collect(),
-    }
-}
 
 fn source(text: &str) -> Source {
     Source::try_from(text.to_string()).unwrap()

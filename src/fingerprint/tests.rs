@@ -1,6 +1,7 @@
 use super::*;
 
-fn rec(key: Option<&str>, value: Option<&str>, headers: &[(&str, Option<&str>)]) -> OwnedRecord {
+/// A record with text key, value and headers (`None`: null). Shared with the identity tests.
+pub(super) fn rec(key: Option<&str>, value: Option<&str>, headers: &[(&str, Option<&str>)]) -> OwnedRecord {
     OwnedRecord {
         key: key.map(|k| k.as_bytes().to_vec()),
         value: value.map(|v| v.as_bytes().to_vec()),
