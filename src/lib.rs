@@ -35,7 +35,8 @@
 //! ([`fingerprint::Fingerprinter::stand_in`]); a second copy the route stage made of one input
 //! record is dropped by its provenance ([`global::copy_fate`]). Both stages run in one process.
 //!
-//! Around it: [`config`] (TOML + environment), [`security`] (TLS/SASL checks, secrets from
+//! Around it: [`record`] (what is read of a record: key, value, headers as bytes; below both
+//! [`fingerprint`] and [`provenance`]), [`config`] (TOML + environment), [`security`] (TLS/SASL checks, secrets from
 //! files), [`schema_registry`] (writer schemas of `avro:` sources, fetched by id and cached),
 //! [`kafka`] (client settings), [`service`] (signals, HTTP), [`http`] (every route),
 //! [`status`] (`/readyz`), [`topics`] (topics deleted or recreated while running), [`inspect`]
@@ -62,6 +63,7 @@ pub mod migrate;
 pub mod partition;
 pub mod pipeline;
 pub mod provenance;
+pub mod record;
 pub mod recovery;
 pub mod scenario;
 pub mod schema_registry;

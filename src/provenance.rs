@@ -13,7 +13,7 @@
 //! (its input was itself written by kafka-dedup) keeps it; the one kafka-dedup adds comes last,
 //! and readers take the last one naming the input topic they expect.
 
-use crate::fingerprint::RecordFields;
+use crate::record::RecordFields;
 
 /// The provenance header's name.
 pub const HEADER: &str = "kafka-dedup.source";
@@ -125,7 +125,7 @@ impl Provenance {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fingerprint::OwnedRecord;
+    use crate::record::OwnedRecord;
 
     #[test]
     fn round_trip_and_refusals() {
