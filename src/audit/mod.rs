@@ -69,12 +69,6 @@ pub enum AuditError {
          partition mixes input partitions)"
     )]
     KeyPartitioning,
-    /// `fingerprint.scope = "global"`.
-    #[error(
-        "fingerprint.scope = \"global\": the audit checks the partition scope only (in the global scope an output \
-         partition mixes input partitions)"
-    )]
-    GlobalScope,
     /// `--partition` names a partition the input topic does not have.
     #[error("--partition {partition}: the input topic \"{topic}\" has {partitions} partitions")]
     NoSuchPartition {
@@ -137,7 +131,6 @@ impl AuditError {
             AuditError::Topics(TopicError::Kafka(_)) => 1,
             AuditError::Topics(_)
             | AuditError::KeyPartitioning
-            | AuditError::GlobalScope
             | AuditError::NoSuchPartition { .. }
             | AuditError::TooFewOutputPartitions { .. } => 2,
             AuditError::Usage(_) | AuditError::SchemaRegistry(_) => 2,

@@ -76,8 +76,12 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
     if cfg.output.partitioning != Partitioning::Preserve {
         return Err(AuditError::KeyPartitioning);
     }
-    if cfg.fingerprint.scope == crate::config::Scope::Global {
-        return Err(AuditError::GlobalScope);
+    if let Some(mut stage) = cfg.filter_stage() {
+        // The global scope: the filter stage is audited (the route topic is its input; the
+        // route stage's re-copies of an input record are recognised by their provenance, as
+        // the filter stage drops them: `global::copy_fate`).
+        stage.fingerprint.scope = crate::config::Scope::Partition;
+        return audit(&stage, request);
     }
     let horizon = Horizon::of(&cfg.checkpoint);
     let meta = reader(cfg)?;
@@ -123,7 +127,9 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
             *p,
             plan.range.input_read_from,
             plan.range.to_offset,
-            Side::Input,
+            Side::Input {
+                routed_from: cfg.input.routed_from.as_deref(),
+            },
             &fingerprinter,
             &progress,
             &log_append_time,
@@ -409,8 +415,12 @@ const PROBE_BACK: i64 = 8;
 /// Which topic a stream reads.
 #[derive(Clone, Copy)]
 enum Side<'a> {
-    /// The input topic.
-    Input,
+    /// The input topic; in the global scope's filter stage (the route topic) the records'
+    /// provenance names `routed_from`, the configured input topic.
+    Input {
+        /// Global scope: the input topic the route stage copied from.
+        routed_from: Option<&'a str>,
+    },
     /// The output topic; provenance headers name `input_topic`.
     Output {
         /// The input topic.
@@ -433,6 +443,9 @@ struct Stream<'a> {
     done: bool,
     errors: u32,
     last_record: Instant,
+    /// Global scope, the route topic: the highest input offset seen per input partition, to know
+    /// the route stage's re-copies.
+    high_water: crate::global::HighWater,
     /// The offset of the next record expected, for errors.
     next: i64,
 }
@@ -465,6 +478,7 @@ impl<'a> Stream<'a> {
             done: from >= end,
             errors: 0,
             last_record: Instant::now(),
+            high_water: crate::global::HighWater::new(),
             next: from,
         })
     }
@@ -473,7 +487,7 @@ impl<'a> Stream<'a> {
         let ts = m.timestamp();
         let millis = ts.to_millis();
         match self.side {
-            Side::Input => AuditRecord::input(m, m.offset(), millis, self.fingerprinter),
+            Side::Input { .. } => AuditRecord::input(m, m.offset(), millis, self.fingerprinter),
             Side::Output { input_topic } => {
                 if matches!(ts, Timestamp::LogAppendTime(_)) {
                     self.log_append_time.set(true);
@@ -498,9 +512,23 @@ impl Iterator for Stream<'_> {
                         return None;
                     }
                     self.next = m.offset() + 1;
+                    if let Side::Input {
+                        routed_from: Some(from),
+                    } = self.side
+                    {
+                        // A second copy the route stage made of an input record (after a crash
+                        // of the route stage) is not another event: the filter stage drops it
+                        // whatever its delay, and so does the audit.
+                        let source = crate::provenance::Provenance::of(&m, from).map(|s| (s.partition, s.offset));
+                        if crate::global::copy_fate(&self.high_water, source) == crate::global::CopyFate::Recopy {
+                            self.progress.input(m.offset());
+                            continue;
+                        }
+                        crate::global::note_taken(&mut self.high_water, source);
+                    }
                     let r = self.record(&m);
                     match self.side {
-                        Side::Input => self.progress.input(r.offset),
+                        Side::Input { .. } => self.progress.input(r.offset),
                         Side::Output { .. } => self.progress.output(r.offset),
                     }
                     return Some(Ok(r));
