@@ -92,20 +92,9 @@ fn chaos_sigkill_at_random_moments() {
 
     // `kafka-dedup audit` agrees, reading the topics itself: clean, every event forwarded once,
     // every replay dropped.
-    let config = dir.join("audit.toml");
-    std::fs::write(&config, spec.toml(free_port())).unwrap();
-    let audit = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
-        .args(["audit", "--json", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&audit.stdout),
-        String::from_utf8_lossy(&audit.stderr)
-    );
-    assert_eq!(audit.status.code(), Some(0), "seed {seed}: {said}");
-    let report: serde_json::Value = serde_json::from_slice(&audit.stdout).expect(&said);
+    let (code, said, report) = spec.audit_json(dir);
+    assert_eq!(code, Some(0), "seed {seed}: {said}");
+    let report = report.expect(&said);
     let totals = &report["totals"];
     assert_eq!(totals["forwarded"].as_u64(), Some(50_000), "{said}");
     assert_eq!(totals["replays"].as_u64(), Some(s.replays), "{said}");

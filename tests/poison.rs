@@ -29,19 +29,8 @@ fn texts(records: &[Raw]) -> Vec<Option<String>> {
 
 /// `kafka-dedup audit --json` with `spec`'s configuration: its exit code and what it said.
 fn audit(spec: &FilterSpec, dir: &Path) -> (Option<i32>, String) {
-    let config = dir.join("audit.toml");
-    std::fs::write(&config, spec.toml(free_port())).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
-        .args(["audit", "--json", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.code(), said)
+    let (code, said, _) = spec.audit_json(dir);
+    (code, said)
 }
 
 /// Issue 22, item 2: under the defaults (`source = "value"`, `on_missing = "forward"`) the input

@@ -434,20 +434,9 @@ fn copies_made_again_after_a_kill_past_the_horizon_are_dropped() {
     // `audit` in the global scope checks the filter stage (the route topic is its input) and
     // knows the copies made again by their provenance: the same events, not lost ones (read as
     // events, they would be repeats past H_max that the output lacks).
-    let config = dir.path().join("audit.toml");
-    std::fs::write(&config, spec.toml(free_port())).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
-        .args(["audit", "--json", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let said = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(out.status.code(), Some(0), "audit of the global scope: {said}");
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+    let (code, said, report) = spec.audit_json(dir.path());
+    assert_eq!(code, Some(0), "audit of the global scope: {said}");
+    let report = report.expect("a JSON report");
     assert_eq!(report["totals"]["forwarded"].as_u64(), Some(VALUES), "{said}");
 }
 

@@ -555,6 +555,26 @@ listen = "127.0.0.1:{port}"
     }
 }
 
+impl FilterSpec {
+    /// `kafka-dedup audit --json` with this configuration (written into `dir`): its exit code,
+    /// what it printed (stdout, then stderr) and its JSON report, if stdout held one.
+    pub fn audit_json(&self, dir: &Path) -> (Option<i32>, String, Option<serde_json::Value>) {
+        let config = dir.join(format!("audit-{}.toml", free_port()));
+        std::fs::write(&config, self.toml(free_port())).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+            .args(["audit", "--json", "--config"])
+            .arg(&config)
+            .output()
+            .expect("run kafka-dedup audit");
+        let said = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code(), said, serde_json::from_slice(&out.stdout).ok())
+    }
+}
+
 /// GET `path` from `addr`; returns (status code, body). Plain HTTP/1.0 over a socket.
 pub fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
     use std::io::Write;
