@@ -51,17 +51,23 @@ const VERSION: u8 = 1;
 
 /// The values of the `reason` label of `kafka_dedup_changelog_fallbacks_total`: `missing` (no
 /// reference in the commit, or its chunks are not in the topic: deleted, recreated, compacted
-/// away), `behind_or_ahead` (chunks of another checkpoint, or a reference outside the live
+/// away), `unreadable` (reading it failed: no READ permission, a broker error, or slower than
+/// [`LOAD_DEADLINE`]), `behind_or_ahead` (chunks of another checkpoint, or a reference outside the live
 /// generations), `corrupt` (a chunk that does not decode or fails its checksum),
 /// `other_deployment` (another group's or topics' chunks), `other_source` (written with another
 /// fingerprint source).
-pub const FALLBACK_REASONS: [&str; 5] = [
+pub const FALLBACK_REASONS: [&str; 6] = [
     "missing",
+    "unreadable",
     "behind_or_ahead",
     "corrupt",
     "other_deployment",
     "other_source",
 ];
+
+/// How long a load may take before the changelog counts as `unreadable` (10M fingerprints are
+/// 160 MB of chunks: seconds on a healthy broker).
+const LOAD_DEADLINE: Duration = Duration::from_secs(120);
 
 /// What the offset metadata says the changelog holds for a partition (the `cl` field).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,9 +108,12 @@ pub fn identity(cfg: &Config) -> u128 {
     xxh3_128(s.as_bytes())
 }
 
-/// The fingerprint source chunks carry.
+/// The fingerprint identity chunks carry: `fingerprint.source` with `fingerprint.ignore` folded
+/// in ([`crate::config::FingerprintConfig::identity`]), as the store's identity has it. Without
+/// `ignore` the identity is the source itself, so the value is what it was before `ignore` was
+/// part of it (existing changelogs stay loadable).
 pub fn source_id(cfg: &Config) -> u128 {
-    xxh3_128(format!("{:?}", cfg.fingerprint.source).as_bytes())
+    xxh3_128(format!("{:?}", cfg.fingerprint.identity()).as_bytes())
 }
 
 /// The record key of chunk `chunk` of generation `epoch` of partition `p`.
@@ -412,16 +421,27 @@ pub fn load(
     let (identity, source) = (identity(cfg), source_id(cfg));
     let mut tables: Vec<Option<(Chunk, FingerprintTable, u32)>> = want.iter().map(|_| None).collect();
     let mut bytes = 0u64;
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let deadline = std::time::Instant::now() + LOAD_DEADLINE;
     let mut next = r.o;
     while next < end {
+        // A changelog that cannot be read to the end (no READ permission on it, a broker error,
+        // a load slower than the deadline) is unusable like a missing one: the output is re-read
+        // instead, not the changelog tried again for ever.
         if std::time::Instant::now() > deadline {
-            return Err(KafkaError::Canceled);
+            return Ok(Err(Fallback::new(
+                "unreadable",
+                format!("the changelog's chunks {next}..{end} were not read within {LOAD_DEADLINE:?}"),
+            )));
         }
         let m = match reader.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => m,
             Some(Err(KafkaError::PartitionEOF(_))) | None => continue,
-            Some(Err(e)) => return Err(e),
+            Some(Err(e)) => {
+                return Ok(Err(Fallback::new(
+                    "unreadable",
+                    format!("reading the changelog topic {topic} at {next}: {e}"),
+                )))
+            }
         };
         if m.topic() != topic || m.partition() != r.p {
             continue;
@@ -559,5 +579,34 @@ mod tests {
         assert_eq!(decode(&bytes[..bytes.len() - 3]), None);
         assert_eq!(decode(b"garbage"), None);
         assert_eq!(decode(b""), None);
+    }
+
+    /// A changed `fingerprint.ignore` changes the fingerprints as a changed source does: chunks
+    /// of the other identity must fall back as `other_source` (they were accepted before, and
+    /// adding an ignored field let a replay pass, removing one dropped new records); a plain
+    /// source keeps the value chunks were written with before `ignore` existed.
+    #[test]
+    fn the_source_id_is_the_fingerprint_identity() {
+        let cfg = |fingerprint: &str| {
+            Config::from_toml_str(
+                &format!("[input]\ntopic = \"i\"\n[output]\ntopic = \"o\"\n[fingerprint]\n{fingerprint}\n"),
+                Some(Default::default()),
+            )
+            .unwrap()
+        };
+        let plain = cfg("source = \"json:/id\"");
+        let ignoring = cfg("source = \"json:\"\nignore = [\"/seen_at\"]");
+        let ignoring_more = cfg("source = \"json:\"\nignore = [\"/seen_at\", \"/trace\"]");
+        let whole = cfg("source = \"json:\"");
+        assert_eq!(
+            source_id(&plain),
+            xxh3_128(format!("{:?}", plain.fingerprint.source).as_bytes())
+        );
+        assert_ne!(source_id(&ignoring), source_id(&whole));
+        assert_ne!(source_id(&ignoring), source_id(&ignoring_more));
+        assert_eq!(
+            source_id(&ignoring),
+            source_id(&cfg("source = \"json:\"\nignore = [\"/seen_at\"]"))
+        );
     }
 }
