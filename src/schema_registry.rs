@@ -9,9 +9,15 @@
 //!
 //! What a fetch can end in, and what the fingerprint then is ([`SchemaError`]):
 //! - the schema: the record is decoded with it;
-//! - the registry says 404 (Confluent's error 40403, "schema not found"): the id names no
-//!   schema, the record has no fingerprint (reason `unknown_schema_id`). The answer is kept for
+//! - the registry says 404 with Confluent's error code 40403 ("schema not found") in its body:
+//!   the id names no schema, the record has no fingerprint (reason `unknown_schema_id`). Only
+//!   once the registry has said so for [`NOT_FOUND_GRACE`]: until then the id counts as not
+//!   known *yet* and the registry as unavailable for it (a registry just started answers 40403
+//!   for ids it has not read back from its `_schemas` topic yet; a record forwarded without its
+//!   fingerprint then would let its replay pass). The final answer is kept for
 //!   [`NOT_FOUND_TTL`], so a run of such records costs one request;
+//! - any other 404 (an ingress's default backend, a URL without the API's path: Apicurio answers
+//!   `error_code` 0 there) is no answer about the id: the registry is unavailable, as below;
 //! - anything else (no connection, a timeout, TLS refused, 401/403, 5xx, an answer that is not
 //!   a schema): the registry is *unavailable*. The record is not fingerprinted and must not be
 //!   forwarded as if it had no identity: the pipeline halts its partition and tries again
@@ -31,6 +37,12 @@ use crate::config::SchemaRegistryConfig;
 
 /// How long a "no schema with this id" answer is kept before the registry is asked again.
 pub const NOT_FOUND_TTL: Duration = Duration::from_secs(30);
+/// How long the registry must keep answering 40403 for an id before the id counts as unknown
+/// (`unknown_schema_id`): until then its records wait as for an unavailable registry. 30 s: a
+/// registry's restart reads its `_schemas` topic back within seconds on a healthy cluster.
+pub const NOT_FOUND_GRACE: Duration = Duration::from_secs(30);
+/// The wait between requests for an id the registry does not know yet (within the grace).
+const NOT_FOUND_RETRY: Duration = Duration::from_secs(1);
 /// The first wait after a failed request before the registry is asked again.
 const BACKOFF_FIRST: Duration = Duration::from_secs(1);
 /// The longest wait between requests while the registry fails.
@@ -67,6 +79,9 @@ enum Entry {
     Found(Arc<apache_avro::Schema>),
     /// The registry had no such schema at this instant (kept for [`NOT_FOUND_TTL`]).
     NotFound(Instant),
+    /// The registry answered 40403 for it first at `since`, within [`NOT_FOUND_GRACE`]: not
+    /// known yet; asked again from `retry`.
+    NotYet { since: Instant, retry: Instant },
     /// The registry's schema for this id is not one this build reads (kept like a schema: ids
     /// are immutable).
     NotAvro(String),
@@ -95,6 +110,8 @@ pub struct SchemaRegistry {
     authorization: Option<String>,
     /// Most schemas kept (at least 1).
     capacity: usize,
+    /// [`NOT_FOUND_GRACE`] (shorter in tests).
+    not_found_grace: Duration,
     /// Cache and back-off.
     state: Mutex<State>,
 }
@@ -154,8 +171,16 @@ impl SchemaRegistry {
             agent: builder.build(),
             authorization,
             capacity: cfg.cache_schemas.max(1),
+            not_found_grace: NOT_FOUND_GRACE,
             state: Mutex::new(State::default()),
         })
+    }
+
+    /// The same client with another grace for ids answered 40403 (tests).
+    #[cfg(test)]
+    pub(crate) fn with_not_found_grace(mut self, grace: Duration) -> Self {
+        self.not_found_grace = grace;
+        self
     }
 
     /// The writer schema with id `id`: from the cache, or fetched (see the module documentation
@@ -170,6 +195,9 @@ impl SchemaRegistry {
                 Some(Entry::NotFound(at)) if now.duration_since(*at) < NOT_FOUND_TTL => {
                     return Err(SchemaError::NotFound(id))
                 }
+                Some(Entry::NotYet { since, retry }) if now < *retry => {
+                    return Err(not_yet(id, now.duration_since(*since), self.not_found_grace))
+                }
                 _ => {}
             }
             if let Some((until, why, _)) = &state.down {
@@ -183,7 +211,26 @@ impl SchemaRegistry {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let entry = match &fetched {
             Ok(schema) => Entry::Found(schema.clone()),
-            Err(SchemaError::NotFound(_)) => Entry::NotFound(now),
+            Err(SchemaError::NotFound(_)) => {
+                // Final once the registry said so for the grace, or said so before (an answer
+                // kept past its TTL and asked again); until then: not known yet.
+                let since = match state.entries.get(&id) {
+                    Some(Entry::NotYet { since, .. }) => Some(*since),
+                    Some(Entry::NotFound(_)) => None,
+                    _ => Some(now),
+                };
+                match since.filter(|s| now.duration_since(*s) < self.not_found_grace) {
+                    Some(since) => {
+                        state.down = None;
+                        let retry = now + NOT_FOUND_RETRY;
+                        if state.entries.insert(id, Entry::NotYet { since, retry }).is_none() {
+                            state.order.push_back(id);
+                        }
+                        return Err(not_yet(id, now.duration_since(since), self.not_found_grace));
+                    }
+                    None => Entry::NotFound(now),
+                }
+            }
             Err(SchemaError::NotAvro(_, why)) => Entry::NotAvro(why.clone()),
             Err(SchemaError::Unavailable(why)) => {
                 let failures = state.down.as_ref().map_or(0, |d| d.2).saturating_add(1);
@@ -218,7 +265,19 @@ impl SchemaRegistry {
         }
         let response = match request.call() {
             Ok(r) => r,
-            Err(ureq::Error::Status(404, _)) => return Err(SchemaError::NotFound(id)),
+            Err(ureq::Error::Status(404, r)) => {
+                // Only Confluent's "schema not found" is an answer about the id; any other 404 (a
+                // wrong path, a proxy's default page) says nothing about it.
+                let body = r.into_string().unwrap_or_default();
+                return match serde_json::from_str::<ErrorAnswer>(&body) {
+                    Ok(ErrorAnswer { error_code: 40403 }) => Err(SchemaError::NotFound(id)),
+                    _ => Err(SchemaError::Unavailable(format!(
+                        "GET {url} answered 404 without Confluent's error code 40403 (is the URL the \
+                         registry's API base?): {}",
+                        body.chars().take(200).collect::<String>()
+                    ))),
+                };
+            }
             Err(ureq::Error::Status(code, r)) => {
                 return Err(SchemaError::Unavailable(format!(
                     "GET {url} answered {code} {}",
@@ -251,6 +310,22 @@ impl SchemaRegistry {
     pub fn cached(&self) -> usize {
         self.state.lock().unwrap_or_else(|e| e.into_inner()).entries.len()
     }
+}
+
+/// The body of an error answer of Confluent's API (`{"error_code": 40403, "message": ...}`).
+#[derive(serde::Deserialize)]
+struct ErrorAnswer {
+    /// Confluent's error code (40403: schema not found).
+    error_code: i64,
+}
+
+/// The error of an id the registry answered 40403 for within the grace.
+fn not_yet(id: u32, for_: Duration, grace: Duration) -> SchemaError {
+    SchemaError::Unavailable(format!(
+        "the schema registry does not know schema id {id} yet (40403 for {:.0?}): its records wait \
+         until it does, or for {grace:?} before they count as unknown_schema_id",
+        for_
+    ))
 }
 
 /// The body of `GET /schemas/ids/{id}` (Confluent's API; Apicurio's `ccompat` API answers the

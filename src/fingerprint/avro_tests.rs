@@ -28,6 +28,8 @@ struct FakeRegistry {
     down: Arc<AtomicBool>,
     /// Requests answered.
     requests: Arc<AtomicUsize>,
+    /// Answers a plain 404 (no Confluent error code, as a proxy's default page) while set.
+    plain_404: Arc<AtomicBool>,
 }
 
 impl FakeRegistry {
@@ -38,10 +40,12 @@ impl FakeRegistry {
         let schemas: Arc<Mutex<HashMap<u32, String>>> = Arc::default();
         let down = Arc::new(AtomicBool::new(false));
         let requests = Arc::new(AtomicUsize::new(0));
-        let (s, d, r, auth) = (
+        let plain_404 = Arc::new(AtomicBool::new(false));
+        let (s, d, r, p4, auth) = (
             schemas.clone(),
             down.clone(),
             requests.clone(),
+            plain_404.clone(),
             auth.map(str::to_string),
         );
         std::thread::spawn(move || {
@@ -66,7 +70,9 @@ impl FakeRegistry {
                     .nth(1)
                     .and_then(|path| path.strip_prefix("/schemas/ids/"))
                     .and_then(|id| id.parse::<u32>().ok());
-                let (status, body) = if d.load(Ordering::SeqCst) {
+                let (status, body) = if p4.load(Ordering::SeqCst) {
+                    ("404 Not Found", "<html>default backend - 404</html>".to_string())
+                } else if d.load(Ordering::SeqCst) {
                     ("503 Service Unavailable", r#"{"error_code":50301}"#.to_string())
                 } else if !authorized {
                     ("401 Unauthorized", r#"{"error_code":401}"#.to_string())
@@ -92,6 +98,7 @@ impl FakeRegistry {
             schemas,
             down,
             requests,
+            plain_404,
         }
     }
 
@@ -100,9 +107,15 @@ impl FakeRegistry {
         self.schemas.lock().unwrap().insert(id, schema.to_string());
     }
 
-    /// A client of it.
+    /// A client of it, for which a first 40403 is final (no grace: see
+    /// [`an_id_the_registry_does_not_know_yet_waits_before_it_counts_as_unknown`]).
     fn client(&self) -> Arc<SchemaRegistry> {
-        Arc::new(SchemaRegistry::new(&self.config()).unwrap())
+        self.client_with_grace(Duration::ZERO)
+    }
+
+    /// A client of it with `grace` for ids answered 40403.
+    fn client_with_grace(&self, grace: Duration) -> Arc<SchemaRegistry> {
+        Arc::new(SchemaRegistry::new(&self.config()).unwrap().with_not_found_grace(grace))
     }
 
     /// `fingerprint.schema_registry` for it.
@@ -336,6 +349,62 @@ fn an_unavailable_registry_makes_the_record_wait() {
         .fingerprint(&v1("e", 1))
         .unwrap_err()
         .must_wait());
+}
+
+/// A 404 that is not Confluent's 40403 (a URL without the API's path, an ingress's default page
+/// while the registry restarts) says nothing about the id: the record waits. Before, it counted
+/// as `unknown_schema_id` and followed `on_missing` (forwarded without its fingerprint, so its
+/// replay passed; or dropped).
+#[test]
+fn a_404_without_confluents_error_code_makes_the_record_wait() {
+    let r = two_versions();
+    let f = avro("avro:/event_id", &r);
+    r.plain_404.store(true, Ordering::SeqCst);
+    let e = f.fingerprint(&v1("e", 1)).unwrap_err();
+    assert!(e.must_wait(), "{e}");
+    assert!(e.to_string().contains("40403"), "{e}");
+    r.plain_404.store(false, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(1100)); // the client's back-off after a failure
+    assert!(f.fingerprint(&v1("e", 1)).is_ok());
+}
+
+/// A registry just started answers 40403 for ids it has not read back yet: within the grace the
+/// id is not known *yet* (the record waits, asked again at most once a second), after it the id
+/// is unknown (`unknown_schema_id`); an id registered within the grace is found.
+#[test]
+fn an_id_the_registry_does_not_know_yet_waits_before_it_counts_as_unknown() {
+    let r = FakeRegistry::start(None);
+    let f =
+        Fingerprinter::new(Source::Avro("/event_id".into())).with_registry(r.client_with_grace(Duration::from_secs(3)));
+    let e = f.fingerprint(&v1("e", 1)).unwrap_err();
+    assert!(e.must_wait(), "{e}");
+    let asked = r.requests.load(Ordering::SeqCst);
+    assert!(f.fingerprint(&v1("e", 1)).unwrap_err().must_wait());
+    assert_eq!(
+        r.requests.load(Ordering::SeqCst),
+        asked,
+        "asked again within the second"
+    );
+    // Registered within the grace (the registry caught up): found.
+    r.register(1, V1);
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(f.fingerprint(&v1("e", 1)).is_ok());
+    // Never registered: unknown once the grace is over, and stays so.
+    let started = std::time::Instant::now();
+    let unknown = wire(
+        77,
+        V1,
+        vec![("event_id", Value::String("x".into())), ("n", Value::Int(1))],
+    );
+    while f.fingerprint(&unknown).unwrap_err().must_wait() {
+        assert!(
+            started.elapsed() < Duration::from_secs(6),
+            "still waiting after the grace"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(started.elapsed() >= Duration::from_secs(2), "{:?}", started.elapsed());
+    assert_eq!(f.fingerprint(&unknown), Err(Unfingerprintable::UnknownSchemaId(77)));
 }
 
 #[test]
