@@ -775,28 +775,7 @@ impl Fingerprinter {
                 body.len()
             )));
         }
-        let mut target = avro::to_json(decoded, 0)?;
-        for token in &self.pointer {
-            target = match target {
-                serde_json::Value::Object(mut members) => members
-                    .remove(token.as_str())
-                    .ok_or(Unfingerprintable::PointerNotFound)?,
-                serde_json::Value::Array(mut items) => {
-                    if token.is_empty()
-                        || (token.len() > 1 && token.starts_with('0'))
-                        || !token.bytes().all(|b| b.is_ascii_digit())
-                    {
-                        return Err(Unfingerprintable::PointerNotFound);
-                    }
-                    let index: usize = token.parse().map_err(|_| Unfingerprintable::PointerNotFound)?;
-                    if index >= items.len() {
-                        return Err(Unfingerprintable::PointerNotFound);
-                    }
-                    items.swap_remove(index)
-                }
-                _ => return Err(Unfingerprintable::PointerNotFound),
-            };
-        }
+        let target = avro::target(decoded, &schema, &self.pointer)?;
         canonical_json(&target.to_string())
     }
 

@@ -407,6 +407,81 @@ fn an_id_the_registry_does_not_know_yet_waits_before_it_counts_as_unknown() {
     assert_eq!(f.fingerprint(&unknown), Err(Unfingerprintable::UnknownSchemaId(77)));
 }
 
+/// A union of several types besides null keeps its branch's type name: two record types with
+/// the same fields are two events (they collided before: "cancelled 42" was dropped as a
+/// replay of "created 42"), as are an enum symbol and the same string; a pointer goes through
+/// the union (`/event/id` is the id whichever type). An optional field (`["null", T]`) keeps the
+/// fingerprints of `T`, and `int`/`long` in a union are one type (the promotion).
+#[test]
+fn a_unions_branch_type_is_part_of_the_value() {
+    const EVENTS: &str = r#"{"type":"record","name":"Envelope","namespace":"t","fields":[
+        {"name":"event","type":[
+            {"type":"record","name":"OrderCreated","fields":[{"name":"id","type":"long"}]},
+            {"type":"record","name":"OrderCancelled","fields":[{"name":"id","type":"long"}]},
+            {"type":"enum","name":"Kind","symbols":["X"]},
+            "string"]}]}"#;
+    let r = FakeRegistry::start(None);
+    r.register(1, EVENTS);
+    let event = |branch: u32, v: Value| wire(1, EVENTS, vec![("event", Value::Union(branch, Box::new(v)))]);
+    let order = |id: i64| Value::Record(vec![("id".into(), Value::Long(id))]);
+    let (created, cancelled) = (event(0, order(42)), event(1, order(42)));
+    for source in ["avro:", "avro:/event"] {
+        let f = avro(source, &r);
+        assert_ne!(
+            f.fingerprint(&created).unwrap(),
+            f.fingerprint(&cancelled).unwrap(),
+            "{source}"
+        );
+        assert_eq!(
+            f.fingerprint(&created).unwrap(),
+            f.fingerprint(&event(0, order(42))).unwrap()
+        );
+        assert_ne!(
+            f.fingerprint(&event(2, Value::Enum(0, "X".into()))).unwrap(),
+            f.fingerprint(&event(3, Value::String("X".into()))).unwrap(),
+            "{source}: enum X and string X"
+        );
+    }
+    let id = avro("avro:/event/id", &r);
+    assert_eq!(id.fingerprint(&created).unwrap(), id.fingerprint(&cancelled).unwrap());
+    assert_eq!(
+        id.fingerprint(&event(3, Value::String("X".into()))),
+        Err(Unfingerprintable::PointerNotFound)
+    );
+
+    // Making a field optional, and int -> long inside a union, keep fingerprints.
+    const PLAIN: &str = r#"{"type":"record","name":"E","fields":[
+        {"name":"id","type":"string"},{"name":"n","type":["int","string"]}]}"#;
+    const EVOLVED: &str = r#"{"type":"record","name":"E","fields":[
+        {"name":"id","type":["null","string"]},{"name":"n","type":["string","long"]}]}"#;
+    r.register(2, PLAIN);
+    r.register(3, EVOLVED);
+    let plain = wire(
+        2,
+        PLAIN,
+        vec![
+            ("id", Value::String("a".into())),
+            ("n", Value::Union(0, Box::new(Value::Int(7)))),
+        ],
+    );
+    let evolved = wire(
+        3,
+        EVOLVED,
+        vec![
+            ("id", Value::Union(1, Box::new(Value::String("a".into())))),
+            ("n", Value::Union(1, Box::new(Value::Long(7)))),
+        ],
+    );
+    for source in ["avro:", "avro:/id", "avro:/n"] {
+        let f = avro(source, &r);
+        assert_eq!(
+            f.fingerprint(&plain).unwrap(),
+            f.fingerprint(&evolved).unwrap(),
+            "{source}"
+        );
+    }
+}
+
 #[test]
 fn basic_auth_is_sent_and_the_cache_is_bounded() {
     // "user:secret" in base64.
