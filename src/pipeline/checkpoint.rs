@@ -170,6 +170,11 @@ pub(super) struct CheckpointPart {
     /// The current generation as of the checkpoint's start, stored empty: records taken since are
     /// re-learned from the output.
     current: Generation,
+    /// Halted at the start or meanwhile, so its target was lowered to its first refused record:
+    /// `frozen` may hold records after it that are still in flight, so neither the store nor
+    /// the changelog gets this checkpoint of it (its commit names a checkpoint no snapshot has:
+    /// a recovery rebuilds it from the output).
+    lowered: bool,
 }
 
 /// What the background store write of a checkpoint needs for one partition.
@@ -303,6 +308,7 @@ impl Filter {
                     if halts.contains_key(p) {
                         // Halted meanwhile (`halt`): committed up to its first refused record.
                         part.record.offset = part.record.offset.min(r.inflight.watermark());
+                        part.lowered = true;
                     }
                     let done = r.inflight.watermark() >= part.record.offset;
                     if stale && !done {
@@ -378,7 +384,8 @@ impl Filter {
             let Partition::Running(run) = state else { continue };
             // Halted (`halt`): committed up to its first refused record, which stays uncommitted
             // until it is taken; otherwise everything taken so far.
-            let target = match self.halts.contains_key(p) {
+            let lowered = self.halts.contains_key(p);
+            let target = match lowered {
                 true => run.inflight.watermark(),
                 false => run.inflight.next_offset(),
             };
@@ -395,6 +402,7 @@ impl Filter {
                     record,
                     frozen: run.gens.frozen().cloned().collect(),
                     current: run.gens.current().empty_copy(),
+                    lowered,
                 },
             );
         }
@@ -414,13 +422,15 @@ impl Filter {
         };
         let store = self.store.clone();
         let cfg = self.cfg.clone();
-        // A halted partition commits only up to its first refused record, and its frozen
-        // generations may hold records after it that are not in the output: its changelog is
-        // not written (its commit names the one it named before).
+        // A partition halted during the checkpoint commits only up to its first refused record,
+        // and its frozen generations may hold records after it that are not in the output yet
+        // (in flight): neither its snapshot nor its changelog is written (a crash then rebuilds
+        // it from the output; its commit names the changelog checkpoint it named before).
         let halted: Vec<i32> = self.halts.keys().copied().collect();
         let jobs: Vec<PersistJob> = ckpt
             .parts
             .values()
+            .filter(|part| !part.lowered)
             .map(|part| PersistJob {
                 record: part.record.clone(),
                 frozen: part.frozen.clone(),
