@@ -36,7 +36,7 @@ pub const DUPLICATE_DISTANCE: &str = "kafka_dedup_duplicate_offset_distance_reco
 pub const UNFINGERPRINTABLE: &str = "kafka_dedup_unfingerprintable_records_total";
 /// The values of the `reason` label of [`UNFINGERPRINTABLE`]
 /// ([`crate::fingerprint::Unfingerprintable::reason`]).
-pub const UNFINGERPRINTABLE_REASONS: [&str; 8] = crate::fingerprint::Unfingerprintable::REASONS;
+pub const UNFINGERPRINTABLE_REASONS: [&str; 9] = crate::fingerprint::Unfingerprintable::REASONS;
 /// `kafka_dedup_checkpoints_total{result}`: checkpoints by [`CHECKPOINT_RESULTS`]: `ok` once the
 /// group coordinator confirmed the offset commit (or the transaction committed), `failed` when it
 /// refused it or it could not be sent.
@@ -408,7 +408,7 @@ pub struct PartitionMetrics {
     pub key_elsewhere: Counter,
     /// Unfingerprintable records under the configured `on_missing` action, by
     /// [`UNFINGERPRINTABLE_REASONS`] (same index).
-    unfingerprintable: [Counter; 8],
+    unfingerprintable: [Counter; 9],
     /// The configured `fingerprint.on_missing`, the `action` label of `unfingerprintable`.
     on_missing: OnMissing,
     /// The `partition` label value, for the state gauge and a label value registered on use.

@@ -375,6 +375,17 @@ fn avro_sources_need_a_schema_registry() {
     );
     let (key, reason) = key_and_reason(&global, &[]);
     assert_eq!(key, "fingerprint.source", "{reason}");
+    // protobuf: and the key forms need the registry and stay out of the global scope too.
+    for source in [
+        "protobuf:/id",
+        "avro-key:/id",
+        "[\\\"json:/t\\\", \\\"protobuf-key:/id\\\"]",
+    ] {
+        let (key, reason) = key_and_reason(&format!("{MINIMAL}\n[fingerprint]\nsource = \"{source}\"\n"), &[]);
+        assert_eq!(key, "fingerprint.schema_registry.url", "{source}: {reason}");
+        let (key, reason) = key_and_reason(&global.replace("avro:/id", &source), &[]);
+        assert_eq!(key, "fingerprint.source", "{source}: {reason}");
+    }
     // Without an avro part the registry settings are not needed.
     load(&format!("{MINIMAL}\n[fingerprint]\nsource = \"json:/id\"\n")).unwrap();
 }
