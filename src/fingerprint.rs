@@ -544,6 +544,8 @@ pub struct Fingerprinter {
     /// The writer schemas of `avro:` parts (shared by every clone; `None` until
     /// [`Self::with_registry`]: an avro part then has no registry to ask and waits).
     registry: Option<std::sync::Arc<crate::schema_registry::SchemaRegistry>>,
+    /// Wire-format parts also read the record's JSON form ([`Self::for_lookup`]).
+    lookup: bool,
 }
 
 fn field(h: &mut Xxh3Default, bytes: Option<&[u8]>) {
@@ -627,6 +629,7 @@ impl Fingerprinter {
             ignore,
             stand_in_from: None,
             registry: None,
+            lookup: false,
         }
     }
 
@@ -739,7 +742,7 @@ impl Fingerprinter {
             }
             Source::Avro(_) => {
                 let v = record.value().ok_or(Unfingerprintable::Absent)?;
-                let canonical = self.avro_target(v)?;
+                let canonical = self.avro_or_lookup(v)?;
                 match canonical.as_slice() {
                     b"null" => return Err(Unfingerprintable::NullId),
                     b"\"\"" => return Err(Unfingerprintable::EmptyId),

@@ -297,7 +297,35 @@ fn protobuf_records_of_three_schema_versions_collapse_by_value_and_by_key() {
         11.0,
         Duration::from_secs(10),
     );
+    // `/store/lookup` names an event by its field, and its record as JSON.
+    let held = |query: &str| {
+        let (code, body) = http_get(&filter.http, &format!("/store/lookup?{query}")).unwrap();
+        assert_eq!(code, 200, "{query}: {body}");
+        serde_json::from_str::<serde_json::Value>(&body).unwrap()["held"] == true
+    };
+    assert!(held("event_id=e-3"), "e-3 is held");
+    assert!(held("event_id=e-21"), "e-21 (v3) is held");
+    assert!(
+        held("value=%7B%22event_id%22%3A%22e-14%22%2C%22n%22%3A7%7D"),
+        "a record as JSON"
+    );
+    assert!(!held("event_id=e-99"), "e-99 was never seen");
+    let (code, body) = http_get(&filter.http, "/store/lookup?evnt_id=e-3").unwrap();
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("event_id"), "names the field it has: {body}");
     assert_eq!(filter.terminate().code(), Some(0), "{}", filter.logs());
+    // `inspect lookup --field` reads the store the same way.
+    let out = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        .arg("inspect")
+        .arg("--store")
+        .arg(&spec.store)
+        .args(["--json", "lookup", "--field", "event_id=e-3"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(answer["held"], true, "{stdout}");
 
     // The key: `protobuf-key:/id` (the key names the event, its values are all one schema).
     let (input, output) = (unique("proto-key-in"), unique("proto-key-out"));

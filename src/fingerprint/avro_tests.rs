@@ -432,3 +432,45 @@ fn the_avro_key_form_reads_the_key() {
     );
     assert_eq!(f.fingerprint(&no_wire).unwrap_err().reason(), "no_magic_byte");
 }
+
+/// Issue 27, item 3: a lookup names an Avro event by its JSON form.
+#[test]
+fn a_lookup_reads_an_avro_record_given_as_json() {
+    let r = two_versions();
+    let f = avro("avro:/event_id", &r);
+    let json = OwnedRecord {
+        value: Some(br#"{"event_id": "e-1", "n": 1}"#.to_vec()),
+        ..OwnedRecord::default()
+    };
+    let want = f.fingerprint(&v1("e-1", 1)).unwrap();
+    assert_eq!(f.clone().for_lookup().fingerprint(&json), Ok(want));
+    assert_eq!(
+        f.fingerprint(&json).unwrap_err().reason(),
+        "no_magic_byte",
+        "never in the pipeline"
+    );
+    assert_eq!(
+        f.clone().for_lookup().fingerprint(&v2("e-1", 3, None)),
+        Ok(want),
+        "wire format still read"
+    );
+    // The whole record: the JSON form of v1's e-1 (n an integer).
+    let whole = avro("avro:", &r);
+    assert_eq!(
+        whole.clone().for_lookup().fingerprint(&json),
+        whole.fingerprint(&v1("e-1", 1))
+    );
+    // A key form and a composite.
+    let both = Fingerprinter::new(Source::try_from(r#"["avro-key:/event_id","avro:/event_id"]"#.to_string()).unwrap())
+        .with_registry(r.client());
+    let mut rec = v1("e-1", 1);
+    rec.key = v1("k", 1).value;
+    let keyed_json = OwnedRecord {
+        key: Some(br#"{"event_id":"k"}"#.to_vec()),
+        ..json.clone()
+    };
+    assert_eq!(
+        both.clone().for_lookup().fingerprint(&keyed_json),
+        both.fingerprint(&rec)
+    );
+}

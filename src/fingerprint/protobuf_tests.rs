@@ -291,3 +291,29 @@ fn the_wire_sources_have_text_forms() {
         Source::ProtobufKey("/id".into())
     );
 }
+
+/// Issue 27, item 3: a lookup names a Protobuf event by its JSON form (fields by name).
+#[test]
+fn a_lookup_reads_a_protobuf_record_given_as_json() {
+    let (r, s1, _) = registry();
+    let f = fingerprinter("protobuf-key:/event_id", &r);
+    let wire = OwnedRecord {
+        key: Some(v1(&s1, "k-1", 1)),
+        ..OwnedRecord::default()
+    };
+    let json = OwnedRecord {
+        key: Some(br#"{"event_id":"k-1"}"#.to_vec()),
+        ..OwnedRecord::default()
+    };
+    assert_eq!(f.clone().for_lookup().fingerprint(&json), f.fingerprint(&wire));
+    assert_eq!(f.fingerprint(&json).unwrap_err().reason(), "no_magic_byte");
+    // The whole message: every proto3 field, defaults included.
+    let whole = fingerprinter("protobuf:", &r);
+    assert_eq!(
+        whole
+            .clone()
+            .for_lookup()
+            .fingerprint(&record(br#"{"n":0,"event_id":"e"}"#.to_vec())),
+        whole.fingerprint(&record(v1(&s1, "e", 0)))
+    );
+}

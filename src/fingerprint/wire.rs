@@ -56,6 +56,27 @@ fn resolve(mut json: serde_json::Value, tokens: &[String]) -> Result<serde_json:
 }
 
 impl Fingerprinter {
+    /// As `self`, for a lookup (`inspect lookup`, `/store/lookup`): a wire-format part (`avro:`,
+    /// `protobuf:`, their `-key:` forms) given bytes that are not in the wire format (do not
+    /// start with the magic byte 0) reads them as the JSON form of the decoded record
+    /// ([`super::avro`], [`super::protobuf`]), pointer and canonical encoding as for `json:`, so
+    /// that a user can name an event by its fields. Records in the pipeline never are.
+    pub fn for_lookup(mut self) -> Self {
+        for part in &mut self.parts {
+            part.lookup = true;
+        }
+        self.lookup = true;
+        self
+    }
+
+    /// The canonical target of an `avro:` part in `bytes` (the JSON form in a lookup).
+    pub(super) fn avro_or_lookup(&self, bytes: &[u8]) -> Result<Vec<u8>, Unfingerprintable> {
+        if self.lookup && bytes.first() != Some(&0) {
+            return self.json_target(bytes);
+        }
+        self.avro_target(bytes)
+    }
+
     /// The tag and canonical encoding of `record`'s target under a `protobuf:`, `avro-key:` or
     /// `protobuf-key:` source (the caller hashes them). A `null` target is
     /// [`Unfingerprintable::NullId`], `""` [`Unfingerprintable::EmptyId`]; a null value or key
@@ -66,7 +87,7 @@ impl Fingerprinter {
                 8,
                 self.protobuf_target(record.value().ok_or(Unfingerprintable::Absent)?)?,
             ),
-            Source::AvroKey(_) => (9, self.avro_target(record.key().ok_or(Unfingerprintable::Absent)?)?),
+            Source::AvroKey(_) => (9, self.avro_or_lookup(record.key().ok_or(Unfingerprintable::Absent)?)?),
             Source::ProtobufKey(_) => (
                 10,
                 self.protobuf_target(record.key().ok_or(Unfingerprintable::Absent)?)?,
@@ -84,6 +105,9 @@ impl Fingerprinter {
     /// `bytes` (Schema Registry wire format), read as JSON ([`super::protobuf`]).
     pub(super) fn protobuf_target(&self, bytes: &[u8]) -> Result<Vec<u8>, Unfingerprintable> {
         use crate::schema_registry::{split_wire_format, SchemaError};
+        if self.lookup && bytes.first() != Some(&0) {
+            return self.json_target(bytes);
+        }
         let (id, body) = split_wire_format(bytes).ok_or(Unfingerprintable::NoMagicByte)?;
         let registry = self.registry.as_ref().ok_or_else(|| {
             Unfingerprintable::RegistryUnavailable("no schema registry client (fingerprint.schema_registry)".into())
