@@ -356,3 +356,124 @@ fn protobuf_records_of_three_schema_versions_collapse_by_value_and_by_key() {
     );
     assert_eq!(filter.terminate().code(), Some(0), "{}", filter.logs());
 }
+
+/// All the records of `topic`'s `partitions` partitions, values only.
+fn all_values(broker: &Broker, topic: &str, partitions: i32) -> Vec<Vec<u8>> {
+    broker
+        .read_records(topic, partitions)
+        .into_values()
+        .flatten()
+        .map(|r| r.value.unwrap_or_default())
+        .collect()
+}
+
+/// Issue 27, item 4: `protobuf:` in the global scope. Replays written by a second schema version
+/// into another input partition are dropped; with the registry stopped, the route stage waits at
+/// the record whose schema it lacks (nothing routed past it, `/readyz` says why) and copies it
+/// once the registry is back.
+#[test]
+fn the_global_scope_routes_protobuf_records_and_waits_for_a_stopped_registry() {
+    let broker = kafka();
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/apis/ccompat/v7");
+    let mut registry = Registry::start(port, &dir.path().join("registry"), &dir.path().join("registry-1.log"));
+    let (input, route, output) = (unique("pg-in"), unique("pg-route"), unique("pg-out"));
+    for t in [&input, &route, &output] {
+        broker.create_topic(t, 2);
+    }
+    let written = serialize_with("tests/fixtures/protobuf_records.py", &url, &input);
+    let batch = |name: &str| -> Vec<&Written> { written.iter().filter(|w| w.batch == name).collect() };
+    let (v1, v2, v3) = (batch("v1"), batch("v2"), batch("v3"));
+    // v1 into partition 0, v2 (e-0..e-9 again, e-10..e-14) into partition 1.
+    broker.produce_raw(&input, 0, &v1.iter().map(|w| value(&w.value)).collect::<Vec<_>>());
+    broker.produce_raw(&input, 1, &v2.iter().map(|w| value(&w.value)).collect::<Vec<_>>());
+
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.interval = "1m";
+    spec.fingerprint = format!(
+        "[fingerprint]\nsource = \"protobuf:/event_id\"\nscope = \"global\"\nroute_topic = \"{route}\"\n\
+         [fingerprint.schema_registry]\nurl = \"{url}\"\ntimeout = \"2s\"\n"
+    );
+    let mut filter = spec.start(dir.path());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while all_values(&broker, &output, 2).len() < 15 {
+        assert!(filter.running(), "kafka-dedup exited:\n{}", filter.logs());
+        assert!(Instant::now() < deadline, "not 15 records in 90 s:\n{}", filter.logs());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    filter.wait_metric(
+        "kafka_dedup_duplicates_dropped_total",
+        &[],
+        10.0,
+        Duration::from_secs(30),
+    );
+    assert_eq!(all_values(&broker, &output, 2).len(), 15, "e-0..e-14 once each");
+
+    // The registry stops; v3's schema was never fetched.
+    registry.stop();
+    broker.produce_raw(&input, 0, &v3.iter().map(|w| value(&w.value)).collect::<Vec<_>>());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let (code, body) = http_get(&filter.http, "/readyz").unwrap();
+        if code != 200 && body.contains("route stage waits") {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz does not say the route stage waits: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert!(body.contains("schema_registry"), "{body}");
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        broker.read_records(&route, 2).values().map(Vec::len).sum::<usize>(),
+        25,
+        "nothing routed past it"
+    );
+    assert_eq!(all_values(&broker, &output, 2).len(), 15);
+
+    // Back: e-20 and e-21 forwarded, e-5 dropped.
+    let _registry = Registry::start(port, &dir.path().join("registry"), &dir.path().join("registry-2.log"));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while all_values(&broker, &output, 2).len() < 17 {
+        assert!(filter.running(), "kafka-dedup exited:\n{}", filter.logs());
+        assert!(
+            Instant::now() < deadline,
+            "v3 not forwarded in 90 s:\n{}",
+            filter.logs()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    filter.wait_metric(
+        "kafka_dedup_duplicates_dropped_total",
+        &[],
+        11.0,
+        Duration::from_secs(30),
+    );
+    let out = all_values(&broker, &output, 2);
+    assert_eq!(out.len(), 17, "e-5 of v3 dropped");
+    // Each event once, whichever copy reached its route partition first (v1's or v2's).
+    let event = |v: &Vec<u8>| {
+        written
+            .iter()
+            .find(|w| &w.value == v)
+            .map(|w| w.event_id.clone())
+            .unwrap()
+    };
+    let mut got: Vec<String> = out.iter().map(event).collect();
+    got.sort();
+    let mut want: Vec<String> = (0..15)
+        .map(|i| format!("e-{i}"))
+        .chain(["e-20".into(), "e-21".into()])
+        .collect();
+    want.sort();
+    assert_eq!(got, want);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http_get(&filter.http, "/readyz").is_none_or(|(code, _)| code != 200) {
+        assert!(Instant::now() < deadline, "not ready again:\n{}", filter.logs());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(filter.terminate().code(), Some(0), "{}", filter.logs());
+}

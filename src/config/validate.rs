@@ -17,14 +17,6 @@ impl Config {
         }
         if self.fingerprint.source.reads_registry() {
             self.fingerprint.schema_registry.validate()?;
-            if self.fingerprint.scope == Scope::Global {
-                return Err(ConfigError::key(
-                    "fingerprint.source",
-                    "avro: and protobuf: parts (and their -key: forms) are not supported with fingerprint.scope = \
-                     \"global\" (the route stage cannot wait for an unavailable schema registry: \
-                     docs/configuration.md, \"Schema Registry sources\"); use the partition scope",
-                ));
-            }
         }
         if self.store.path.as_os_str().is_empty() {
             return Err(ConfigError::key("store.path", "must not be empty"));
