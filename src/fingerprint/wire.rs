@@ -4,9 +4,12 @@
 
 use super::{invalid_escape, Fingerprinter, RecordFields, Source, SourceError, Unfingerprintable};
 
+/// A wire-format variant of [`Source`] from its pointer.
+type MakeSource = fn(String) -> Source;
+
 /// The text forms of the wire-format sources, each followed by an RFC 6901 pointer (`""` or
 /// starting with `/`), and the variant each makes.
-const FORMS: [(&str, fn(String) -> Source); 4] = [
+const FORMS: [(&str, MakeSource); 4] = [
     ("avro:", Source::Avro),
     ("avro-key:", Source::AvroKey),
     ("protobuf:", Source::Protobuf),
