@@ -135,8 +135,9 @@ pub const OUT_OF_SCOPE_REASONS: [&str; 2] = ["null_key", "key_elsewhere"];
 /// that the producer or the broker refused, each attempt counted; the partition halts meanwhile
 /// (`kafka_dedup_partition_state{state="halted"}`).
 pub const SIDE_REFUSED: &str = "kafka_dedup_side_copies_refused_total";
-/// `kafka_dedup_schema_registry_unavailable_total{partition}`: records of an `avro:` source that
-/// could not be fingerprinted because the schema registry was unavailable, each attempt counted;
+/// `kafka_dedup_schema_registry_unavailable_total{partition}`: records of an `avro:` or
+/// `protobuf:` source (or a `-key:` one) that could not be fingerprinted because the schema
+/// registry was unavailable, each attempt counted;
 /// the partition halts meanwhile (`kafka_dedup_partition_state{state="halted"}`) and the record
 /// waits, never forwarded without its fingerprint.
 pub const REGISTRY_UNAVAILABLE: &str = "kafka_dedup_schema_registry_unavailable_total";
