@@ -277,7 +277,12 @@ impl SchemaRegistry {
         let answer: SchemaAnswer = serde_json::from_str(&text)
             .map_err(|e| SchemaError::Unavailable(format!("GET {url}: not a schema answer: {e}")))?;
         let kind = answer.schema_type.unwrap_or_else(|| "AVRO".to_string());
-        if !answer.references.is_empty() {
+        // A Protobuf schema's references to the well-known `google/protobuf/*.proto` files (some
+        // serializers register them) need no fetch: the parser has them.
+        let well_known = |r: &serde_json::Value| {
+            kind == "PROTOBUF" && r["name"].as_str().is_some_and(|n| n.starts_with("google/protobuf/"))
+        };
+        if !answer.references.iter().all(well_known) {
             return Ok(Err((
                 kind,
                 "it references other schemas, which this build does not fetch".to_string(),

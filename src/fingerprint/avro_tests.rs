@@ -112,6 +112,11 @@ impl FakeRegistry {
             .insert(id, serde_json::json!({ "schema": text, "schemaType": "PROTOBUF" }));
     }
 
+    /// Answers `answer` (the whole JSON body) for `id`.
+    pub(super) fn register_answer(&self, id: u32, answer: serde_json::Value) {
+        self.schemas.lock().unwrap().insert(id, answer);
+    }
+
     /// A client of it.
     pub(super) fn client(&self) -> Arc<SchemaRegistry> {
         Arc::new(SchemaRegistry::new(&self.config()).unwrap())

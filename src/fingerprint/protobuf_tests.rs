@@ -315,3 +315,27 @@ fn a_lookup_reads_a_protobuf_record_given_as_json() {
         whole.fingerprint(&record(v1(&s1, "e", 0)))
     );
 }
+
+#[test]
+fn references_to_well_known_files_need_no_fetch_and_others_are_refused() {
+    let (r, _, s2) = registry();
+    let reference = |name: &str| serde_json::json!({"name": name, "subject": name, "version": 1});
+    r.register_answer(
+        5,
+        serde_json::json!({"schema": V2, "schemaType": "PROTOBUF",
+            "references": [reference("google/protobuf/timestamp.proto")]}),
+    );
+    r.register_answer(
+        6,
+        serde_json::json!({"schema": V1, "schemaType": "PROTOBUF", "references": [reference("other.proto")]}),
+    );
+    let f = fingerprinter("protobuf:/event_id", &r);
+    let mut five = v2(&s2, "e-1", 1);
+    five[4] = 5;
+    assert!(f.fingerprint(&record(five)).is_ok());
+    let e = f
+        .fingerprint(&record(vec![0, 0, 0, 0, 6, 0, 0x0a, 1, b'e']))
+        .unwrap_err();
+    assert_eq!(e.reason(), "not_protobuf", "{e}");
+    assert!(e.to_string().contains("references"), "{e}");
+}
