@@ -24,11 +24,12 @@ install_packages build-essential pkg-config libssl-dev zlib1g-dev python3 promet
 install_kafka
 install_flink  # examples/flink-replay, for tests/flink.rs
 # tests/schema_registry.rs: a real Schema Registry (Apicurio, built by Maven once) and the Python
-# client's Avro serializer (PyPI) that writes its records.
+# client's Avro and Protobuf serializers (PyPI) that write its records.
 install_packages openjdk-17-jdk-headless python3-pip
 scripts/schema-registry.sh --build
-python3 -c 'import confluent_kafka.schema_registry.avro, fastavro' 2>/dev/null ||
-  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q 'confluent-kafka[avro,schemaregistry]==2.16.1'
+python3 -c 'import confluent_kafka.schema_registry.avro, confluent_kafka.schema_registry.protobuf, fastavro
+import google.protobuf; assert google.protobuf.__version__ == "7.36.2"' 2>/dev/null ||
+  PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install -q 'confluent-kafka[avro,schemaregistry,protobuf]==2.16.1' 'protobuf==7.36.2'
 
 if [ -z "${KAFKA_DEDUP_TEST_BROKER:-}" ]; then
   start_kafka kafka sasl

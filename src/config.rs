@@ -541,8 +541,9 @@ pub struct FingerprintConfig {
     /// other configured topic, and keep its partition count.
     #[serde(default)]
     pub route_topic: String,
-    /// Where the `avro:` parts of `source` find the writer schemas of records in the Schema
-    /// Registry wire format. Required with an `avro:` part, unused without one.
+    /// Where the `avro:` and `protobuf:` parts (and their `-key:` forms) of `source` find the
+    /// writer schemas of records in the Schema Registry wire format. Required with such a part,
+    /// unused without one.
     #[serde(default)]
     pub schema_registry: SchemaRegistryConfig,
 }
@@ -612,14 +613,14 @@ impl SchemaRegistryConfig {
             .map_err(|e| ConfigError::key("fingerprint.schema_registry.password", e.reason))
     }
 
-    /// Checks the settings an `avro:` part needs: a URL (http or https), a password only with a
-    /// user name, a positive cache size and timeout.
+    /// Checks the settings an `avro:` or `protobuf:` part needs: a URL (http or https), a
+    /// password only with a user name, a positive cache size and timeout.
     fn validate(&self) -> Result<(), ConfigError> {
         let key = |k: &str| format!("fingerprint.schema_registry.{k}");
         if self.url.trim().is_empty() {
             return Err(ConfigError::key(
                 key("url"),
-                "required with an avro: part in fingerprint.source: the base URL of a registry that speaks \
+                "required with an avro: or protobuf: part in fingerprint.source: the base URL of a registry that speaks \
                  Confluent's API, e.g. \"http://registry:8081\" (Apicurio: \"http://HOST:8080/apis/ccompat/v7\")",
             ));
         }

@@ -4,7 +4,8 @@
 //! (`fingerprint.source`). The encoding is:
 //!
 //! ```text
-//! tag:u8 (1 value, 2 key, 3 key_value, 4 header, 5 json, 6 composite, 7 avro)  then the fields of the source, each
+//! tag:u8 (1 value, 2 key, 3 key_value, 4 header, 5 json, 6 composite, 7 avro, 8 protobuf,
+//!        9 avro-key, 10 protobuf-key)  then the fields of the source, each
 //! field := 0x00                          (null: absent key, tombstone value, header without value)
 //!        | 0x01 len:u64-le bytes[len]    (present, possibly empty)
 //! header source: count:u64-le field*     (every value of the named header, in record order)
@@ -56,6 +57,9 @@
 //! names a schema the registry lacks, or does not decode. A registry that cannot be reached is
 //! [`Unfingerprintable::RegistryUnavailable`], which is no property of the record
 //! ([`Unfingerprintable::must_wait`]): the pipeline halts the partition instead.
+//! `protobuf:/POINTER` is the same for Protobuf ([`protobuf`], tag 8; `not_protobuf` for a
+//! value that does not decode), and `avro-key:/POINTER`, `protobuf-key:/POINTER` read the key
+//! instead of the value (tags 9 and 10; a null key is `absent`).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -142,6 +146,13 @@ pub enum Source {
     /// wire format, with an unknown schema id, or not decoding: no fingerprint, each with its
     /// own reason.
     Avro(String),
+    /// As [`Source::Avro`] for Protobuf: the wire format carries the message indexes after the
+    /// schema id ([`protobuf`]); a value that does not decode is `not_protobuf`.
+    Protobuf(String),
+    /// As [`Source::Avro`], reading the record key (a null key: no fingerprint, `absent`).
+    AvroKey(String),
+    /// As [`Source::Protobuf`], reading the record key.
+    ProtobufKey(String),
     /// Several sources together, in order (at least two; none composite itself): the event is
     /// the tuple, e.g. `(tenant_id, event_id)`. A record lacking any part has no fingerprint
     /// ([`Unfingerprintable::Part`] names the part).
@@ -199,13 +210,14 @@ impl Source {
         })
     }
 
-    /// True when `self` or one of its parts is [`Source::Avro`] (it needs
+    /// True when `self` or one of its parts reads the Schema Registry wire format
+    /// ([`Source::Avro`], [`Source::Protobuf`] and their key forms: it needs
     /// `fingerprint.schema_registry`).
-    pub fn reads_avro(&self) -> bool {
+    pub fn reads_registry(&self) -> bool {
         match self {
-            Source::Avro(_) => true,
-            Source::Composite(parts) => parts.iter().any(Source::reads_avro),
-            Source::Ignoring { source, .. } => source.reads_avro(),
+            Source::Avro(_) | Source::Protobuf(_) | Source::AvroKey(_) | Source::ProtobufKey(_) => true,
+            Source::Composite(parts) => parts.iter().any(Source::reads_registry),
+            Source::Ignoring { source, .. } => source.reads_registry(),
             _ => false,
         }
     }
@@ -346,14 +358,8 @@ impl TryFrom<String> for Source {
                         return Err(SourceError::BadEscape(s, bad));
                     }
                     Ok(Source::Json(ptr.to_string()))
-                } else if let Some(ptr) = s.strip_prefix("avro:") {
-                    if !ptr.is_empty() && !ptr.starts_with('/') {
-                        return Err(SourceError::NotAPointer(s));
-                    }
-                    if let Some(bad) = invalid_escape(ptr) {
-                        return Err(SourceError::BadEscape(s, bad));
-                    }
-                    Ok(Source::Avro(ptr.to_string()))
+                } else if let Some(wire) = wire::parse(&s) {
+                    wire
                 } else {
                     Err(SourceError::Unknown(s))
                 }
@@ -377,6 +383,9 @@ impl fmt::Display for Source {
             Source::Header(n) => write!(f, "header:{n}"),
             Source::Json(p) => write!(f, "json:{p}"),
             Source::Avro(p) => write!(f, "avro:{p}"),
+            Source::Protobuf(p) => write!(f, "protobuf:{p}"),
+            Source::AvroKey(p) => write!(f, "avro-key:{p}"),
+            Source::ProtobufKey(p) => write!(f, "protobuf-key:{p}"),
             Source::Composite(parts) => {
                 let texts: Vec<String> = parts.iter().map(|p| p.to_string()).collect();
                 f.write_str(&serde_json::to_string(&texts).map_err(|_| fmt::Error)?)
@@ -441,6 +450,11 @@ pub enum Unfingerprintable {
     /// this build reads (avro source; the message says which).
     #[error("the value does not decode as Avro: {0}")]
     NotAvro(String),
+    /// The value (or key) does not decode as Protobuf with its writer schema and message
+    /// indexes, or that schema is not a Protobuf schema this build reads (protobuf source; the
+    /// message says which).
+    #[error("the record does not decode as Protobuf: {0}")]
+    NotProtobuf(String),
     /// The schema registry could not be asked (avro source). Not a property of the record: the
     /// record must wait, never be handled as one without identity ([`Self::must_wait`]).
     #[error("{0}")]
@@ -461,7 +475,7 @@ impl Unfingerprintable {
     /// Every [`reason`](Self::reason) label value, for registering the counters up front.
     /// [`Unfingerprintable::RegistryUnavailable`] is not among them: such a record is not
     /// counted as one without identity, it waits.
-    pub const REASONS: [&'static str; 8] = [
+    pub const REASONS: [&'static str; 9] = [
         "absent",
         "not_json",
         "pointer_not_found",
@@ -470,10 +484,11 @@ impl Unfingerprintable {
         "no_magic_byte",
         "unknown_schema_id",
         "not_avro",
+        "not_protobuf",
     ];
 
     /// Label value for metrics: `absent`, `not_json`, `pointer_not_found`, `null_id`, `empty_id`,
-    /// `no_magic_byte`, `unknown_schema_id`, `not_avro` (and `registry_unavailable`, never
+    /// `no_magic_byte`, `unknown_schema_id`, `not_avro`, `not_protobuf` (and `registry_unavailable`, never
     /// counted: see [`Self::must_wait`]).
     pub fn reason(&self) -> &'static str {
         match self {
@@ -485,6 +500,7 @@ impl Unfingerprintable {
             Unfingerprintable::NoMagicByte => "no_magic_byte",
             Unfingerprintable::UnknownSchemaId(_) => "unknown_schema_id",
             Unfingerprintable::NotAvro(_) => "not_avro",
+            Unfingerprintable::NotProtobuf(_) => "not_protobuf",
             Unfingerprintable::RegistryUnavailable(_) => "registry_unavailable",
             Unfingerprintable::Part { why, .. } => why.reason(),
         }
@@ -528,6 +544,8 @@ pub struct Fingerprinter {
     /// The writer schemas of `avro:` parts (shared by every clone; `None` until
     /// [`Self::with_registry`]: an avro part then has no registry to ask and waits).
     registry: Option<std::sync::Arc<crate::schema_registry::SchemaRegistry>>,
+    /// Wire-format parts also read the record's JSON form ([`Self::for_lookup`]).
+    lookup: bool,
 }
 
 fn field(h: &mut Xxh3Default, bytes: Option<&[u8]>) {
@@ -581,7 +599,9 @@ impl Fingerprinter {
     fn reading(reads: Source, ignore: &[Vec<String>]) -> Self {
         // A pointer is "" (the whole document) or starts with '/' (`Source::try_from` checks).
         let pointer = match &reads {
-            Source::Json(p) | Source::Avro(p) => pointer_tokens(p),
+            Source::Json(p) | Source::Avro(p) | Source::Protobuf(p) | Source::AvroKey(p) | Source::ProtobufKey(p) => {
+                pointer_tokens(p)
+            }
             _ => Vec::new(),
         };
         let parts = match &reads {
@@ -609,6 +629,7 @@ impl Fingerprinter {
             ignore,
             stand_in_from: None,
             registry: None,
+            lookup: false,
         }
     }
 
@@ -627,7 +648,7 @@ impl Fingerprinter {
         cfg: &crate::config::FingerprintConfig,
     ) -> Result<Self, crate::schema_registry::RegistryConfigError> {
         let f = Fingerprinter::new(cfg.identity());
-        if !cfg.source.reads_avro() {
+        if !cfg.source.reads_registry() {
             return Ok(f);
         }
         let registry = crate::schema_registry::SchemaRegistry::new(&cfg.schema_registry)?;
@@ -721,13 +742,18 @@ impl Fingerprinter {
             }
             Source::Avro(_) => {
                 let v = record.value().ok_or(Unfingerprintable::Absent)?;
-                let canonical = self.avro_target(v)?;
+                let canonical = self.avro_or_lookup(v)?;
                 match canonical.as_slice() {
                     b"null" => return Err(Unfingerprintable::NullId),
                     b"\"\"" => return Err(Unfingerprintable::EmptyId),
                     _ => {}
                 }
                 h.update(&[7]);
+                field(&mut h, Some(&canonical));
+            }
+            Source::Protobuf(_) | Source::AvroKey(_) | Source::ProtobufKey(_) => {
+                let (tag, canonical) = self.wire_target(record)?;
+                h.update(&[tag]);
                 field(&mut h, Some(&canonical));
             }
             Source::Composite(_) => {
@@ -760,7 +786,7 @@ impl Fingerprinter {
         })?;
         let schema = registry.schema(id).map_err(|e| match e {
             SchemaError::NotFound(id) => Unfingerprintable::UnknownSchemaId(id),
-            SchemaError::NotAvro(..) => Unfingerprintable::NotAvro(e.to_string()),
+            SchemaError::NotAvro(..) | SchemaError::NotProtobuf(..) => Unfingerprintable::NotAvro(e.to_string()),
             SchemaError::Unavailable(_) => Unfingerprintable::RegistryUnavailable(e.to_string()),
         })?;
         let not_avro = |e: apache_avro::Error| Unfingerprintable::NotAvro(format!("with schema id {id}: {e}"));
@@ -1119,6 +1145,10 @@ impl<'a> Parser<'a> {
 }
 
 mod avro;
+mod protobuf;
+mod wire;
+
+pub use protobuf::ProtoSchema;
 
 #[cfg(test)]
 mod tests;
@@ -1126,6 +1156,10 @@ mod tests;
 #[cfg(test)]
 #[path = "fingerprint/avro_tests.rs"]
 mod avro_tests;
+
+#[cfg(test)]
+#[path = "fingerprint/protobuf_tests.rs"]
+mod protobuf_tests;
 
 #[cfg(test)]
 #[path = "fingerprint/identity_tests.rs"]

@@ -10,7 +10,10 @@
 //!    ([`InFlight`]), every `checkpoint.interval` and at a hand-over (revocation, stop). It keeps
 //!    no state: after a crash it copies the records since its last commit again, and the filter
 //!    stage drops the second copies as replays. When the route topic is slow or unreachable, it
-//!    pauses its input partitions and keeps serving the group (`Router::back_off`).
+//!    pauses its input partitions and keeps serving the group (`Router::back_off`); so it does
+//!    when a record's fingerprint needs the schema registry and the registry cannot be asked
+//!    (`Router::wait_for_registry`: the record is taken again later, never routed as one
+//!    without identity, which would send it to the wrong route partition).
 //! 2. the **filter stage** is today's filter ([`crate::pipeline::run_filter`]) with
 //!    [`Config::filter_stage`]: it reads the route topic in the group `<input.group_id>-global`.
 //!    A record without fingerprint is known there by its provenance
@@ -40,6 +43,7 @@ use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::kafka::{self, TopicError};
 use crate::partition::{InFlight, Target, SEQ_BITS};
 use crate::pipeline::delivery::Throttle;
+use crate::pipeline::refused::{RETRY_FIRST, RETRY_MAX};
 use crate::pipeline::{Fatal, HandoverError, RunError, Shutdown};
 use crate::provenance::{Provenance, HEADER};
 use crate::status::Status;
@@ -217,6 +221,11 @@ struct Router {
     resume_at: BTreeMap<i32, i64>,
     /// The producer's `queue.buffering.max.messages`: it resumes once the queue is half empty.
     queue_capacity: i32,
+    /// While a record's fingerprint waits for the schema registry ([`Router::wait_for_registry`]):
+    /// when the partitions may resume to try it again, and how many tries failed in a row.
+    registry_retry: Option<(Instant, u32)>,
+    /// `/readyz` (the route stage's wait for the registry).
+    status: Arc<Status>,
 }
 
 /// What became of a turn of the poll loop's record ([`Router::copy`]).
@@ -229,6 +238,9 @@ enum Copied {
     Full,
     /// Not taken: a stop was requested while the producer's queue was full.
     Stopping,
+    /// Not taken: its fingerprint needs the schema registry, which cannot be asked (the reason);
+    /// the stage backs off and takes it again later.
+    Wait(String),
 }
 
 impl Router {
@@ -248,7 +260,19 @@ impl Router {
             self.not_taken(p, offset);
             return Ok(Copied::Done);
         }
-        let to = route_partition(self.fingerprinter.fingerprint(msg).ok(), p, self.route_partitions);
+        let fingerprint = match self.fingerprinter.fingerprint(msg) {
+            Err(why) if why.must_wait() => {
+                // Never routed as a record without identity: its route partition would be wrong.
+                self.not_taken(p, offset);
+                return Ok(Copied::Wait(format!("input partition {p} offset {offset}: {why}")));
+            }
+            other => other.ok(),
+        };
+        if self.registry_retry.take().is_some() {
+            self.status.set_route_waiting(None);
+            info!("route stage: the schema registry answers again");
+        }
+        let to = route_partition(fingerprint, p, self.route_partitions);
         let tracked = self.partitions.entry(p).or_insert_with(|| Tracked {
             inflight: InFlight::new(offset),
             committed: offset,
@@ -331,7 +355,10 @@ impl Router {
         }
         self.backpressure = Some(Instant::now());
         if let Err(e) = consumer.assignment().and_then(|a| consumer.pause(&a)) {
-            warn!(error = %e, "route stage: pausing the partitions while the producer's queue is full failed");
+            warn!(error = %e, "route stage: pausing the partitions failed");
+        }
+        if self.registry_retry.is_some() {
+            return; // said by `wait_for_registry`
         }
         warn!(
             queued = self.producer.in_flight_count(),
@@ -340,12 +367,36 @@ impl Router {
         );
     }
 
-    /// While backed off: once the producer's queue has drained to half its size, resumes every
+    /// A record's fingerprint needs the schema registry, which cannot be asked (`why`): backs off
+    /// as for a full queue (every assigned input partition paused, the group served), and resumes
+    /// after [`RETRY_FIRST`], the wait doubling up to [`RETRY_MAX`] while it fails, at the record,
+    /// which is fingerprinted again. `/readyz` says why meanwhile.
+    fn wait_for_registry(&mut self, consumer: &RouteConsumer, why: String) {
+        let failures = self.registry_retry.map_or(0, |(_, n)| n).saturating_add(1);
+        let wait = RETRY_FIRST.saturating_mul(1 << (failures - 1).min(6)).min(RETRY_MAX);
+        self.registry_retry = Some((Instant::now() + wait, failures));
+        warn!(
+            error = %why, retry_in_ms = wait.as_millis() as u64,
+            "route stage: a record's fingerprint needs the schema registry, which cannot be asked: input partitions \
+             paused (nothing is copied past it)"
+        );
+        self.status.set_route_waiting(Some(format!(
+            "fingerprint.schema_registry: {why}; tried again in {} ms",
+            wait.as_millis()
+        )));
+        self.back_off(consumer);
+    }
+
+    /// While backed off: once the producer's queue has drained to half its size (and a wait for
+    /// the schema registry is over), resumes every
     /// assigned input partition, each that returned records it did not take at the first of them
     /// (resume, then seek: see `pipeline::ownership::resume_at`).
     fn drive_backpressure(&mut self, consumer: &RouteConsumer) {
         let Some(since) = self.backpressure else { return };
         if self.producer.in_flight_count() > self.queue_capacity / 2 {
+            return;
+        }
+        if self.registry_retry.is_some_and(|(at, _)| Instant::now() < at) {
             return;
         }
         let resumed = consumer.assignment().and_then(|a| consumer.resume(&a));
@@ -690,7 +741,7 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
         })?;
     let router = Router {
         cfg: cfg.clone(),
-        fingerprinter: Fingerprinter::new(cfg.fingerprint.identity()),
+        fingerprinter: Fingerprinter::of_config(&cfg.fingerprint)?,
         producer,
         acks,
         route_partitions,
@@ -704,6 +755,8 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
             .get("queue.buffering.max.messages")
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(DEFAULT_QUEUE_MESSAGES),
+        registry_retry: None,
+        status: status.clone(),
     };
     metrics::describe_gauge!(
         ROUTE_LAG,
@@ -771,6 +824,7 @@ fn poll_loop(consumer: &RouteConsumer, shutdown: &Shutdown) -> Result<(), Fatal>
         match copied {
             Copied::Stopping => return Ok(()),
             Copied::Full => r.back_off(consumer),
+            Copied::Wait(why) => r.wait_for_registry(consumer, why),
             Copied::Done => {}
         }
         r.tick(consumer)?;

@@ -37,7 +37,7 @@
 //!
 //! Around it: [`record`] (what is read of a record: key, value, headers as bytes; below both
 //! [`fingerprint`] and [`provenance`]), [`config`] (TOML + environment), [`security`] (TLS/SASL checks, secrets from
-//! files), [`schema_registry`] (writer schemas of `avro:` sources, fetched by id and cached),
+//! files), [`schema_registry`] (writer schemas of `avro:` and `protobuf:` sources, fetched by id and cached),
 //! [`kafka`] (client settings), [`service`] (signals, HTTP), [`http`] (every route),
 //! [`status`] (`/readyz`), [`topics`] (topics deleted or recreated while running), [`inspect`]
 //! and [`migrate`] (store tools), [`audit`] (did it work: duplicates, lost records and order,

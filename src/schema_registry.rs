@@ -1,5 +1,7 @@
-//! The Schema Registry client of the `avro:` fingerprint source: writer schemas fetched by id
-//! (Confluent's REST API, `GET {url}/schemas/ids/{id}`), parsed once and cached.
+//! The Schema Registry client of the `avro:` and `protobuf:` fingerprint sources (and their
+//! `-key:` forms): writer schemas fetched by id (Confluent's REST API,
+//! `GET {url}/schemas/ids/{id}`), parsed once (by `schemaType`: Avro, or Protobuf,
+//! [`ProtoSchema`]) and cached.
 //!
 //! A record in the Schema Registry wire format is a magic byte `0`, the schema id (4 bytes, big
 //! endian) and the record encoded with that schema ([`split_wire_format`]). The id is all a
@@ -57,6 +59,17 @@ pub fn split_wire_format(bytes: &[u8]) -> Option<(u32, &[u8])> {
     }
 }
 
+pub use crate::fingerprint::ProtoSchema;
+
+/// A parsed writer schema, of the `schemaType` the registry gave it.
+#[derive(Debug, Clone)]
+pub enum WriterSchema {
+    /// `AVRO` (or no `schemaType`).
+    Avro(Arc<apache_avro::Schema>),
+    /// `PROTOBUF`.
+    Protobuf(Arc<ProtoSchema>),
+}
+
 /// Why no schema came back for an id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SchemaError {
@@ -67,6 +80,11 @@ pub enum SchemaError {
     /// text apache-avro does not parse: the message says which).
     #[error("schema id {0} is not an Avro schema this build reads: {1}")]
     NotAvro(u32, String),
+    /// The registry's schema with this id is not a Protobuf schema this build reads (its
+    /// `schemaType`, a schema text that does not compile, an import of a schema other than the
+    /// well-known `google/protobuf/*` files: the message says which).
+    #[error("schema id {0} is not a Protobuf schema this build reads: {1}")]
+    NotProtobuf(u32, String),
     /// The registry could not be asked, or did not answer with a schema (the reason, naming the
     /// URL without credentials).
     #[error("the schema registry is unavailable: {0}")]
@@ -76,15 +94,15 @@ pub enum SchemaError {
 /// A cached answer for one id.
 enum Entry {
     /// The parsed writer schema.
-    Found(Arc<apache_avro::Schema>),
+    Found(WriterSchema),
     /// The registry had no such schema at this instant (kept for [`NOT_FOUND_TTL`]).
     NotFound(Instant),
     /// The registry answered 40403 for it first at `since`, within [`NOT_FOUND_GRACE`]: not
     /// known yet; asked again from `retry`.
     NotYet { since: Instant, retry: Instant },
     /// The registry's schema for this id is not one this build reads (kept like a schema: ids
-    /// are immutable).
-    NotAvro(String),
+    /// are immutable): its `schemaType` (`AVRO`, `PROTOBUF`, `JSON`, ...) and why.
+    Unreadable(String, String),
 }
 
 /// The cache and the back-off state, under one lock.
@@ -183,15 +201,39 @@ impl SchemaRegistry {
         self
     }
 
-    /// The writer schema with id `id`: from the cache, or fetched (see the module documentation
-    /// for what each failure means).
+    /// The Avro writer schema with id `id`: from the cache, or fetched (see the module
+    /// documentation for what each failure means); [`SchemaError::NotAvro`] for a schema of
+    /// another type.
     pub fn schema(&self, id: u32) -> Result<Arc<apache_avro::Schema>, SchemaError> {
+        match self.writer_schema(id)? {
+            Ok(WriterSchema::Avro(schema)) => Ok(schema),
+            Ok(WriterSchema::Protobuf(_)) => Err(SchemaError::NotAvro(id, "its schemaType is PROTOBUF".into())),
+            Err((kind, why)) if kind == "AVRO" => Err(SchemaError::NotAvro(id, why)),
+            Err((kind, _)) => Err(SchemaError::NotAvro(id, format!("its schemaType is {kind}"))),
+        }
+    }
+
+    /// The Protobuf writer schema with id `id`, as [`Self::schema`] for Avro;
+    /// [`SchemaError::NotProtobuf`] for a schema of another type.
+    pub fn protobuf_schema(&self, id: u32) -> Result<Arc<ProtoSchema>, SchemaError> {
+        match self.writer_schema(id)? {
+            Ok(WriterSchema::Protobuf(schema)) => Ok(schema),
+            Ok(WriterSchema::Avro(_)) => Err(SchemaError::NotProtobuf(id, "its schemaType is AVRO".into())),
+            Err((kind, why)) if kind == "PROTOBUF" => Err(SchemaError::NotProtobuf(id, why)),
+            Err((kind, _)) => Err(SchemaError::NotProtobuf(id, format!("its schemaType is {kind}"))),
+        }
+    }
+
+    /// The writer schema with id `id`, or (inner error) its `schemaType` and why this build does
+    /// not read it; the outer error for an id the registry lacks or a registry that cannot be
+    /// asked.
+    fn writer_schema(&self, id: u32) -> Result<Result<WriterSchema, (String, String)>, SchemaError> {
         let now = Instant::now();
         {
             let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
             match state.entries.get(&id) {
-                Some(Entry::Found(schema)) => return Ok(schema.clone()),
-                Some(Entry::NotAvro(why)) => return Err(SchemaError::NotAvro(id, why.clone())),
+                Some(Entry::Found(schema)) => return Ok(Ok(schema.clone())),
+                Some(Entry::Unreadable(kind, why)) => return Ok(Err((kind.clone(), why.clone()))),
                 Some(Entry::NotFound(at)) if now.duration_since(*at) < NOT_FOUND_TTL => {
                     return Err(SchemaError::NotFound(id))
                 }
@@ -210,7 +252,8 @@ impl SchemaRegistry {
         let fetched = self.fetch(id);
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let entry = match &fetched {
-            Ok(schema) => Entry::Found(schema.clone()),
+            Ok(Ok(schema)) => Entry::Found(schema.clone()),
+            Ok(Err((kind, why))) => Entry::Unreadable(kind.clone(), why.clone()),
             Err(SchemaError::NotFound(_)) => {
                 // Final once the registry said so for the grace, or said so before (an answer
                 // kept past its TTL and asked again); until then: not known yet.
@@ -231,14 +274,15 @@ impl SchemaRegistry {
                     None => Entry::NotFound(now),
                 }
             }
-            Err(SchemaError::NotAvro(_, why)) => Entry::NotAvro(why.clone()),
+            // `fetch` answers these inside `Ok`; passed on uncached should that change.
+            Err(other @ (SchemaError::NotAvro(..) | SchemaError::NotProtobuf(..))) => return Err(other.clone()),
             Err(SchemaError::Unavailable(why)) => {
                 let failures = state.down.as_ref().map_or(0, |d| d.2).saturating_add(1);
                 let wait = BACKOFF_FIRST
                     .saturating_mul(1 << (failures - 1).min(5))
                     .min(BACKOFF_MAX);
                 state.down = Some((Instant::now() + wait, why.clone(), failures));
-                return fetched;
+                return Err(SchemaError::Unavailable(why.clone()));
             }
         };
         state.down = None;
@@ -253,8 +297,8 @@ impl SchemaRegistry {
         fetched
     }
 
-    /// Asks the registry for schema `id` once.
-    fn fetch(&self, id: u32) -> Result<Arc<apache_avro::Schema>, SchemaError> {
+    /// Asks the registry for schema `id` once (the inner error as for [`Self::writer_schema`]).
+    fn fetch(&self, id: u32) -> Result<Result<WriterSchema, (String, String)>, SchemaError> {
         let url = format!("{}/schemas/ids/{id}", self.base);
         let mut request = self
             .agent
@@ -291,19 +335,27 @@ impl SchemaRegistry {
             .map_err(|e| SchemaError::Unavailable(format!("GET {url}: reading the answer: {e}")))?;
         let answer: SchemaAnswer = serde_json::from_str(&text)
             .map_err(|e| SchemaError::Unavailable(format!("GET {url}: not a schema answer: {e}")))?;
-        match answer.schema_type.as_deref() {
-            None | Some("AVRO") => {}
-            Some(other) => return Err(SchemaError::NotAvro(id, format!("its schemaType is {other}"))),
-        }
-        if !answer.references.is_empty() {
-            return Err(SchemaError::NotAvro(
-                id,
+        let kind = answer.schema_type.unwrap_or_else(|| "AVRO".to_string());
+        // A Protobuf schema's references to the well-known `google/protobuf/*.proto` files (some
+        // serializers register them) need no fetch: the parser has them.
+        let well_known = |r: &serde_json::Value| {
+            kind == "PROTOBUF" && r["name"].as_str().is_some_and(|n| n.starts_with("google/protobuf/"))
+        };
+        if !answer.references.iter().all(well_known) {
+            return Ok(Err((
+                kind,
                 "it references other schemas, which this build does not fetch".to_string(),
-            ));
+            )));
         }
-        apache_avro::Schema::parse_str(&answer.schema)
-            .map(Arc::new)
-            .map_err(|e| SchemaError::NotAvro(id, e.to_string()))
+        Ok(match kind.as_str() {
+            "AVRO" => apache_avro::Schema::parse_str(&answer.schema)
+                .map(|s| WriterSchema::Avro(Arc::new(s)))
+                .map_err(|e| (kind, e.to_string())),
+            "PROTOBUF" => ProtoSchema::parse(&answer.schema)
+                .map(|s| WriterSchema::Protobuf(Arc::new(s)))
+                .map_err(|e| (kind, e)),
+            _ => Err((kind.clone(), format!("its schemaType is {kind}"))),
+        })
     }
 
     /// How many answers the cache holds (schemas, and ids recently not found).

@@ -61,6 +61,9 @@ pub struct Status {
     live: Mutex<Option<SyncSender<LiveRequest>>>,
     /// Global scope: the input partitions the route stage owns (`None` in the partition scope).
     route_partitions: Mutex<Option<BTreeSet<i32>>>,
+    /// Global scope: why the route stage waits (the schema registry cannot be asked), while it
+    /// does.
+    route_waiting: Mutex<Option<String>>,
     /// Topics deleted or created again while running ([`crate::topics::watch`]): topic -> what
     /// the operator reads. Kept until the process stops.
     topics_changed: Mutex<BTreeMap<String, String>>,
@@ -273,6 +276,12 @@ impl Status {
         }
     }
 
+    /// Global scope: the route stage waits for `why` (`Some`: its input partitions are paused,
+    /// `/readyz` is not ready and says why), or no longer (`None`).
+    pub fn set_route_waiting(&self, why: Option<String>) {
+        *self.route_waiting.lock().expect("not poisoned") = why;
+    }
+
     /// Records that `topic` was deleted or created again while running; `why` says so and what
     /// to do. `/readyz` is not ready, naming it, until the process stops.
     pub fn set_topic_changed(&self, topic: &str, why: String) {
@@ -321,7 +330,9 @@ impl Status {
                     .collect()
             };
             let (halted, recovering) = (listed(PartitionState::Halted), listed(PartitionState::Recovering));
+            let route_waiting = self.route_waiting.lock().expect("not poisoned").clone();
             let reasons: Vec<String> = [
+                route_waiting.map(|why| format!("the route stage waits: {why}")),
                 (!halted.is_empty()).then(|| format!("halted partitions ({})", halted.join(", "))),
                 (!held.is_empty()).then(|| {
                     format!(

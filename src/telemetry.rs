@@ -36,7 +36,7 @@ pub const DUPLICATE_DISTANCE: &str = "kafka_dedup_duplicate_offset_distance_reco
 pub const UNFINGERPRINTABLE: &str = "kafka_dedup_unfingerprintable_records_total";
 /// The values of the `reason` label of [`UNFINGERPRINTABLE`]
 /// ([`crate::fingerprint::Unfingerprintable::reason`]).
-pub const UNFINGERPRINTABLE_REASONS: [&str; 8] = crate::fingerprint::Unfingerprintable::REASONS;
+pub const UNFINGERPRINTABLE_REASONS: [&str; 9] = crate::fingerprint::Unfingerprintable::REASONS;
 /// `kafka_dedup_checkpoints_total{result}`: checkpoints by [`CHECKPOINT_RESULTS`]: `ok` once the
 /// group coordinator confirmed the offset commit (or the transaction committed), `failed` when it
 /// refused it or it could not be sent.
@@ -135,8 +135,9 @@ pub const OUT_OF_SCOPE_REASONS: [&str; 2] = ["null_key", "key_elsewhere"];
 /// that the producer or the broker refused, each attempt counted; the partition halts meanwhile
 /// (`kafka_dedup_partition_state{state="halted"}`).
 pub const SIDE_REFUSED: &str = "kafka_dedup_side_copies_refused_total";
-/// `kafka_dedup_schema_registry_unavailable_total{partition}`: records of an `avro:` source that
-/// could not be fingerprinted because the schema registry was unavailable, each attempt counted;
+/// `kafka_dedup_schema_registry_unavailable_total{partition}`: records of an `avro:` or
+/// `protobuf:` source (or a `-key:` one) that could not be fingerprinted because the schema
+/// registry was unavailable, each attempt counted;
 /// the partition halts meanwhile (`kafka_dedup_partition_state{state="halted"}`) and the record
 /// waits, never forwarded without its fingerprint.
 pub const REGISTRY_UNAVAILABLE: &str = "kafka_dedup_schema_registry_unavailable_total";
@@ -408,7 +409,7 @@ pub struct PartitionMetrics {
     pub key_elsewhere: Counter,
     /// Unfingerprintable records under the configured `on_missing` action, by
     /// [`UNFINGERPRINTABLE_REASONS`] (same index).
-    unfingerprintable: [Counter; 8],
+    unfingerprintable: [Counter; 9],
     /// The configured `fingerprint.on_missing`, the `action` label of `unfingerprintable`.
     on_missing: OnMissing,
     /// The `partition` label value, for the state gauge and a label value registered on use.

@@ -634,6 +634,12 @@ fn several_fields_are_one_identity_and_ignored_fields_do_not_count() {
     .unwrap();
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("\"held\":true"), "{body}");
+    // The fields of the identity alone (issue 27, item 3).
+    for (query, held) in [("tenant_id=t1&event_id=e2", true), ("event_id=e2&tenant_id=t2", false)] {
+        let (code, body) = http_get(&filter.http, &format!("/store/lookup?{query}")).unwrap();
+        assert_eq!(code, 200, "{query}: {body}");
+        assert_eq!(body.contains("\"held\":true"), held, "{query}: {body}");
+    }
     assert!(filter.terminate().success(), "{}", filter.logs());
     let out = kafka().read_forwarded(&output, 1, &input);
     let want: Vec<Raw> = [0, 1, 3, 4].iter().map(|i| records[*i].clone()).collect();

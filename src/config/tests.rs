@@ -345,7 +345,7 @@ fn composite_sources_and_ignore() {
 }
 
 /// Issue 27: an `avro:` part needs `fingerprint.schema_registry.url`; the password may come
-/// from a file and is never printed; the global scope refuses avro parts.
+/// from a file and is never printed; the global scope takes them.
 #[test]
 fn avro_sources_need_a_schema_registry() {
     let avro = format!("{MINIMAL}\n[fingerprint]\nsource = [\"key\", \"avro:/event_id\"]\n");
@@ -373,8 +373,18 @@ fn avro_sources_need_a_schema_registry() {
         "{MINIMAL}\n[fingerprint]\nsource = \"avro:/id\"\nscope = \"global\"\nroute_topic = \"r\"\n\
          [fingerprint.schema_registry]\nurl = \"http://r:8081\"\n"
     );
-    let (key, reason) = key_and_reason(&global, &[]);
-    assert_eq!(key, "fingerprint.source", "{reason}");
+    // The global scope takes them (its route stage waits for the registry too).
+    load(&global).unwrap();
+    // protobuf: and the key forms need the registry too.
+    for source in [
+        "protobuf:/id",
+        "avro-key:/id",
+        "[\\\"json:/t\\\", \\\"protobuf-key:/id\\\"]",
+    ] {
+        let (key, reason) = key_and_reason(&format!("{MINIMAL}\n[fingerprint]\nsource = \"{source}\"\n"), &[]);
+        assert_eq!(key, "fingerprint.schema_registry.url", "{source}: {reason}");
+        load(&global.replace("avro:/id", source)).unwrap();
+    }
     // Without an avro part the registry settings are not needed.
     load(&format!("{MINIMAL}\n[fingerprint]\nsource = \"json:/id\"\n")).unwrap();
 }

@@ -15,15 +15,8 @@ impl Config {
         if let Err(e) = Source::ignoring(self.fingerprint.source.clone(), &self.fingerprint.ignore) {
             return Err(ConfigError::key("fingerprint.ignore", e.to_string()));
         }
-        if self.fingerprint.source.reads_avro() {
+        if self.fingerprint.source.reads_registry() {
             self.fingerprint.schema_registry.validate()?;
-            if self.fingerprint.scope == Scope::Global {
-                return Err(ConfigError::key(
-                    "fingerprint.source",
-                    "avro: parts are not supported with fingerprint.scope = \"global\" yet (the route stage \
-                     cannot wait for an unavailable schema registry); use the partition scope",
-                ));
-            }
         }
         if self.store.path.as_os_str().is_empty() {
             return Err(ConfigError::key("store.path", "must not be empty"));

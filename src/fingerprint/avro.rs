@@ -25,15 +25,7 @@ use serde_json::{Map, Number, Value as Json};
 
 use super::{Unfingerprintable, MAX_JSON_DEPTH};
 
-/// The JSON form of `value`, decoded with the writer schema `schema` (see the module
-/// documentation). Nesting deeper than [`MAX_JSON_DEPTH`] arrays, maps and records is
-/// [`Unfingerprintable::NotAvro`] (a recursive schema can nest as deep as the record says).
-#[cfg(test)]
-pub(super) fn to_json(value: Value, schema: &Schema) -> Result<Json, Unfingerprintable> {
-    target(value, schema, &[])
-}
-
-/// The JSON form of the value `pointer` (unescaped reference tokens) designates in `value`,
+/// The JSON form (see the module documentation) of the value `pointer` (unescaped reference tokens) designates in `value`,
 /// decoded with the writer schema `schema`. The pointer goes through a union to its branch's
 /// value (`/event/id` reaches `id` whichever record type `event` holds); tokens name record
 /// fields and map keys, or are array indices (digits, no leading zero). Errors:

@@ -18,12 +18,13 @@ use crate::schema_registry::SchemaRegistry;
 
 /// A test double of a Schema Registry: answers `GET /schemas/ids/{id}` with
 /// `{"schema": "..."}` for the ids it holds, 404 (`{"error_code":40403}`) for others; 503 while
-/// `down`; 401 when it wants basic auth and the request lacks it.
-struct FakeRegistry {
+/// `down`; 401 when it wants basic auth and the request lacks it. Also used by the protobuf
+/// tests ([`Self::register_protobuf`]).
+pub(super) struct FakeRegistry {
     /// Base URL, `http://127.0.0.1:PORT`.
     url: String,
-    /// Schema texts by id (changed while it runs).
-    schemas: Arc<Mutex<HashMap<u32, String>>>,
+    /// Answers by id (changed while it runs).
+    schemas: Arc<Mutex<HashMap<u32, serde_json::Value>>>,
     /// Answers 503 to everything while set.
     down: Arc<AtomicBool>,
     /// Requests answered.
@@ -34,10 +35,10 @@ struct FakeRegistry {
 
 impl FakeRegistry {
     /// Starts one, requiring `Authorization: {auth}` when `auth` is set.
-    fn start(auth: Option<&str>) -> FakeRegistry {
+    pub(super) fn start(auth: Option<&str>) -> FakeRegistry {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let schemas: Arc<Mutex<HashMap<u32, String>>> = Arc::default();
+        let schemas: Arc<Mutex<HashMap<u32, serde_json::Value>>> = Arc::default();
         let down = Arc::new(AtomicBool::new(false));
         let requests = Arc::new(AtomicUsize::new(0));
         let plain_404 = Arc::new(AtomicBool::new(false));
@@ -78,7 +79,7 @@ impl FakeRegistry {
                     ("401 Unauthorized", r#"{"error_code":401}"#.to_string())
                 } else {
                     match id.and_then(|id| s.lock().unwrap().get(&id).cloned()) {
-                        Some(schema) => ("200 OK", serde_json::json!({ "schema": schema }).to_string()),
+                        Some(answer) => ("200 OK", answer.to_string()),
                         None => (
                             "404 Not Found",
                             r#"{"error_code":40403,"message":"Schema not found"}"#.to_string(),
@@ -103,13 +104,29 @@ impl FakeRegistry {
     }
 
     /// Registers `schema` under `id`.
-    fn register(&self, id: u32, schema: &str) {
-        self.schemas.lock().unwrap().insert(id, schema.to_string());
+    pub(super) fn register(&self, id: u32, schema: &str) {
+        self.schemas
+            .lock()
+            .unwrap()
+            .insert(id, serde_json::json!({ "schema": schema }));
+    }
+
+    /// Registers the Protobuf schema `text` (`.proto` source or base64) under `id`.
+    pub(super) fn register_protobuf(&self, id: u32, text: &str) {
+        self.schemas
+            .lock()
+            .unwrap()
+            .insert(id, serde_json::json!({ "schema": text, "schemaType": "PROTOBUF" }));
+    }
+
+    /// Answers `answer` (the whole JSON body) for `id`.
+    pub(super) fn register_answer(&self, id: u32, answer: serde_json::Value) {
+        self.schemas.lock().unwrap().insert(id, answer);
     }
 
     /// A client of it, for which a first 40403 is final (no grace: see
     /// [`an_id_the_registry_does_not_know_yet_waits_before_it_counts_as_unknown`]).
-    fn client(&self) -> Arc<SchemaRegistry> {
+    pub(super) fn client(&self) -> Arc<SchemaRegistry> {
         self.client_with_grace(Duration::ZERO)
     }
 
@@ -520,11 +537,89 @@ fn the_avro_source_has_a_text_form() {
     for text in ["avro:/event_id", "avro:", "avro:/a~1b"] {
         let s = Source::try_from(text.to_string()).unwrap();
         assert_eq!(s.to_string(), text);
-        assert!(s.reads_avro());
+        assert!(s.reads_registry());
     }
     assert!(Source::try_from("avro:event_id".to_string()).is_err());
     assert!(Source::try_from("avro:/a~2".to_string()).is_err());
     let both = Source::try_from(r#"["json:/t","avro:/e"]"#.to_string()).unwrap();
-    assert!(both.reads_avro());
-    assert!(!Source::Json("/e".into()).reads_avro());
+    assert!(both.reads_registry());
+    assert!(!Source::Json("/e".into()).reads_registry());
+}
+
+#[test]
+fn the_avro_key_form_reads_the_key() {
+    let r = two_versions();
+    let f = avro("avro-key:/event_id", &r);
+    let keyed = |key: OwnedRecord, value: &[u8]| OwnedRecord {
+        key: key.value,
+        value: Some(value.to_vec()),
+        ..OwnedRecord::default()
+    };
+    let a = f.fingerprint(&keyed(v1("k-1", 1), b"x")).unwrap();
+    assert_eq!(
+        a,
+        f.fingerprint(&keyed(v2("k-1", 5, None), b"y")).unwrap(),
+        "v1 and v2 keys, values aside"
+    );
+    assert_ne!(a, f.fingerprint(&keyed(v1("k-2", 1), b"x")).unwrap());
+    assert_ne!(
+        a,
+        avro("avro:/event_id", &r).fingerprint(&v1("k-1", 1)).unwrap(),
+        "a key is not a value"
+    );
+    assert_eq!(
+        f.fingerprint(&v1("k-1", 1)),
+        Err(Unfingerprintable::Absent),
+        "a null key"
+    );
+    let no_wire = keyed(
+        OwnedRecord {
+            value: Some(b"k".to_vec()),
+            ..OwnedRecord::default()
+        },
+        b"x",
+    );
+    assert_eq!(f.fingerprint(&no_wire).unwrap_err().reason(), "no_magic_byte");
+}
+
+/// Issue 27, item 3: a lookup names an Avro event by its JSON form.
+#[test]
+fn a_lookup_reads_an_avro_record_given_as_json() {
+    let r = two_versions();
+    let f = avro("avro:/event_id", &r);
+    let json = OwnedRecord {
+        value: Some(br#"{"event_id": "e-1", "n": 1}"#.to_vec()),
+        ..OwnedRecord::default()
+    };
+    let want = f.fingerprint(&v1("e-1", 1)).unwrap();
+    assert_eq!(f.clone().for_lookup().fingerprint(&json), Ok(want));
+    assert_eq!(
+        f.fingerprint(&json).unwrap_err().reason(),
+        "no_magic_byte",
+        "never in the pipeline"
+    );
+    assert_eq!(
+        f.clone().for_lookup().fingerprint(&v2("e-1", 3, None)),
+        Ok(want),
+        "wire format still read"
+    );
+    // The whole record: the JSON form of v1's e-1 (n an integer).
+    let whole = avro("avro:", &r);
+    assert_eq!(
+        whole.clone().for_lookup().fingerprint(&json),
+        whole.fingerprint(&v1("e-1", 1))
+    );
+    // A key form and a composite.
+    let both = Fingerprinter::new(Source::try_from(r#"["avro-key:/event_id","avro:/event_id"]"#.to_string()).unwrap())
+        .with_registry(r.client());
+    let mut rec = v1("e-1", 1);
+    rec.key = v1("k", 1).value;
+    let keyed_json = OwnedRecord {
+        key: Some(br#"{"event_id":"k"}"#.to_vec()),
+        ..json.clone()
+    };
+    assert_eq!(
+        both.clone().for_lookup().fingerprint(&keyed_json),
+        both.fingerprint(&rec)
+    );
 }

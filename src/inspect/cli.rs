@@ -40,8 +40,14 @@ pub enum InspectCommand {
         /// Read the record value from this file (for example a JSON document), byte for byte.
         #[arg(long, value_name = "FILE")]
         json_file: Option<PathBuf>,
+        /// A field of the identity `NAME=VALUE` (the first member of a pointer of the source,
+        /// e.g. `event_id=e-1` for `json:/event_id`); repeat for each. They make a JSON document,
+        /// the record's value unless --value is given (VALUE read as JSON when it is JSON, as a
+        /// string otherwise).
+        #[arg(long, value_name = "NAME=VALUE")]
+        field: Vec<String>,
         /// A fingerprint as 32 hex digits (as printed by `dump`).
-        #[arg(long, value_name = "HEX", conflicts_with_all = ["value", "key", "header", "json_file", "config"])]
+        #[arg(long, value_name = "HEX", conflicts_with_all = ["value", "key", "header", "json_file", "field", "config"])]
         fingerprint: Option<String>,
         /// Configuration whose `fingerprint.source` to use (default: the source the store was
         /// written with). Refused when it differs from the store's.
@@ -109,6 +115,7 @@ pub fn run(path: &Path, json: bool, command: InspectCommand) -> Result<ExitCode,
             header,
             json_file,
             fingerprint,
+            field,
             ..
         } => Some(LookupInput::from_args(
             fingerprint.as_deref(),
@@ -116,6 +123,7 @@ pub fn run(path: &Path, json: bool, command: InspectCommand) -> Result<ExitCode,
             key.clone(),
             header,
             json_file.as_deref(),
+            field,
         )?),
         _ => None,
     };

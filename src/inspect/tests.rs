@@ -351,11 +351,11 @@ fn verify_finds_bad_stamps_and_foreign_keys() {
 #[test]
 fn lookup_inputs_from_the_cli_and_the_query() {
     assert!(matches!(
-        LookupInput::from_args(None, None, None, &[], None),
+        LookupInput::from_args(None, None, None, &[], None, &[]),
         Err(InspectError::Usage(_))
     ));
     assert!(matches!(
-        LookupInput::from_args(Some("xyz"), None, None, &[], None),
+        LookupInput::from_args(Some("xyz"), None, None, &[], None, &[]),
         Err(InspectError::Usage(_))
     ));
     let cli = LookupInput::from_args(
@@ -364,6 +364,7 @@ fn lookup_inputs_from_the_cli_and_the_query() {
         Some("k".into()),
         &["h=1".into(), "h=2".into()],
         None,
+        &[],
     )
     .unwrap();
     let q = LookupInput::from_query("key=k&header=h%3D1&value=v&&header=h=2").unwrap();
@@ -373,10 +374,13 @@ fn lookup_inputs_from_the_cli_and_the_query() {
     let key_only = LookupInput::from_query("key=k").unwrap();
     assert!(key_only.fingerprint(&Fingerprinter::new(Source::Value)).is_err());
     assert_eq!(LookupInput::from_query(""), Err(QueryError::Nothing));
-    assert_eq!(
-        LookupInput::from_query("valu=x"),
-        Err(QueryError::Unknown("valu".into()))
-    );
+    // A name other than fingerprint, value, key, header is a field of the identity, refused
+    // when the source has no pointer it begins.
+    let typo = LookupInput::from_query("valu=x").unwrap();
+    assert!(matches!(
+        typo.fingerprint(&Fingerprinter::new(Source::Value)),
+        Err(NoFingerprint::UnknownField { field, .. }) if field == "valu"
+    ));
     assert_eq!(
         LookupInput::from_query(&format!("fingerprint={}&value=x", "0".repeat(32))),
         Err(QueryError::Both)
@@ -411,5 +415,71 @@ fn lookup_queries_decode_to_bytes_strictly() {
     assert!(matches!(
         LookupInput::from_query("fingerprint=%FF"),
         Err(QueryError::Fingerprint(_))
+    ));
+}
+
+/// Issue 27, item 3: a lookup names an event by the fields of its identity (`?tenant_id=a&
+/// event_id=e-1`, `--field`), and the document they make fingerprints as the record would.
+#[test]
+fn lookups_by_the_fields_of_a_composite_identity() {
+    let source = Source::try_from(r#"["json:/tenant_id","json:/event_id"]"#.to_string()).unwrap();
+    let f = Fingerprinter::new(source);
+    let record = crate::fingerprint::OwnedRecord {
+        value: Some(br#"{ "event_id": "e-1", "n": 3, "tenant_id": "a" }"#.to_vec()),
+        ..Default::default()
+    };
+    let want = f.fingerprint(&record).unwrap();
+    let q = LookupInput::from_query("tenant_id=a&event_id=e-1").unwrap();
+    assert_eq!(q.fingerprint(&f), Ok(want));
+    let cli = LookupInput::from_args(
+        None,
+        None,
+        None,
+        &[],
+        None,
+        &["event_id=e-1".into(), "tenant_id=a".into()],
+    )
+    .unwrap();
+    assert_eq!(cli.fingerprint(&f), Ok(want), "order does not matter");
+    // As a JSON document (the existing way) too.
+    let doc = LookupInput::from_query("value=%7B%22tenant_id%22%3A%22a%22%2C%22event_id%22%3A%22e-1%22%7D").unwrap();
+    assert_eq!(doc.fingerprint(&f), Ok(want));
+    // Another tenant, another event.
+    let other = LookupInput::from_query("tenant_id=b&event_id=e-1").unwrap();
+    assert_ne!(other.fingerprint(&f), Ok(want));
+    // A value that is JSON is read as JSON: 7 is a number, "7" (quoted) a string.
+    let g = Fingerprinter::new(Source::Json("/n".into()));
+    let n = |doc: &[u8]| {
+        g.fingerprint(&crate::fingerprint::OwnedRecord {
+            value: Some(doc.to_vec()),
+            ..Default::default()
+        })
+    };
+    assert_eq!(
+        LookupInput::from_query("n=7").unwrap().fingerprint(&g),
+        Ok(n(b"{\"n\":7}").unwrap())
+    );
+    assert_eq!(
+        LookupInput::from_query("n=%227%22").unwrap().fingerprint(&g),
+        Ok(n(b"{\"n\":\"7\"}").unwrap())
+    );
+    // A missing part is reported as for a record; an unknown field names the known ones.
+    let half = LookupInput::from_query("tenant_id=a")
+        .unwrap()
+        .fingerprint(&f)
+        .unwrap_err();
+    assert!(half.to_string().contains("part 2"), "{half}");
+    let typo = LookupInput::from_query("tenant_id=a&evnt_id=e-1")
+        .unwrap()
+        .fingerprint(&f)
+        .unwrap_err();
+    assert!(typo.to_string().contains("tenant_id, event_id"), "{typo}");
+    assert_eq!(
+        LookupInput::from_query(&format!("fingerprint={}&event_id=x", "0".repeat(32))),
+        Err(QueryError::Both)
+    );
+    assert!(matches!(
+        LookupInput::from_args(None, None, None, &[], None, &["noequals".into()]),
+        Err(InspectError::Usage(_))
     ));
 }

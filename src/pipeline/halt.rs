@@ -23,8 +23,8 @@
 //!   out may have been written) and out of order with later copies: side topics are
 //!   at-least-once.
 //!
-//! A partition also halts when a record's `avro:` fingerprint needs a writer schema and the
-//! schema registry cannot be reached ([`Filter::halt_for_registry`]): the record is not taken
+//! A partition also halts when a record's `avro:` or `protobuf:` fingerprint (or a `-key:`
+//! form's) needs a writer schema and the schema registry cannot be reached ([`Filter::halt_for_registry`]): the record is not taken
 //! (nothing is committed past it, later records are not taken either), `/readyz` names the
 //! registry's error, and after [`RETRY_FIRST`], doubling up to [`RETRY_MAX`], the partition
 //! resumes at that record, which is fingerprinted again. Forwarding it as a record without

@@ -43,7 +43,7 @@ mod mode;
 mod ownership;
 mod produce;
 mod recoveries;
-mod refused;
+pub(crate) mod refused;
 pub mod route;
 mod tick;
 

@@ -72,8 +72,8 @@ pub(super) struct Halt {
     pub(super) retry_at: Instant,
     /// Whether the consumer has paused the partition.
     pub(super) paused: bool,
-    /// Whether it waits for the schema registry (an `avro:` source could not fetch a writer
-    /// schema): it resumes at `retry_at`, where the record is fingerprinted again.
+    /// Whether it waits for the schema registry (an `avro:` or `protobuf:` source could not
+    /// fetch a writer schema): it resumes at `retry_at`, where the record is fingerprinted again.
     pub(super) registry: bool,
 }
 
