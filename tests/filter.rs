@@ -28,16 +28,7 @@ fn seed_scenario_on_three_partitions() {
     let out = given.output();
     let v = scenario::verify(&s.records, &out);
     if !v.ok() {
-        let mut seen = std::collections::HashMap::new();
-        for (p, vals) in &out {
-            for (i, x) in vals.iter().enumerate() {
-                if let Some(prev) = seen.insert(*x, (*p, i)) {
-                    eprintln!("DUP value {x}: first at {prev:?}, again at ({p}, {i})");
-                }
-            }
-        }
-        let keep = given.dir.keep();
-        eprintln!("kept {}", keep.display());
+        explain(given, &out);
     }
     assert!(v.ok(), "{v:?}");
     assert_eq!(v.output_records, 10_000);
@@ -47,6 +38,21 @@ fn seed_scenario_on_three_partitions() {
             "output partition {p} holds only values written to input partition {p}"
         );
     }
+}
+
+/// For a failed run: prints every value the output holds twice (where first, where again) and
+/// keeps the scenario's directory (the store, the filter's log) for a look.
+fn explain(given: Scenario, out: &BTreeMap<i32, Vec<u64>>) {
+    let mut seen = std::collections::HashMap::new();
+    for (p, vals) in out {
+        for (i, x) in vals.iter().enumerate() {
+            if let Some(prev) = seen.insert(*x, (*p, i)) {
+                eprintln!("DUP value {x}: first at {prev:?}, again at ({p}, {i})");
+            }
+        }
+    }
+    let keep = given.dir.keep();
+    eprintln!("kept {}", keep.display());
 }
 
 const CONSUMED: &str = "kafka_dedup_records_consumed_total";
@@ -263,17 +269,8 @@ fn graceful_restart_mid_stream() {
     let out = given.output();
     let v = scenario::verify(&s.records, &out);
     if !v.ok() {
-        let mut seen = std::collections::HashMap::new();
-        for (p, vals) in &out {
-            for (i, x) in vals.iter().enumerate() {
-                if let Some(prev) = seen.insert(*x, (*p, i)) {
-                    eprintln!("DUP value {x}: first at {prev:?}, again at ({p}, {i})");
-                }
-            }
-        }
         eprintln!("stopped_at {stopped_at:?}");
-        let keep = given.dir.keep();
-        eprintln!("kept {}", keep.display());
+        explain(given, &out);
     }
     assert!(v.ok(), "{v:?}");
     assert_eq!(v.output_records, 6000);

@@ -297,13 +297,14 @@ impl Scenario {
 
     /// The output's values per partition, read to its end.
     pub fn output(&self) -> BTreeMap<i32, Vec<u64>> {
-        scenario::read_values(
-            &self.broker.client(),
-            &self.output,
-            self.partitions,
-            Duration::from_secs(30),
-        )
-        .unwrap()
+        self.read_output(Duration::from_secs(30))
+    }
+
+    /// The output's values per partition, read to its end within `timeout`
+    /// ([`scenario::read_values`], read_committed).
+    fn read_output(&self, timeout: Duration) -> BTreeMap<i32, Vec<u64>> {
+        scenario::read_values(&self.broker.client(), &self.output, self.partitions, timeout)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", self.output))
     }
 
     /// The output's records per partition, as forwarded (provenance headers taken off).
@@ -324,13 +325,7 @@ impl Scenario {
     /// Then: every value written reached the output exactly once and in input order per
     /// partition ([`scenario::verify`]), `distinct` records in all.
     pub fn then_once_in_order(&self, distinct: u64) {
-        let out = scenario::read_values(
-            &self.broker.client(),
-            &self.output,
-            self.partitions,
-            Duration::from_secs(120),
-        )
-        .unwrap();
+        let out = self.read_output(Duration::from_secs(120));
         let v = scenario::verify(&self.written, &out);
         assert!(v.ok(), "{v:?}");
         assert_eq!(v.output_records, distinct, "{v:?}");
@@ -338,13 +333,7 @@ impl Scenario {
 
     /// Then: the output holds exactly `expected`, partition by partition, in this order.
     pub fn then_output_is(&self, expected: &BTreeMap<i32, Vec<u64>>) {
-        let out = scenario::read_values(
-            &self.broker.client(),
-            &self.output,
-            self.partitions,
-            Duration::from_secs(120),
-        )
-        .unwrap();
+        let out = self.read_output(Duration::from_secs(120));
         assert_eq!(&out, expected, "the output, per partition");
     }
 
