@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One Apache Kafka node in KRaft mode (broker and controller in one JVM), run from the jars that
-# java/broker/pom.xml names (scripts/kafka.sh installs them). Used by scripts/test.sh and
+# java/broker/pom.xml names (scripts/brokers.sh installs them). Used by scripts/test.sh and
 # scripts/bench.sh for the suite's shared broker, and by tests that need a broker of their own
 # (tests/common/proxy.rs).
 #
@@ -21,7 +21,7 @@ set -euo pipefail
 
 dir="$1" port="$2" advertised="${3:-0}" sasl="${4:-0}"
 [ "$advertised" != 0 ] || advertised="$port"
-: "${KAFKA_LIBS:?KAFKA_LIBS: the directory of the broker jars (scripts/kafka.sh installs them)}"
+: "${KAFKA_LIBS:?KAFKA_LIBS: the directory of the broker jars (scripts/brokers.sh installs them)}"
 mkdir -p "$dir/data"
 controller="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 

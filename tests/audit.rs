@@ -3,10 +3,9 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::given::{Audit, Scenario};
 use common::*;
 use kafka_dedup::audit::core::DuplicateRule;
 use kafka_dedup::audit::report::{PartitionReport, Report, UpperBound};
@@ -14,49 +13,6 @@ use kafka_dedup::provenance::{Provenance, HEADER};
 use kafka_dedup::scenario;
 use rdkafka::consumer::Consumer;
 use rdkafka::{Message, Offset, TopicPartitionList};
-
-/// What `kafka-dedup audit` answered.
-struct Audit {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Audit {
-    fn report(&self) -> Report {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not a report ({e}):\n{}\n{}", self.stdout, self.stderr))
-    }
-}
-
-/// Runs `kafka-dedup audit --config CONFIG ARGS...`.
-fn audit(config: &Path, args: &[&str]) -> Audit {
-    let out = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
-        .arg("audit")
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .output()
-        .expect("run kafka-dedup audit");
-    Audit {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// The configuration of a filter for `spec`, written to `dir`: what the audit reads.
-fn config(spec: &FilterSpec, dir: &Path) -> PathBuf {
-    let path = dir.join(format!("audit-{}.toml", spec.output));
-    std::fs::write(&path, spec.toml(free_port())).unwrap();
-    path
-}
-
-/// Produces `records` (record, timestamp in ms) to one partition, in order, and waits for them.
-fn produce_timed(broker: &Broker, topic: &str, partition: i32, records: &[(Raw, i64)]) {
-    let timed: Vec<(i64, Raw)> = records.iter().map(|(r, ts)| (*ts, r.clone())).collect();
-    broker.produce_timed(topic, partition, &timed);
-}
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
@@ -83,15 +39,15 @@ fn findings(p: &PartitionReport) -> (u64, u64, u64, u64) {
 /// The input of the planted-fault topics, per partition `p`: `p-0` .. `p-39` stamped 100 ms
 /// apart from `t0` (4 s: twice H_max), with a replay of `p-15` after `p-20` (input offset 21,
 /// stamped `t0` + 2,050 ms); so `p-i` is at input offset `i` up to 20 and `i + 1` after.
-fn planted_input(p: i32, t0: i64) -> Vec<(Raw, i64)> {
+fn planted_input(p: i32, t0: i64) -> Vec<(i64, Raw)> {
     let rec = |i: i64| {
         (
-            raw(Some(&format!("k{i}")), Some(&format!("{p}-{i}")), &[]),
             t0 + i * 100,
+            raw(Some(&format!("k{i}")), Some(&format!("{p}-{i}")), &[]),
         )
     };
-    let mut records: Vec<(Raw, i64)> = (0..=20).map(rec).collect();
-    records.push((rec(15).0, t0 + 2050));
+    let mut records: Vec<(i64, Raw)> = (0..=20).map(rec).collect();
+    records.push((t0 + 2050, rec(15).1));
     records.extend((21..40).map(rec));
     records
 }
@@ -100,7 +56,7 @@ fn planted_input(p: i32, t0: i64) -> Vec<(Raw, i64)> {
 /// timestamps), with one fault planted: 1 a copy of `1-30` after `1-31`, 2 `2-25` left out, 3
 /// `3-33` and `3-34` swapped; 0 none. With `provenance`, each record carries the header naming
 /// its input offset.
-fn planted_output(input: &str, p: i32, t0: i64, provenance: bool) -> Vec<(Raw, i64)> {
+fn planted_output(input: &str, p: i32, t0: i64, provenance: bool) -> Vec<(i64, Raw)> {
     let offset = |i: i64| if i <= 20 { i } else { i + 1 };
     let rec = |i: i64| {
         let mut r = raw(Some(&format!("k{i}")), Some(&format!("{p}-{i}")), &[]);
@@ -113,7 +69,7 @@ fn planted_output(input: &str, p: i32, t0: i64, provenance: bool) -> Vec<(Raw, i
             r.headers
                 .push((HEADER.as_bytes().to_vec(), Some(source.encode().into_bytes())));
         }
-        (r, t0 + i * 100)
+        (t0 + i * 100, r)
     };
     let mut order: Vec<i64> = (0..40).collect();
     match p {
@@ -128,19 +84,16 @@ fn planted_output(input: &str, p: i32, t0: i64, provenance: bool) -> Vec<(Raw, i
 /// The planted faults, found exactly, per partition; partition 0 alone is clean (exit 0); the
 /// bounds leave a fault in or out.
 fn planted(provenance: bool) {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("audit-in"), unique("audit-out"));
-    kafka().create_topic(&input, 4);
-    kafka().create_topic(&output, 4);
+    // Given: the input and what a filter wrote, with the faults planted.
+    let given = Scenario::new("audit", 4);
     let t0 = now_ms() - 600_000;
     for p in 0..4 {
-        produce_timed(&kafka(), &input, p, &planted_input(p, t0));
-        produce_timed(&kafka(), &output, p, &planted_output(&input, p, t0, provenance));
+        given.produce_timed(p, &planted_input(p, t0));
+        given.write_output_timed(p, &planted_output(&given.input, p, t0, provenance));
     }
-    let spec = FilterSpec::new(&input, &output, dir.path());
-    let config = config(&spec, dir.path());
 
-    let a = audit(&config, &["--json"]);
+    // When: the audit judges the pair; then: it finds exactly the faults.
+    let a = given.audit(&["--json"]);
     assert_eq!(a.code, 1, "{}\n{}", a.stdout, a.stderr);
     let r = a.report();
     assert!(!r.clean);
@@ -188,7 +141,7 @@ fn planted(provenance: bool) {
     assert_eq!(r.totals.duplicates + r.totals.lost + r.totals.out_of_order, 3);
 
     // The same as text, for people.
-    let text = audit(&config, &[]);
+    let text = given.audit(&[]);
     eprintln!("{}", text.stdout);
     assert_eq!(text.code, 1);
     for needle in [
@@ -201,11 +154,11 @@ fn planted(provenance: bool) {
     }
 
     // A clean pair: exit 0.
-    let clean = audit(&config, &["--json", "--partition", "0"]);
+    let clean = given.audit(&["--json", "--partition", "0"]);
     assert_eq!(clean.code, 0, "{}\n{}", clean.stdout, clean.stderr);
     assert!(clean.report().clean);
     assert_eq!(clean.report().partitions.len(), 1);
-    let text = audit(&config, &["--partition", "0"]);
+    let text = given.audit(&["--partition", "0"]);
     assert!(
         text.stdout
             .contains("\nCLEAN: 1 partition(s), 41 input records judged (40 forwarded, 1 replays"),
@@ -250,7 +203,7 @@ fn planted(provenance: bool) {
     for (p, bounds, code, read_from) in rows {
         let mut args = vec!["--json", "--partition", p];
         args.extend(bounds.iter().map(String::as_str));
-        let a = audit(&config, &args);
+        let a = given.audit(&args);
         assert_eq!(a.code, code, "{bounds:?}:\n{}\n{}", a.stdout, a.stderr);
         let r = a.report();
         let p = &r.partitions[0];
@@ -313,29 +266,18 @@ fn last_record(broker: &Broker, topic: &str, p: i32) -> (i64, Raw, i64) {
 /// forwarded once, every replay dropped), then finds exactly the duplicate appended by hand.
 #[test]
 fn agrees_with_a_filter_run_then_finds_a_duplicate_appended_by_hand() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("audit-run-in"), unique("audit-run-out"));
-    kafka().create_topic(&input, 3);
-    kafka().create_topic(&output, 3);
-    let spec = FilterSpec::new(&input, &output, dir.path());
-    let mut filter = spec.start(dir.path());
-    filter.wait_ready(Duration::from_secs(60));
+    // Given: a filter, and upstream writing the replay scenario.
+    let mut given = Scenario::new("audit-run", 3);
+    let filter = given.start_ready();
     let s = scenario::replay_scenario(3000, 3, 100, 15);
     assert!(s.replays > 100, "{}", s.replays);
-    kafka().produce_values(&input, &s.records, Duration::from_secs(2));
-    kafka().wait_committed(
-        &spec.group,
-        &input,
-        &kafka().end_offsets(&input, 3),
-        Duration::from_secs(120),
-        || filter.logs(),
-    );
-    assert!(filter.terminate().success(), "{}", filter.logs());
-    let verdict = scenario::verify(&s.records, &kafka().read_values(&output, 3));
-    assert!(verdict.ok() && verdict.output_records == 3000, "{verdict:?}");
+    given.produce_records(&s.records, Duration::from_secs(2));
+    given.wait_done(&filter);
+    given.stop(filter);
+    given.then_once_in_order(3000);
 
-    let config = config(&spec, dir.path());
-    let a = audit(&config, &["--json"]);
+    // When: the audit judges the run; then: clean, and it counts what the filter did.
+    let a = given.audit(&["--json"]);
     assert_eq!(a.code, 0, "{}\n{}", a.stdout, a.stderr);
     let r = a.report();
     assert!(r.clean);
@@ -347,10 +289,11 @@ fn agrees_with_a_filter_run_then_finds_a_duplicate_appended_by_hand() {
         assert_eq!(p.range.to, UpperBound::Committed, "{p:#?}");
     }
 
-    // A copy of partition 1's last output record, appended as the filter would have written it.
-    let (offset, record, ts) = last_record(&kafka(), &output, 1);
-    produce_timed(&kafka(), &output, 1, &[(record, ts)]);
-    let a = audit(&config, &["--json"]);
+    // When: a copy of partition 1's last output record is appended as the filter would have
+    // written it; then: the audit finds that one duplicate.
+    let (offset, record, ts) = last_record(&given.broker, &given.output, 1);
+    given.write_output_timed(1, &[(ts, record)]);
+    let a = given.audit(&["--json"]);
     assert_eq!(a.code, 1, "{}\n{}", a.stdout, a.stderr);
     let r = a.report();
     assert_eq!(
@@ -371,23 +314,21 @@ fn agrees_with_a_filter_run_then_finds_a_duplicate_appended_by_hand() {
 /// What the audit cannot check exits 2, naming why.
 #[test]
 fn refusals_exit_2() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("audit-no-in"), unique("audit-no-out"));
-    kafka().create_topic(&input, 2);
-    let spec = FilterSpec::new(&input, &output, dir.path());
-    let config = config(&spec, dir.path());
-    let a = audit(&config, &[]);
+    // Given: an input, and an output that does not exist yet.
+    let given = Scenario::input_only("audit-no", 2);
+    let (input, output) = (&given.input, &given.output);
+    let a = given.audit(&[]);
     assert_eq!(a.code, 2, "{}", a.stderr);
     assert!(
-        a.stderr.contains(&output) && a.stderr.contains("does not exist"),
+        a.stderr.contains(output.as_str()) && a.stderr.contains("does not exist"),
         "{}",
         a.stderr
     );
 
-    kafka().create_topic(&output, 2);
+    given.create_output();
     // Issue 23, item 6: a partition past both topics' is blamed on the input, not the output.
     for p in ["2", "5"] {
-        let a = audit(&config, &["--partition", p]);
+        let a = given.audit(&["--partition", p]);
         assert_eq!(a.code, 2, "{}", a.stderr);
         assert!(
             a.stderr.contains(&format!(
@@ -402,22 +343,22 @@ fn refusals_exit_2() {
         vec!["--from-offset", "-3"],
         vec!["--from-offset", "9", "--to-offset", "3"],
     ] {
-        let a = audit(&config, &bad);
+        let a = given.audit(&bad);
         assert_eq!(a.code, 2, "{bad:?}: {}", a.stderr);
     }
-    let mut key = spec.clone();
+    let mut key = given.spec.clone();
     key.extra = String::new();
     let text = key.toml(free_port()).replace(
         &format!("topic = \"{output}\"\n"),
         &format!("topic = \"{output}\"\npartitioning = \"key\"\n"),
     );
-    let key_config = dir.path().join("key.toml");
+    let key_config = given.path().join("key.toml");
     std::fs::write(&key_config, text).unwrap();
-    let a = audit(&key_config, &[]);
+    let a = Audit::run(&key_config, &[]);
     assert_eq!(a.code, 2, "{}", a.stderr);
     assert!(a.stderr.contains("partitioning = \"key\""), "{}", a.stderr);
 
-    let a = audit(&config, &["--json"]);
+    let a = given.audit(&["--json"]);
     assert_eq!(a.code, 0, "two empty topics are clean: {}\n{}", a.stdout, a.stderr);
 }
 
@@ -428,40 +369,37 @@ fn refusals_exit_2() {
 /// again 6 s later (H_max = 2 s), all 80 in the output as the filter forwards them.
 #[test]
 fn repeats_outside_the_horizon_are_counted_not_failed() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("audit-rep-in"), unique("audit-rep-out"));
-    kafka().create_topic(&input, 2);
-    kafka().create_topic(&output, 2);
+    // Given: both copies in the input, and in the output as the filter forwards them.
+    let given = Scenario::new("audit-rep", 2);
     let t0 = now_ms() - 600_000;
     for p in 0..2 {
         // (copy, i): offset copy x 40 + i in both topics.
         let copies: Vec<(i64, i64)> = (0..2).flat_map(|copy| (0..40).map(move |i| (copy, i))).collect();
         let record = |i: i64| raw(Some(&format!("k{i}")), Some(&format!("{p}-{i}")), &[]);
         let stamp = |copy: i64, i: i64| t0 + copy * 6_000 + i * 100;
-        let inputs: Vec<(Raw, i64)> = copies.iter().map(|&(c, i)| (record(i), stamp(c, i))).collect();
-        let outputs: Vec<(Raw, i64)> = copies
+        let inputs: Vec<(i64, Raw)> = copies.iter().map(|&(c, i)| (stamp(c, i), record(i))).collect();
+        let outputs: Vec<(i64, Raw)> = copies
             .iter()
             .map(|&(c, i)| {
                 let mut r = record(i);
                 if p == 1 {
                     let source = Provenance {
-                        topic: input.clone(),
+                        topic: given.input.clone(),
                         partition: p,
                         offset: c * 40 + i,
                     };
                     r.headers
                         .push((HEADER.as_bytes().to_vec(), Some(source.encode().into_bytes())));
                 }
-                (r, stamp(c, i))
+                (stamp(c, i), r)
             })
             .collect();
-        produce_timed(&kafka(), &input, p, &inputs);
-        produce_timed(&kafka(), &output, p, &outputs);
+        given.produce_timed(p, &inputs);
+        given.write_output_timed(p, &outputs);
     }
-    let spec = FilterSpec::new(&input, &output, dir.path());
-    let config = config(&spec, dir.path());
 
-    let a = audit(&config, &["--json"]);
+    // When: the audit judges the pair; then: the repeats are counted, not failed.
+    let a = given.audit(&["--json"]);
     assert_eq!(
         a.code, 0,
         "the filter's rule, not a failure: {}\n{}",
@@ -492,7 +430,7 @@ fn repeats_outside_the_horizon_are_counted_not_failed() {
         );
     }
 
-    let text = audit(&config, &[]);
+    let text = given.audit(&[]);
     eprintln!("{}", text.stdout);
     assert_eq!(text.code, 0);
     for needle in [

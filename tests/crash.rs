@@ -563,7 +563,7 @@ fn store_snapshot_without_generations_is_rebuilt() {
 /// a repeat of `x` 3.6 s after it on the partition clock is dropped: H_max widens after a crash by
 /// the rotations the crashed owner made (docs/guarantee.md), where rotating by the re-read
 /// records' time would let a replay dropped before the crash pass after it
-/// (`recovery::execute::tests::a_replay_dropped_before_the_crash_still_finds_its_first_copy`).
+/// (`recovery::execute::reread::tests::a_replay_dropped_before_the_crash_still_finds_its_first_copy`).
 #[test]
 fn records_rereading_across_buckets_after_a_crash_keep_the_checkpoints_generations() {
     let s = Scenario::new("hmax", 1).killable();

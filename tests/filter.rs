@@ -7,38 +7,28 @@ use std::time::Duration;
 
 use common::given::Scenario;
 use common::*;
-use kafka_dedup::scenario::{self, read_values};
+use kafka_dedup::scenario;
 
 /// Case 1: the seed scenario, 10,000 integers on 3 partitions with upstream replays.
 #[test]
 fn seed_scenario_on_three_partitions() {
     let mut given = Scenario::new("seed", 3);
-    let mut filter = given.start();
-    filter.wait_ready(Duration::from_secs(60));
+    let filter = given.start_ready();
 
     let s = scenario::replay_scenario(10_000, 3, 150, 1);
     assert!(s.replays > 500, "the scenario injects replays ({})", s.replays);
     given.produce_records(&s.records, Duration::from_secs(3));
     given.wait_done(&filter);
-    assert!(filter.terminate().success(), "{}", filter.logs());
+    let filter = given.stop(filter);
     // The test configuration sets consumer-only properties (heartbeat.interval.ms): the producer
     // does not get them, so librdkafka has nothing to warn about.
     let logs = filter.logs();
     assert!(!logs.contains("CONFWARN"), "{logs}");
 
-    let out = read_values(&kafka().client(), &given.output, 3, Duration::from_secs(60)).unwrap();
+    let out = given.output();
     let v = scenario::verify(&s.records, &out);
     if !v.ok() {
-        let mut seen = std::collections::HashMap::new();
-        for (p, vals) in &out {
-            for (i, x) in vals.iter().enumerate() {
-                if let Some(prev) = seen.insert(*x, (*p, i)) {
-                    eprintln!("DUP value {x}: first at {prev:?}, again at ({p}, {i})");
-                }
-            }
-        }
-        let keep = given.dir.keep();
-        eprintln!("kept {}", keep.display());
+        explain(given, &out);
     }
     assert!(v.ok(), "{v:?}");
     assert_eq!(v.output_records, 10_000);
@@ -48,6 +38,21 @@ fn seed_scenario_on_three_partitions() {
             "output partition {p} holds only values written to input partition {p}"
         );
     }
+}
+
+/// For a failed run: prints every value the output holds twice (where first, where again) and
+/// keeps the scenario's directory (the store, the filter's log) for a look.
+fn explain(given: Scenario, out: &BTreeMap<i32, Vec<u64>>) {
+    let mut seen = std::collections::HashMap::new();
+    for (p, vals) in out {
+        for (i, x) in vals.iter().enumerate() {
+            if let Some(prev) = seen.insert(*x, (*p, i)) {
+                eprintln!("DUP value {x}: first at {prev:?}, again at ({p}, {i})");
+            }
+        }
+    }
+    let keep = given.dir.keep();
+    eprintln!("kept {}", keep.display());
 }
 
 const CONSUMED: &str = "kafka_dedup_records_consumed_total";
@@ -86,7 +91,7 @@ fn retried_batch_drops_exactly_the_repeats() {
     assert_eq!(metric(&scrape, CONSUMED, &[]), 1100.0);
     assert_eq!(metric(&scrape, FORWARDED, &[]), 1000.0);
     assert_eq!(metric(&scrape, DROPPED, &[]), 100.0, "{scrape}");
-    assert!(filter.terminate().success());
+    s.stop(filter);
 
     let out = s.forwarded();
     let expected: Vec<String> = (1..=1000).map(|i| i.to_string()).collect();
@@ -99,22 +104,18 @@ fn retried_batch_drops_exactly_the_repeats() {
 /// with an extra header: dropped; no header: follows on_missing (forward, then dead_letter).
 #[test]
 fn header_selected_identity() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output, dlq) = (unique("hdr-in"), unique("hdr-out"), unique("hdr-dlq"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
-    kafka().create_topic(&dlq, 1);
+    let mut given = Scenario::new("hdr", 1);
+    let dlq = given.side_topic("hdr-dlq");
     let records = vec![
         raw(None, Some("same"), &[("event-id", "A")]),
         raw(None, Some("same"), &[("event-id", "B")]),
         raw(None, Some("different"), &[("retry", "1"), ("event-id", "A")]),
         raw(None, Some("no header"), &[("other", "x")]),
     ];
-    kafka().produce_raw(&input, 0, &records);
+    given.produce_raw(0, &records);
 
-    let mut spec = FilterSpec::new(&input, &output, dir.path());
-    spec.fingerprint = "[fingerprint]\nsource = \"header:event-id\"\n".into();
-    let mut filter = spec.start(dir.path());
+    given.spec.fingerprint = "[fingerprint]\nsource = \"header:event-id\"\n".into();
+    let mut filter = given.start();
     filter.wait_metric(CONSUMED, &[], 4.0, Duration::from_secs(60));
     filter.wait_metric(FORWARDED, &[], 3.0, Duration::from_secs(60));
     let scrape = filter.scrape();
@@ -124,22 +125,19 @@ fn header_selected_identity() {
         1.0,
         "{scrape}"
     );
-    assert!(filter.terminate().success());
-    let out = kafka().read_forwarded(&output, 1, &input);
+    given.stop(filter);
+    let out = given.forwarded();
     assert_eq!(
         out[&0],
         vec![records[0].clone(), records[1].clone(), records[3].clone()]
     );
 
     // The same input with on_missing = dead_letter: the header-less record goes to the DLQ.
-    let dir2 = tempfile::tempdir().unwrap();
-    let output2 = unique("hdr-out2");
-    kafka().create_topic(&output2, 1);
-    let mut spec2 = FilterSpec::new(&input, &output2, dir2.path());
-    spec2.fingerprint = format!(
+    let mut again = given.with_new_output("hdr-out2");
+    again.spec.fingerprint = format!(
         "[fingerprint]\nsource = \"header:event-id\"\non_missing = \"dead_letter\"\ndead_letter_topic = \"{dlq}\"\n"
     );
-    let mut filter2 = spec2.start(dir2.path());
+    let mut filter2 = again.start();
     filter2.wait_metric(CONSUMED, &[], 4.0, Duration::from_secs(60));
     filter2.wait_metric(FORWARDED, &[], 2.0, Duration::from_secs(60));
     filter2.wait_metric(
@@ -148,15 +146,15 @@ fn header_selected_identity() {
         1.0,
         Duration::from_secs(10),
     );
-    assert!(filter2.terminate().success());
-    let out2 = kafka().read_forwarded(&output2, 1, &input);
+    again.stop(filter2);
+    let out2 = again.forwarded();
     assert_eq!(out2[&0], vec![records[0].clone(), records[1].clone()]);
-    let dead = kafka().read_records(&dlq, 1);
+    let dead = given.broker.read_records(&dlq, 1);
     assert_eq!(dead[&0].len(), 1);
     assert_eq!(dead[&0][0].value.as_deref(), Some(&b"no header"[..]));
     assert_eq!(dead[&0][0].header("kafka-dedup.reason"), Some(Some(&b"absent"[..])));
     let source = dead[&0][0].header("kafka-dedup.source").flatten().map(<[u8]>::to_vec);
-    assert_eq!(source, Some(format!("{input}/0/3").into_bytes()));
+    assert_eq!(source, Some(format!("{}/0/3", given.input).into_bytes()));
 }
 
 /// Case 4: tombstones with key_value. (k1,"v1"), (k1,null), (k2,null), (k1,null) again, and
@@ -177,7 +175,7 @@ fn tombstones_and_empty_values() {
     filter.wait_metric(CONSUMED, &[], 5.0, Duration::from_secs(60));
     filter.wait_metric(FORWARDED, &[], 4.0, Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), DROPPED, &[]), 1.0);
-    assert!(filter.terminate().success());
+    s.stop(filter);
     let out = s.forwarded();
     assert_eq!(
         out[&0],
@@ -196,12 +194,9 @@ fn tombstones_and_empty_values() {
 #[test]
 fn transaction_markers_do_not_stall_the_committed_position() {
     use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-    let kafka = Broker::kafka();
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("gap-in"), unique("gap-out"));
-    kafka.create_topic(&input, 2);
-    kafka.create_topic(&output, 2);
-    let mut c = kafka.client();
+    // Given: an input written by a transactional producer, three transactions of ten records.
+    let given = Scenario::new("gap", 2);
+    let mut c = given.broker.client();
     c.set("transactional.id", unique("upstream"));
     let producer: ThreadedProducer<_> = c.create().unwrap();
     producer.init_transactions(Duration::from_secs(30)).unwrap();
@@ -213,37 +208,35 @@ fn transaction_markers_do_not_stall_the_committed_position() {
             let p = (v % 2) as i32;
             let text = v.to_string();
             producer
-                .send(BaseRecord::to(&input).partition(p).key(&text).payload(&text))
+                .send(BaseRecord::to(&given.input).partition(p).key(&text).payload(&text))
                 .map_err(|(e, _)| e)
                 .unwrap();
             written.push((p, v));
         }
         producer.commit_transaction(Duration::from_secs(30)).unwrap();
     }
-    let ends = kafka.end_offsets(&input, 2);
+    let ends = given.broker.end_offsets(&given.input, 2);
     assert!(ends.values().all(|e| *e > 15), "markers take offsets: {ends:?}");
 
-    let mut spec = FilterSpec::new(&input, &output, dir.path());
-    spec.broker = kafka.clone();
-    let mut filter = spec.start(dir.path());
+    // When: the filter runs; then: committed to each end, every value once.
+    let mut filter = given.start();
     filter.wait_metric(FORWARDED, &[], 30.0, Duration::from_secs(90));
-    assert!(filter.terminate().success(), "{}", filter.logs());
-    let committed = kafka.committed(&spec.group, &input, 2);
+    given.stop(filter);
     for (p, end) in &ends {
+        let committed = given.committed(*p);
         assert_eq!(
-            committed[p].0,
+            committed,
             Some(*end),
-            "partition {p}: committed {:?}, end {end}",
-            committed[p]
+            "partition {p}: committed {committed:?}, end {end}"
         );
     }
-    let out = kafka.read_values(&output, 2);
+    let out = given.output();
     let v = scenario::verify(&written, &out);
     assert!(v.ok(), "{v:?}");
     assert_eq!(out.values().map(Vec::len).sum::<usize>(), 30);
 
     // Restart: after a checkpoint, nothing was consumed or forwarded again.
-    let mut again = spec.start(dir.path());
+    let mut again = given.start();
     again.wait_ready(Duration::from_secs(90));
     again.wait_metric(
         "kafka_dedup_checkpoints_total",
@@ -254,46 +247,30 @@ fn transaction_markers_do_not_stall_the_committed_position() {
     let scrape = again.scrape();
     assert_eq!(metric(&scrape, CONSUMED, &[]), 0.0, "{scrape}");
     assert_eq!(metric(&scrape, FORWARDED, &[]), 0.0);
-    assert!(again.terminate().success());
+    given.stop(again);
 }
 
 /// Case 6: a graceful restart mid-stream (SIGTERM, start again) loses and repeats nothing.
 #[test]
 fn graceful_restart_mid_stream() {
-    let given = Scenario::new("restart", 3);
-    let (input, output, spec) = (&given.input, &given.output, &given.spec);
-    let mut filter = given.start();
-    filter.wait_ready(Duration::from_secs(60));
+    let mut given = Scenario::new("restart", 3);
+    let mut filter = given.start_ready();
     let s = scenario::replay_scenario(6000, 3, 150, 2);
-    let writer = {
-        let (records, input) = (s.records.clone(), input.clone());
-        std::thread::spawn(move || {
-            scenario::produce(&kafka().client(), &input, &records, Duration::from_secs(6)).unwrap()
-        })
-    };
+    let writer = given.produce_records_over(&s.records, Duration::from_secs(6));
     // Stop while records are flowing, then start again on the same store.
     filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
-    assert!(filter.terminate().success(), "{}", filter.logs());
-    let stopped_at = kafka().committed(&spec.group, input, 3);
-    let mut filter = given.start();
+    given.stop(filter);
+    let stopped_at = given.broker.committed(&given.spec.group, &given.input, 3);
+    let filter = given.start();
     writer.join().unwrap();
     given.wait_done(&filter);
-    assert!(filter.terminate().success(), "{}", filter.logs());
+    given.stop(filter);
 
-    let out = read_values(&kafka().client(), output, 3, Duration::from_secs(60)).unwrap();
+    let out = given.output();
     let v = scenario::verify(&s.records, &out);
     if !v.ok() {
-        let mut seen = std::collections::HashMap::new();
-        for (p, vals) in &out {
-            for (i, x) in vals.iter().enumerate() {
-                if let Some(prev) = seen.insert(*x, (*p, i)) {
-                    eprintln!("DUP value {x}: first at {prev:?}, again at ({p}, {i})");
-                }
-            }
-        }
         eprintln!("stopped_at {stopped_at:?}");
-        let keep = given.dir.keep();
-        eprintln!("kept {}", keep.display());
+        explain(given, &out);
     }
     assert!(v.ok(), "{v:?}");
     assert_eq!(v.output_records, 6000);
@@ -311,7 +288,7 @@ fn compressed_input() {
     let s = scenario::replay_scenario(4000, 2, 100, 3);
     let quarter = s.records.len() / 4 + 1; // four batches of codecs
     for (chunk, codec) in s.records.chunks(quarter).zip(["zstd", "lz4", "gzip", "zstd"]) {
-        let mut c = kafka().client();
+        let mut c = given.broker.client();
         c.set("compression.type", codec).set("linger.ms", "20");
         scenario::produce(&c, &given.input, chunk, Duration::ZERO).unwrap();
     }
@@ -319,8 +296,8 @@ fn compressed_input() {
     filter.wait_metric(CONSUMED, &[], s.records.len() as f64, Duration::from_secs(90));
     filter.wait_metric(FORWARDED, &[], 4000.0, Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), DROPPED, &[]), s.replays as f64);
-    assert!(filter.terminate().success());
-    let out = read_values(&kafka().client(), &given.output, 2, Duration::from_secs(60)).unwrap();
+    given.stop(filter);
+    let out = given.output();
     let v = scenario::verify(&s.records, &out);
     assert!(v.ok() && v.output_records == 4000, "{v:?}");
 }
@@ -328,12 +305,9 @@ fn compressed_input() {
 /// Case 8: bad configurations exit 2 naming the key, before consuming anything.
 #[test]
 fn bad_configs_exit_2_naming_the_key() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("badcfg-in"), unique("badcfg-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
-    kafka().produce_raw(&input, 0, &[raw(None, Some("x"), &[])]);
-    let spec = FilterSpec::new(&input, &output, dir.path());
+    let given = Scenario::new("badcfg", 1);
+    let (dir, input, output, spec) = (given.path(), &given.input, &given.output, &given.spec);
+    given.produce_raw(0, &[raw(None, Some("x"), &[])]);
     let good = spec.toml(free_port());
     let cases: Vec<(String, &str)> = vec![
         (good.replace("[input]", "[input]\ntopicc = \"typo\""), "input.topicc"),
@@ -357,7 +331,7 @@ fn bad_configs_exit_2_naming_the_key() {
         ),
     ];
     for (i, (text, key)) in cases.iter().enumerate() {
-        let path = dir.path().join(format!("bad-{i}.toml"));
+        let path = dir.join(format!("bad-{i}.toml"));
         std::fs::write(&path, text).unwrap();
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
             .args(["run", "--config"])
@@ -383,7 +357,7 @@ fn bad_configs_exit_2_naming_the_key() {
     }
     // An output topic that does not exist: refused before consuming, exit 2.
     let missing = good.replace(&format!("topic = \"{output}\""), "topic = \"no-such-topic-kd\"");
-    let path = dir.path().join("missing-topic.toml");
+    let path = dir.join("missing-topic.toml");
     std::fs::write(&path, missing).unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
         .args(["run", "--config"])
@@ -397,10 +371,9 @@ fn bad_configs_exit_2_naming_the_key() {
         "{stderr}"
     );
     // Nothing was consumed: the group never committed.
-    let c = kafka().committed(&spec.group, &input, 1);
-    assert_eq!(c[&0].0, None, "{c:?}");
+    assert_eq!(given.committed(0), None);
     // A good configuration passes check-config and prints the effective settings.
-    let path = dir.path().join("good.toml");
+    let path = dir.join("good.toml");
     std::fs::write(&path, &good).unwrap();
     let check = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
         .args(["check-config", "--config"])
@@ -410,7 +383,7 @@ fn bad_configs_exit_2_naming_the_key() {
     assert!(check.status.success());
     let printed = String::from_utf8_lossy(&check.stdout);
     assert!(
-        printed.contains("generations = 2") && printed.contains(&input),
+        printed.contains("generations = 2") && printed.contains(input.as_str()),
         "{printed}"
     );
     // Issue 23, item 1: the horizon in plain words.
@@ -447,15 +420,13 @@ fn bad_configs_exit_2_naming_the_key() {
 /// at the first replay sent there.
 #[test]
 fn missing_side_topic_is_refused_before_the_store_is_touched() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("side-in"), unique("side-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
-    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    let mut given = Scenario::new("side", 1);
     // (By environment: `extra` would repeat the generated [output] table.)
-    spec.env
+    given
+        .spec
+        .env
         .push(("KAFKA_DEDUP__OUTPUT__DUPLICATES_TOPIC".into(), unique("no-such-topic")));
-    let mut filter = spec.start(dir.path());
+    let mut filter = given.start();
     let status = filter.wait_exit(Duration::from_secs(60));
     assert_eq!(status.code(), Some(2), "{}", filter.logs());
     let logs = filter.logs();
@@ -464,7 +435,7 @@ fn missing_side_topic_is_refused_before_the_store_is_touched() {
         "{logs}"
     );
     assert!(
-        !spec.store.exists(),
+        !given.spec.store.exists(),
         "the store was created before the topics were checked"
     );
 }
@@ -494,27 +465,17 @@ fn value(v: &str) -> Raw {
 /// arriving record was looked up, so the last two were dropped too.
 #[test]
 fn a_quiet_partition_forgets_after_the_horizon() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("quiet-in"), unique("quiet-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
+    let given = Scenario::new("quiet", 1);
     let t0 = timeline_origin();
     let timeline: Vec<(i64, Raw)> = [0, 300, 4_800, 9_300]
         .into_iter()
         .map(|t| (t0 + t, value("P")))
         .collect();
-    kafka().produce_timed(&input, 0, &timeline);
+    given.produce_timed(0, &timeline);
 
-    let spec = FilterSpec::new(&input, &output, dir.path());
-    let mut filter = spec.start(dir.path());
+    let mut filter = given.start();
     filter.wait_metric(CONSUMED, &[], 4.0, Duration::from_secs(60));
-    kafka().wait_committed(
-        &spec.group,
-        &input,
-        &[(0, 4)].into_iter().collect(),
-        Duration::from_secs(60),
-        || filter.logs(),
-    );
+    given.wait_committed(&filter, &[(0, 4)]);
     let scrape = filter.scrape();
     assert_eq!(
         (metric(&scrape, FORWARDED, &[]), metric(&scrape, DROPPED, &[])),
@@ -527,8 +488,8 @@ fn a_quiet_partition_forgets_after_the_horizon() {
         (horizon - 1.3).abs() < 1e-9,
         "{HORIZON} {horizon}, expected 1.3\n{scrape}"
     );
-    assert!(filter.terminate().success(), "{}", filter.logs());
-    assert_eq!(text_values(&kafka().read_records(&output, 1), 0), vec!["P"; 3]);
+    given.stop(filter);
+    assert_eq!(text_values(&given.output_records(), 0), vec!["P"; 3]);
 }
 
 /// Issue 13, case 3: a hand-over neither shortens nor stretches the horizon. The first owner
@@ -541,38 +502,26 @@ fn a_quiet_partition_forgets_after_the_horizon() {
 /// generation, which let the replay through.
 #[test]
 fn an_old_stamped_first_record_after_a_hand_over_keeps_the_horizon() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("handover-in"), unique("handover-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
+    let given = Scenario::new("handover", 1);
     let t0 = timeline_origin();
-    let committed = |n: i64| -> BTreeMap<i32, i64> { [(0, n)].into_iter().collect() };
-    kafka().produce_timed(
-        &input,
+    given.produce_timed(
         0,
         &[(t0, value("x")), (t0 + 8_500, value("a")), (t0 + 9_000, value("b"))],
     );
-    let spec = FilterSpec::new(&input, &output, dir.path());
-    let mut first = spec.start(dir.path());
-    kafka().wait_committed(&spec.group, &input, &committed(3), Duration::from_secs(60), || {
-        first.logs()
-    });
-    assert!(first.terminate().success(), "{}", first.logs());
+    let first = given.start();
+    given.wait_committed(&first, &[(0, 3)]);
+    given.stop(first);
 
-    kafka().produce_timed(&input, 0, &[(t0 + 1_000, value("r0")), (t0 + 9_400, value("c"))]);
-    let mut second = spec.start(dir.path());
+    given.produce_timed(0, &[(t0 + 1_000, value("r0")), (t0 + 9_400, value("c"))]);
+    let second = given.start();
     // Committed past `c`: a checkpoint ran after the new owner took it.
-    kafka().wait_committed(&spec.group, &input, &committed(5), Duration::from_secs(60), || {
-        second.logs()
-    });
-    kafka().produce_timed(&input, 0, &[(t0 + 8_500, value("a"))]);
-    kafka().wait_committed(&spec.group, &input, &committed(6), Duration::from_secs(60), || {
-        second.logs()
-    });
+    given.wait_committed(&second, &[(0, 5)]);
+    given.produce_timed(0, &[(t0 + 8_500, value("a"))]);
+    given.wait_committed(&second, &[(0, 6)]);
     let scrape = second.scrape();
-    assert!(second.terminate().success(), "{}", second.logs());
+    given.stop(second);
     assert_eq!(
-        text_values(&kafka().read_records(&output, 1), 0),
+        text_values(&given.output_records(), 0),
         vec!["x", "a", "b", "r0", "c"],
         "the replay of a, 0.9 s after its first copy, must be dropped\n{scrape}"
     );
@@ -586,10 +535,7 @@ fn an_old_stamped_first_record_after_a_hand_over_keeps_the_horizon() {
 /// reason; `/store/lookup` answers for a JSON document the way the filter fingerprints it.
 #[test]
 fn several_fields_are_one_identity_and_ignored_fields_do_not_count() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("ids-in"), unique("ids-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
+    let mut given = Scenario::new("ids", 1);
     let records: Vec<Raw> = [
         r#"{"tenant_id":"t1","event_id":"e1","processed_at":"12:00:00"}"#,
         r#"{"tenant_id":"t2","event_id":"e1","processed_at":"12:00:01"}"#,
@@ -600,11 +546,10 @@ fn several_fields_are_one_identity_and_ignored_fields_do_not_count() {
     .iter()
     .map(|v| raw(None, Some(v), &[]))
     .collect();
-    kafka().produce_raw(&input, 0, &records);
-    let mut spec = FilterSpec::new(&input, &output, dir.path());
-    spec.fingerprint =
+    given.produce_raw(0, &records);
+    given.spec.fingerprint =
         "[fingerprint]\nsource = [\"json:/tenant_id\", \"json:/event_id\"]\nignore = [\"/processed_at\"]\n".into();
-    let mut filter = spec.start(dir.path());
+    let mut filter = given.start();
     filter.wait_metric(CONSUMED, &[], 5.0, Duration::from_secs(60));
     filter.wait_metric(FORWARDED, &[], 4.0, Duration::from_secs(60));
     let scrape = filter.scrape();
@@ -640,8 +585,8 @@ fn several_fields_are_one_identity_and_ignored_fields_do_not_count() {
         assert_eq!(code, 200, "{query}: {body}");
         assert_eq!(body.contains("\"held\":true"), held, "{query}: {body}");
     }
-    assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = kafka().read_forwarded(&output, 1, &input);
+    given.stop(filter);
+    let out = given.forwarded();
     let want: Vec<Raw> = [0, 1, 3, 4].iter().map(|i| records[*i].clone()).collect();
     assert_eq!(out[&0], want);
 }

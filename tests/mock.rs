@@ -8,6 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use common::given::Scenario;
 use common::*;
 use kafka_dedup::scenario;
 use rdkafka::mocking::MockCluster;
@@ -33,20 +34,17 @@ fn mock(brokers: i32, topics: &[(&str, i32)]) -> Mock {
     Mock { cluster, broker }
 }
 
-/// A filter on the mock cluster, with a 6 s session timeout: the mock's group coordinator gives
-/// a rebalance the session timeout less 1 s for every member to rejoin
-/// (`rd_kafka_mock_cgrp_rebalance`, librdkafka `rdkafka_mock_cgrp.c`), 44 s with librdkafka's
-/// default. The mock answers heartbeats promptly, so the short session costs nothing here.
-fn spec_on(m: &Mock, input: &str, output: &str, dir: &std::path::Path) -> FilterSpec {
-    let mut spec = FilterSpec::on(m.broker.clone(), input, output, dir);
-    spec.session_timeout_ms = Some(6000);
-    spec
-}
-
-/// Waits (up to 120 s) until `group` committed `topic` up to `ends`.
-fn wait_committed_on(m: &Mock, group: &str, topic: &str, ends: &BTreeMap<i32, i64>, f: &FilterProcess) {
-    m.broker
-        .wait_committed(group, topic, ends, Duration::from_secs(120), || f.logs());
+impl Mock {
+    /// Given: a scenario on this cluster's topics `in` and `out` (made by [`mock`], `partitions`
+    /// of `in`), whose filter has a 6 s session timeout: the mock's group coordinator gives a
+    /// rebalance the session timeout less 1 s for every member to rejoin
+    /// (`rd_kafka_mock_cgrp_rebalance`, librdkafka `rdkafka_mock_cgrp.c`), 44 s with librdkafka's
+    /// default. The mock answers heartbeats promptly, so the short session costs nothing here.
+    fn scenario(&self, partitions: i32) -> Scenario {
+        let mut s = Scenario::on(self.broker.clone(), "in", "out", partitions);
+        s.spec.session_timeout_ms = Some(6000);
+        s
+    }
 }
 
 /// Case 5: the brokers go down for 10 s mid-stream and come back → the filter pauses (nothing is
@@ -55,18 +53,14 @@ fn wait_committed_on(m: &Mock, group: &str, topic: &str, ends: &BTreeMap<i32, i6
 #[test]
 fn brokers_down_for_ten_seconds() {
     let m = mock(1, &[("in", 3), ("out", 3)]);
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec_on(&m, "in", "out", dir.path());
+    let mut given = m.scenario(3);
     // The default session timeout (45 s): a 10 s outage pauses the group, it does not end it.
-    spec.session_timeout_ms = None;
-    let mut filter = spec.start(dir.path());
-    filter.wait_ready(Duration::from_secs(60));
+    given.spec.session_timeout_ms = None;
+    let mut filter = given.start_ready();
 
+    // When: upstream writes the replay scenario over 8 s, and the brokers go down mid-stream.
     let s = scenario::replay_scenario(20_000, 3, 150, 11);
-    let writer = {
-        let (records, bootstrap) = (s.records.clone(), m.broker.bootstrap.clone());
-        std::thread::spawn(move || Broker::at(bootstrap).produce_values("in", &records, Duration::from_secs(8)))
-    };
+    let writer = given.produce_records_over(&s.records, Duration::from_secs(8));
     filter.wait_metric(FORWARDED, &[], 3000.0, Duration::from_secs(60));
     m.cluster.broker_down(1).unwrap();
     let down_at = Instant::now();
@@ -84,6 +78,9 @@ fn brokers_down_for_ten_seconds() {
     let forwarded_late = metric(&filter.scrape(), FORWARDED, &[]);
     assert!(filter.running(), "the filter survives the outage:\n{}", filter.logs());
     m.cluster.broker_up(1).unwrap();
+
+    // Then: nothing moved while they were down, /readyz said why, the log stayed quiet, and
+    // once they are back every value is forwarded once, in order.
     assert_eq!(
         forwarded_early, forwarded_late,
         "nothing is acknowledged while the brokers are down"
@@ -101,12 +98,9 @@ fn brokers_down_for_ten_seconds() {
     eprintln!("brokers down for 10 s: forwarded {forwarded_late} before and during; /readyz {unready}");
 
     writer.join().unwrap();
-    let ends = m.broker.end_offsets("in", 3);
-    wait_committed_on(&m, &spec.group, "in", &ends, &filter);
-    assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = m.broker.read_values("out", 3);
-    let v = scenario::verify(&s.records, &out);
-    assert!(v.ok() && v.output_records == 20_000, "{v:?}");
+    given.wait_done(&filter);
+    given.stop(filter);
+    given.then_once_in_order(20_000);
 }
 
 /// Produce and offset-commit requests that fail with retriable errors: retried, nothing lost or
@@ -117,10 +111,10 @@ fn brokers_down_for_ten_seconds() {
 #[test]
 fn retriable_produce_and_commit_errors() {
     let m = mock(1, &[("in", 2), ("out", 2)]);
-    let dir = tempfile::tempdir().unwrap();
-    let spec = spec_on(&m, "in", "out", dir.path());
-    let s = scenario::replay_scenario(6000, 2, 150, 12);
-    m.broker.produce_values("in", &s.records, Duration::ZERO);
+    let mut given = m.scenario(2);
+    given.produce_records(&scenario::replay_scenario(6000, 2, 150, 12).records, Duration::ZERO);
+
+    // When: the next five produce and five offset-commit requests fail, retriably.
     m.cluster.request_errors(
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS; 5],
@@ -129,14 +123,10 @@ fn retriable_produce_and_commit_errors() {
         RDKafkaApiKey::OffsetCommit,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE; 5],
     );
-    let filter = spec.start(dir.path());
-    let ends = m.broker.end_offsets("in", 2);
-    wait_committed_on(&m, &spec.group, "in", &ends, &filter);
-    let mut filter = filter;
-    assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = m.broker.read_values("out", 2);
-    let v = scenario::verify(&s.records, &out);
-    assert!(v.ok() && v.output_records == 6000, "{v:?}");
+    given.stop(given.run_to_end());
+
+    // Then: every value once, in order.
+    given.then_once_in_order(6000);
 }
 
 /// Rule: an input offset is committed only after its record is acknowledged by the output
@@ -153,22 +143,23 @@ fn checkpoint_commits_only_what_the_output_acknowledged() {
     let m = mock(2, &[("in", 1), ("out", 1)]);
     m.cluster.partition_leader("in", 0, Some(1)).unwrap();
     m.cluster.partition_leader("out", 0, Some(2)).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let spec = spec_on(&m, "in", "out", dir.path());
+    let mut given = m.scenario(1);
     m.cluster
-        .coordinator(MockCoordinator::Group(spec.group.clone()), 1)
+        .coordinator(MockCoordinator::Group(given.spec.group.clone()), 1)
         .unwrap();
-    let mut filter = spec.start(dir.path());
-    filter.wait_ready(Duration::from_secs(60));
-    m.broker.produce_values("in", &values(0..500), Duration::ZERO);
+    let mut filter = given.start_ready();
+    given.produce(0..500);
     filter.wait_metric(FORWARDED, &[], 500.0, Duration::from_secs(60));
 
+    // When: the output's broker goes down and 500 more records arrive.
     m.cluster.broker_down(2).unwrap();
-    m.broker.produce_values("in", &values(500..1000), Duration::ZERO);
+    given.produce(500..1000);
     filter.wait_metric(CONSUMED, &[], 1000.0, Duration::from_secs(60));
+
+    // Then: for five intervals nothing is committed past what the output acknowledged.
     let window = Instant::now();
     while window.elapsed() < Duration::from_secs(5) {
-        let c = m.broker.committed(&spec.group, "in", 1)[&0].0.unwrap_or(0);
+        let c = given.committed(0).unwrap_or(0);
         assert!(
             c <= 500,
             "committed {c} while only 500 records were acknowledged by the output:\n{}",
@@ -177,16 +168,12 @@ fn checkpoint_commits_only_what_the_output_acknowledged() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(metric(&filter.scrape(), FORWARDED, &[]), 500.0);
+
+    // When: the filter is killed and the broker comes back; then: a restart forwards the rest.
     filter.kill9();
     m.cluster.broker_up(2).unwrap();
-
-    let mut again = spec.start(dir.path());
-    let ends = m.broker.end_offsets("in", 1);
-    wait_committed_on(&m, &spec.group, "in", &ends, &again);
-    assert!(again.terminate().success(), "{}", again.logs());
-    let out = m.broker.read_values("out", 1);
-    let v = scenario::verify(&values(0..1000), &out);
-    assert!(v.ok() && v.output_records == 1000, "{v:?}\n{}", again.logs());
+    given.stop(given.run_to_end());
+    given.then_once_in_order(1000);
 }
 
 /// Case 3 (asynchronous variant): the broker refuses produce requests with an error the
@@ -195,42 +182,40 @@ fn checkpoint_commits_only_what_the_output_acknowledged() {
 #[test]
 fn permanent_produce_error_stops_and_restart_forwards() {
     let m = mock(1, &[("in", 1), ("out", 1)]);
-    let dir = tempfile::tempdir().unwrap();
-    let spec = spec_on(&m, "in", "out", dir.path());
-    let records = values(0..200);
-    m.broker.produce_values("in", &records, Duration::ZERO);
-    // The next produce requests, the filter's first ones, fail permanently.
+    let mut given = m.scenario(1);
+    given.produce(0..200);
+
+    // When: the next produce requests, the filter's first ones, fail permanently.
     m.cluster.request_errors(
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE; 3],
     );
-    let mut filter = spec.start(dir.path());
+    let mut filter = given.start();
+
+    // Then: exit 1, naming the delivery, and nothing committed past what was delivered.
     let status = filter.wait_exit(Duration::from_secs(60));
     assert_eq!(status.code(), Some(1), "{}", filter.logs());
     let logs = filter.logs();
     assert!(logs.contains("delivery to out failed"), "{logs}");
-    let delivered = m.broker.read_values("out", 1)[&0].len() as i64;
-    let c = m.broker.committed(&spec.group, "in", 1);
+    let delivered = given.output()[&0].len() as i64;
+    let c = given.committed(0);
     assert!(
-        c[&0].0.unwrap_or(0) <= delivered,
+        c.unwrap_or(0) <= delivered,
         "nothing committed past what was delivered: {c:?}, {delivered}"
     );
     assert!(
         delivered < 200,
         "the failure stopped the filter before everything was forwarded"
     );
-    m.cluster.clear_request_errors(RDKafkaApiKey::Produce);
 
-    let mut filter = spec.start(dir.path());
-    let ends = m.broker.end_offsets("in", 1);
-    wait_committed_on(&m, &spec.group, "in", &ends, &filter);
-    assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = m.broker.read_values("out", 1);
-    let v = scenario::verify(&records, &out);
-    assert!(v.ok() && v.output_records == 200, "{v:?}");
+    // When: the broker accepts again; then: a restart forwards everything, once.
+    m.cluster.clear_request_errors(RDKafkaApiKey::Produce);
+    given.stop(given.run_to_end());
+    given.then_once_in_order(200);
 }
 
-fn values(range: std::ops::Range<u64>) -> Vec<(i32, u64)> {
+/// Records (partition 0, value) for values in `range`.
+fn on_partition_0(range: std::ops::Range<u64>) -> Vec<(i32, u64)> {
     range.map(|v| (0, v)).collect()
 }
 
@@ -241,37 +226,36 @@ fn values(range: std::ops::Range<u64>) -> Vec<(i32, u64)> {
 #[test]
 fn revoked_with_records_in_flight() {
     let m = mock(1, &[("in", 4), ("out", 4)]);
-    let dir = tempfile::tempdir().unwrap();
-    let spec = spec_on(&m, "in", "out", dir.path());
-    let mut a_spec = spec.clone();
-    a_spec.store = dir.path().join("store-a");
-    let mut b_spec = spec.clone();
-    b_spec.store = dir.path().join("store-b");
-    let mut a = a_spec.start(dir.path());
+    let mut given = m.scenario(4);
+    let with_store = |name: &str| {
+        let mut s = given.spec.clone();
+        s.store = given.path().join(name);
+        s
+    };
+    let (a_spec, b_spec) = (with_store("store-a"), with_store("store-b"));
+    let mut a = a_spec.start(given.path());
     a.wait_ready(Duration::from_secs(60));
     let s = scenario::replay_scenario(12_000, 4, 150, 31);
-    let writer = {
-        let (records, bootstrap) = (s.records.clone(), m.broker.bootstrap.clone());
-        std::thread::spawn(move || Broker::at(bootstrap).produce_values("in", &records, Duration::from_secs(8)))
-    };
+    let writer = given.produce_records_over(&s.records, Duration::from_secs(8));
     a.wait_metric(FORWARDED, &[], 2000.0, Duration::from_secs(60));
+
+    // When: every round trip slows to 400 ms and a second instance joins.
     m.cluster.broker_round_trip_time(1, Duration::from_millis(400)).unwrap();
-    let mut b = b_spec.start(dir.path());
+    let mut b = b_spec.start(given.path());
     b.wait_metric(FORWARDED, &[], 200.0, Duration::from_secs(120));
     m.cluster.broker_round_trip_time(1, Duration::ZERO).unwrap();
+
+    // Then: the first handed its partitions over cleanly, and every value is there once.
     let alogs = a.logs();
     assert!(
         alogs.contains("offsets committed for a clean hand-over"),
         "the first instance handed partitions over:\n{alogs}"
     );
     writer.join().unwrap();
-    let ends = m.broker.end_offsets("in", 4);
-    wait_committed_on(&m, &spec.group, "in", &ends, &b);
-    assert!(a.terminate().success(), "{}", a.logs());
-    assert!(b.terminate().success(), "{}", b.logs());
-    let out = m.broker.read_values("out", 4);
-    let v = scenario::verify(&s.records, &out);
-    assert!(v.ok() && v.output_records == 12_000, "{v:?}");
+    given.wait_done(&b);
+    given.stop(a);
+    given.stop(b);
+    given.then_once_in_order(12_000);
 }
 
 /// Per partition, seconds from "partition running" (recovered, resumed at its offset) to the
@@ -308,14 +292,15 @@ fn resume_gaps(logs: &str) -> BTreeMap<i32, f64> {
 #[test]
 fn recovered_partitions_are_fetched_at_once() {
     let m = mock(1, &[("in", 4), ("out", 4)]);
-    let dir = tempfile::tempdir().unwrap();
-    let spec = spec_on(&m, "in", "out", dir.path());
-    let batch = |range: std::ops::Range<u64>| -> Vec<(i32, u64)> { range.map(|v| ((v % 4) as i32, v)).collect() };
+    let mut given = m.scenario(4);
     for (run, range) in [("first start", 0..400), ("restart", 400..800)] {
-        m.broker.produce_values("in", &batch(range), Duration::ZERO);
-        let mut filter = spec.start(dir.path());
+        // When: 400 records wait, and the filter starts (again).
+        given.produce(range);
+        let mut filter = given.start();
         filter.wait_metric(FORWARDED, &[], 400.0, Duration::from_secs(60));
-        assert!(filter.terminate().success(), "{}", filter.logs());
+        let filter = given.stop(filter);
+
+        // Then: the partition resumed first forwards without an idle wait.
         let logs = filter.logs();
         let gaps = resume_gaps(&logs);
         assert_eq!(gaps.len(), 4, "{run}: a gap for every partition: {gaps:?}\n{logs}");
@@ -336,25 +321,23 @@ fn recovered_partitions_are_fetched_at_once() {
 #[test]
 fn stopped_while_the_producer_queue_is_full() {
     let m = mock(1, &[("in", 1), ("out", 1)]);
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec_on(&m, "in", "out", dir.path());
-    spec.env.push((
+    let mut given = m.scenario(1);
+    given.spec.env.push((
         "KAFKA_DEDUP__KAFKA__PROPERTIES__QUEUE_BUFFERING_MAX_MESSAGES".into(),
         "10".into(),
     ));
-    let records = values(0..3000);
-    m.broker.produce_values("in", &records, Duration::ZERO);
+    given.produce(0..3000);
+
+    // When: round trips of 50 ms keep the queue full, and the filter is stopped mid-stream.
     m.cluster.broker_round_trip_time(1, Duration::from_millis(50)).unwrap();
-    let mut filter = spec.start(dir.path());
+    let mut filter = given.start();
     filter.wait_metric(FORWARDED, &[], 300.0, Duration::from_secs(60));
-    assert!(filter.terminate().success(), "{}", filter.logs());
+    let filter = given.stop(filter);
     m.cluster.broker_round_trip_time(1, Duration::ZERO).unwrap();
-    let mut again = spec.start(dir.path());
-    let ends = m.broker.end_offsets("in", 1);
-    wait_committed_on(&m, &spec.group, "in", &ends, &again);
-    assert!(again.terminate().success(), "{}", again.logs());
-    let out = m.broker.read_values("out", 1);
-    let v = scenario::verify(&records, &out);
+    given.stop(given.run_to_end());
+
+    // Then: every value once, in order (the first run's log tells what it refused).
+    let v = scenario::verify(&given.written, &given.output());
     assert!(
         v.ok() && v.output_records == 3000,
         "{v:?}\nfirst run:\n{}",
@@ -369,25 +352,25 @@ fn stopped_while_the_producer_queue_is_full() {
 fn refused_checkpoint_commits_are_counted_and_retried() {
     const CHECKPOINTS: &str = "kafka_dedup_checkpoints_total";
     let m = mock(1, &[("in", 1), ("out", 1)]);
-    let dir = tempfile::tempdir().unwrap();
-    let spec = spec_on(&m, "in", "out", dir.path());
-    let mut filter = spec.start(dir.path());
-    filter.wait_ready(Duration::from_secs(60));
-    m.broker.produce_values("in", &values(0..100), Duration::ZERO);
+    let mut given = m.scenario(1);
+    let mut filter = given.start_ready();
+    given.produce(0..100);
     filter.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(60));
     assert_eq!(metric(&filter.scrape(), CHECKPOINTS, &["result=\"failed\""]), 0.0);
+
+    // When: the coordinator refuses the next two offset commits.
     m.cluster.request_errors(
         RDKafkaApiKey::OffsetCommit,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE; 2],
     );
+
+    // Then: counted as failed and logged; the next checkpoints commit, nothing lost.
     filter.wait_metric(CHECKPOINTS, &["result=\"failed\""], 2.0, Duration::from_secs(30));
     assert!(filter.logs().contains("offset commit failed"), "{}", filter.logs());
-    m.broker.produce_values("in", &values(100..200), Duration::ZERO);
-    let ends = m.broker.end_offsets("in", 1);
-    wait_committed_on(&m, &spec.group, "in", &ends, &filter);
-    assert!(filter.terminate().success(), "{}", filter.logs());
-    let v = scenario::verify(&values(0..200), &m.broker.read_values("out", 1));
-    assert!(v.ok() && v.output_records == 200, "{v:?}");
+    given.produce(100..200);
+    given.wait_done(&filter);
+    given.stop(filter);
+    given.then_once_in_order(200);
 }
 
 /// Order survives a delivery that fails for good while later records are in flight: the broker
@@ -405,23 +388,27 @@ fn refused_checkpoint_commits_are_counted_and_retried() {
 #[test]
 fn a_refused_delivery_never_leaves_a_gap() {
     let m = mock(1, &[("in", 1), ("out", 1)]);
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec_on(&m, "in", "out", dir.path());
-    spec.env
+    let mut given = m.scenario(1);
+    given
+        .spec
+        .env
         .push(("KAFKA_DEDUP__KAFKA__PROPERTIES__BATCH_NUM_MESSAGES".into(), "10".into()));
-    let records = values(0..20_000);
-    m.broker.produce_values("in", &records, Duration::ZERO);
+    given.produce(0..20_000);
     m.cluster.broker_round_trip_time(1, Duration::from_millis(20)).unwrap();
-    let mut filter = spec.start(dir.path());
+    let mut filter = given.start();
     filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
+
+    // When: the broker refuses one produce request for good, mid-stream.
     m.cluster.request_errors(
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
     );
+
+    // Then: exit 1, and the output so far is a prefix of the input, without a gap.
     let status = filter.wait_exit(Duration::from_secs(60));
     assert_eq!(status.code(), Some(1), "{}", filter.logs());
     m.cluster.broker_round_trip_time(1, Duration::ZERO).unwrap();
-    let out = m.broker.read_values("out", 1);
+    let out = given.output();
     let firsts = &out[&0];
     assert!(
         firsts.len() >= 1000 && firsts.len() < 20_000,
@@ -434,12 +421,10 @@ fn a_refused_delivery_never_leaves_a_gap() {
         firsts.len(),
         firsts.iter().enumerate().find(|(i, v)| **v != *i as u64)
     );
-    let mut again = spec.start(dir.path());
-    let ends = m.broker.end_offsets("in", 1);
-    wait_committed_on(&m, &spec.group, "in", &ends, &again);
-    assert!(again.terminate().success(), "{}", again.logs());
-    let v = scenario::verify(&records, &m.broker.read_values("out", 1));
-    assert!(v.ok() && v.output_records == 20_000, "{v:?}");
+
+    // When: a restart; then: every value once, in order.
+    given.stop(given.run_to_end());
+    given.then_once_in_order(20_000);
 }
 
 /// `input.start = "latest"` applies only where nothing was committed. The filter forwards 100
@@ -451,33 +436,36 @@ fn a_refused_delivery_never_leaves_a_gap() {
 fn a_committed_offset_lost_to_retention_resumes_at_the_log_start() {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let m = mock(1, &[("in", 1), ("out", 1)]);
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec_on(&m, "in", "out", dir.path());
-    spec.env.push(("KAFKA_DEDUP__INPUT__START".into(), "latest".into()));
-    let mut filter = spec.start(dir.path());
-    filter.wait_ready(Duration::from_secs(60));
-    m.broker.produce_values("in", &values(0..100), Duration::ZERO);
+    let mut given = m.scenario(1);
+    given
+        .spec
+        .env
+        .push(("KAFKA_DEDUP__INPUT__START".into(), "latest".into()));
+    let mut filter = given.start_ready();
+    given.produce(0..100);
     filter.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(60));
-    assert!(filter.terminate().success(), "{}", filter.logs());
-    assert_eq!(m.broker.committed(&spec.group, "in", 1)[&0].0, Some(100));
+    given.stop(filter);
+    assert_eq!(given.committed(0), Some(100));
 
+    // When: while it is down, retention deletes the committed offset.
     let big: Vec<Raw> = (0..600u32)
         .map(|i| raw(None, Some(&format!("{i:>10000}")), &[]))
         .collect();
-    m.broker.produce_raw("in", 0, &big);
-    let reader: BaseConsumer = m.broker.client().create().unwrap();
+    given.produce_raw(0, &big);
+    let reader: BaseConsumer = given.broker.client().create().unwrap();
     let (low, high) = reader.fetch_watermarks("in", 0, Duration::from_secs(10)).unwrap();
     assert!(
         low > 100,
         "retention moved the log start past the committed offset: {low}..{high}"
     );
 
-    let mut again = spec.start(dir.path());
+    // Then: a restart resumes at the oldest record left, not at the end.
+    let mut again = given.start();
     again.wait_metric(FORWARDED, &[], (high - low) as f64, Duration::from_secs(60));
     let logs = again.logs();
     assert!(logs.contains("resuming at the log start"), "{logs}");
-    assert!(again.terminate().success(), "{logs}");
-    assert_eq!(m.broker.committed(&spec.group, "in", 1)[&0].0, Some(high));
+    given.stop(again);
+    assert_eq!(given.committed(0), Some(high));
 }
 
 /// Issue 14, case 1: a transactional hand-over that fails must not leave the released
@@ -490,29 +478,35 @@ fn a_committed_offset_lost_to_retention_resumes_at_the_log_start() {
 #[test]
 fn a_failed_transactional_handover_aborts_and_exits() {
     let m = mock(1, &[("in", 2), ("out", 2)]);
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec_on(&m, "in", "out", dir.path());
-    spec.interval = "1h";
-    spec.env
+    let mut given = m.scenario(2);
+    given.spec.interval = "1h";
+    given
+        .spec
+        .env
         .push(("KAFKA_DEDUP__OUTPUT__DELIVERY".into(), "transactional".into()));
     let with_id = |name: &str| {
-        let mut s = spec.clone();
-        s.store = dir.path().join(format!("store-{name}"));
+        let mut s = given.spec.clone();
+        s.store = given.path().join(format!("store-{name}"));
         s.env.push((
             "KAFKA_DEDUP__OUTPUT__TRANSACTIONAL_ID".into(),
             unique(&format!("txn-{name}")),
         ));
         s
     };
-    let mut a = with_id("a").start(dir.path());
+    let (a_spec, b_spec) = (with_id("a"), with_id("b"));
+    let mut a = a_spec.start(given.path());
     a.wait_ready(Duration::from_secs(60));
-    m.broker.produce_values("in", &values(0..200), Duration::ZERO);
+    given.produce_records(&on_partition_0(0..200), Duration::ZERO);
     a.wait_metric(FORWARDED, &[], 200.0, Duration::from_secs(60));
+
+    // When: the coordinator refuses the next EndTxn, and B joins.
     m.cluster.request_errors(
         RDKafkaApiKey::EndTxn,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION],
     );
-    let _b = with_id("b").start(dir.path());
+    let _b = b_spec.start(given.path());
+
+    // Then: A's hand-over fails, it aborts its transaction and exits 1.
     let status = a.wait_exit(Duration::from_secs(90));
     let logs = a.logs();
     assert_eq!(status.code(), Some(1), "{logs}");
@@ -529,18 +523,21 @@ fn a_failed_transactional_handover_aborts_and_exits() {
 #[test]
 fn refused_side_copies_halt_the_partition_and_are_retried() {
     let m = mock(1, &[("in", 1), ("out", 1), ("dlq", 1)]);
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec_on(&m, "in", "out", dir.path());
-    spec.fingerprint =
+    let mut given = m.scenario(1);
+    given.spec.fingerprint =
         "[fingerprint]\nsource = \"header:id\"\non_missing = \"dead_letter\"\ndead_letter_topic = \"dlq\"\n".into();
     let records: Vec<Raw> = (0..20).map(|i| raw(None, Some(&i.to_string()), &[])).collect();
-    m.broker.produce_raw("in", 0, &records);
-    // The filter's produce requests (its first ones: it forwards nothing to the output) fail.
+    given.produce_raw(0, &records);
+
+    // When: the filter's produce requests (its first ones: it forwards nothing to the output)
+    // fail three times.
     m.cluster.request_errors(
         RDKafkaApiKey::Produce,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 3],
     );
-    let mut filter = spec.start(dir.path());
+    let mut filter = given.start();
+
+    // Then: the partition halts, /readyz names the cause, nothing is committed.
     filter.wait_metric(
         "kafka_dedup_side_copies_refused_total",
         &["side=\"dead_letter\""],
@@ -554,22 +551,21 @@ fn refused_side_copies_halt_the_partition_and_are_retried() {
         metric(&filter.scrape(), "kafka_dedup_partition_state", &["state=\"halted\""]),
         1.0
     );
-    let c = m.broker.committed(&spec.group, "in", 1)[&0].0.unwrap_or(0);
+    let c = given.committed(0).unwrap_or(0);
     assert_eq!(c, 0, "nothing committed past the refused record");
 
-    // The broker takes them on a retry: everything is committed, each copy is there once.
-    let ends = m.broker.end_offsets("in", 1);
-    wait_committed_on(&m, &spec.group, "in", &ends, &filter);
+    // Then: the broker takes them on a retry: everything is committed, each copy is there once.
+    given.wait_done(&filter);
     assert!(filter.running(), "{}", filter.logs());
     filter.wait_ready(Duration::from_secs(30));
-    assert!(filter.terminate().success(), "{}", filter.logs());
-    let dead: Vec<Option<Vec<u8>>> = m.broker.read_records("dlq", 1)[&0]
+    given.stop(filter);
+    let dead: Vec<Option<Vec<u8>>> = given.broker.read_records("dlq", 1)[&0]
         .iter()
         .map(|r| r.value.clone())
         .collect();
     let want: Vec<Option<Vec<u8>>> = records.iter().map(|r| r.value.clone()).collect();
     assert_eq!(dead, want);
-    assert!(m.broker.read_records("out", 1)[&0].is_empty());
+    assert!(given.output_records()[&0].is_empty());
 }
 
 /// Issue 12, case 5, refused by the producer itself: a record that fits `message.max.bytes` but
@@ -579,12 +575,11 @@ fn refused_side_copies_halt_the_partition_and_are_retried() {
 #[test]
 fn side_copy_refused_by_the_producer_halts_until_restarted() {
     let m = mock(1, &[("in", 1), ("out", 1), ("dlq", 1)]);
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec_on(&m, "in", "out", dir.path());
+    let mut given = m.scenario(1);
     // The output copy must fit `message.max.bytes` and the dead-letter copy (with its two
     // headers) not: without a provenance header on the output copy the sizes say so.
-    spec.provenance = false;
-    spec.fingerprint =
+    given.spec.provenance = false;
+    given.spec.fingerprint =
         "[fingerprint]\nsource = \"header:id\"\non_missing = \"dead_letter\"\ndead_letter_topic = \"dlq\"\n".into();
     let big = "x".repeat(940);
     let records = vec![
@@ -592,13 +587,17 @@ fn side_copy_refused_by_the_producer_halts_until_restarted() {
         raw(None, Some(&big), &[]),
         raw(None, Some(&big), &[("id", "b")]),
     ];
-    m.broker.produce_raw("in", 0, &records);
-    let mut limited = spec.clone();
+    given.produce_raw(0, &records);
+
+    // When: a filter runs whose `message.max.bytes` the dead-letter copy exceeds.
+    let mut limited = given.spec.clone();
     limited.env.push((
         "KAFKA_DEDUP__KAFKA__PROPERTIES__MESSAGE_MAX_BYTES".into(),
         "1000".into(),
     ));
-    let mut filter = limited.start(dir.path());
+    let mut filter = limited.start(given.path());
+
+    // Then: the partition halts at offset 1; a stop hands it over at once, committed up to it.
     filter.wait_metric(
         "kafka_dedup_side_copies_refused_total",
         &["side=\"dead_letter\""],
@@ -610,23 +609,17 @@ fn side_copy_refused_by_the_producer_halts_until_restarted() {
     assert!(body.contains("halted") && body.contains("offset 1"), "{body}");
     filter.wait_metric(FORWARDED, &[], 1.0, Duration::from_secs(30));
     let stop = Instant::now();
-    assert!(filter.terminate().success(), "{}", filter.logs());
+    given.stop(filter);
     assert!(
         stop.elapsed() < Duration::from_secs(30),
         "the hand-over waited for the refused copy"
     );
-    let c = m.broker.committed(&spec.group, "in", 1)[&0].0;
-    assert_eq!(c, Some(1), "committed up to the refused record");
+    assert_eq!(given.committed(0), Some(1), "committed up to the refused record");
 
-    let mut again = spec.start(dir.path());
-    let ends = m.broker.end_offsets("in", 1);
-    wait_committed_on(&m, &spec.group, "in", &ends, &again);
-    assert!(again.terminate().success(), "{}", again.logs());
-    assert_eq!(
-        m.broker.read_records("out", 1)[&0],
-        vec![records[0].clone(), records[2].clone()]
-    );
-    let dead = m.broker.read_records("dlq", 1);
+    // When: a start with the limit raised; then: the copy is sent and the partition goes on.
+    given.stop(given.run_to_end());
+    assert_eq!(given.output_records()[&0], vec![records[0].clone(), records[2].clone()]);
+    let dead = given.broker.read_records("dlq", 1);
     assert_eq!(dead[&0].len(), 1);
     assert_eq!(dead[&0][0].value, records[1].value);
 }
@@ -646,9 +639,8 @@ fn a_long_output_outage_pauses_without_leaving_the_group() {
         m.cluster.partition_leader("in", p, Some(1)).unwrap();
         m.cluster.partition_leader("out", p, Some(2)).unwrap();
     }
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec_on(&m, "in", "out", dir.path());
-    spec.env.extend([
+    let mut given = m.scenario(2);
+    given.spec.env.extend([
         (
             "KAFKA_DEDUP__KAFKA__PROPERTIES__QUEUE_BUFFERING_MAX_MESSAGES".to_string(),
             "100".to_string(),
@@ -659,26 +651,27 @@ fn a_long_output_outage_pauses_without_leaving_the_group() {
         ),
     ]);
     m.cluster
-        .coordinator(MockCoordinator::Group(spec.group.clone()), 1)
+        .coordinator(MockCoordinator::Group(given.spec.group.clone()), 1)
         .unwrap();
-    let mut filter = spec.start(dir.path());
-    filter.wait_ready(Duration::from_secs(60));
-    let records: Vec<(i32, u64)> = (0..3000).map(|v| ((v % 2) as i32, v)).collect();
-    m.broker.produce_values("in", &records[..1000], Duration::ZERO);
+    let mut filter = given.start_ready();
+    given.produce(0..1000);
     filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
+
+    // When: the output's broker is down for 20 s (past max.poll.interval.ms) with 2,000 more
+    // records waiting.
     m.cluster.broker_down(2).unwrap();
-    m.broker.produce_values("in", &records[1000..], Duration::ZERO);
+    given.produce(1000..3000);
     std::thread::sleep(Duration::from_secs(20));
     assert!(filter.running(), "the filter waits out the outage:\n{}", filter.logs());
     m.cluster.broker_up(2).unwrap();
-    let ends = m.broker.end_offsets("in", 2);
-    wait_committed_on(&m, &spec.group, "in", &ends, &filter);
-    assert!(filter.terminate().success(), "{}", filter.logs());
+
+    // Then: it paused instead of leaving the group, and every value is there once, in order.
+    given.wait_done(&filter);
+    let filter = given.stop(filter);
     let logs = filter.logs();
     assert!(!logs.contains("assignment lost"), "{logs}");
     assert!(logs.contains("partitions paused until it drains"), "{logs}");
-    let v = scenario::verify(&records, &m.broker.read_values("out", 2));
-    assert!(v.ok() && v.output_records == 3000, "{v:?}");
+    given.then_once_in_order(3000);
 }
 
 /// Issue 14, case 6: in `key` mode the commit's metadata names a position per output partition
@@ -690,33 +683,32 @@ fn a_long_output_outage_pauses_without_leaving_the_group() {
 #[test]
 fn key_mode_over_1000_output_partitions_commits_within_the_metadata_limit() {
     let m = mock(1, &[("in", 1), ("out", 1000)]);
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = spec_on(&m, "in", "out", dir.path());
-    spec.env
+    let mut given = m.scenario(1);
+    given
+        .spec
+        .env
         .push(("KAFKA_DEDUP__OUTPUT__PARTITIONING".into(), "key".into()));
     // Replays keep their first copies' event time (as Flink's and Kafka Streams' sinks do), so
     // they stay within the horizon however long the first run takes.
     let stamp = kafka_dedup::generations::now_ms();
-    m.broker.produce_values_at("in", &values(0..1000), stamp);
-    let mut first = spec.start(dir.path());
-    let ends = m.broker.end_offsets("in", 1);
-    wait_committed_on(&m, &spec.group, "in", &ends, &first);
-    assert!(first.terminate().success(), "{}", first.logs());
-    let (_, metadata) = &m.broker.committed(&spec.group, "in", 1)[&0];
+    given.produce_records_at(&on_partition_0(0..1000), stamp);
+    given.stop(given.run_to_end());
+
+    // Then: the commit's metadata fits Kafka's limit, the positions elided.
+    let (_, metadata) = given.committed_with_metadata(0);
     assert!(
         metadata.len() <= 4096 && metadata.contains(r#""elided":"#),
         "{} bytes: {metadata}",
         metadata.len()
     );
-    std::fs::remove_dir_all(&spec.store).unwrap();
 
-    m.broker.produce_values_at("in", &values(0..1100), stamp);
-    let mut again = spec.start(dir.path());
-    let ends = m.broker.end_offsets("in", 1);
-    wait_committed_on(&m, &spec.group, "in", &ends, &again);
+    // When: the store is lost and upstream replays everything; then: each record once.
+    std::fs::remove_dir_all(&given.spec.store).unwrap();
+    given.produce_records_at(&on_partition_0(0..1100), stamp);
+    let again = given.run_to_end();
     let scrape = again.scrape();
-    assert!(again.terminate().success(), "{}", again.logs());
-    let mut all: Vec<u64> = m.broker.read_values("out", 1000).into_values().flatten().collect();
+    let again = given.stop(again);
+    let mut all: Vec<u64> = given.broker.read_values("out", 1000).into_values().flatten().collect();
     all.sort_unstable();
     assert_eq!(
         all,

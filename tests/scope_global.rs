@@ -465,12 +465,18 @@ fn a_missing_route_topic_exits_2_with_the_command_to_create_it() {
     );
 }
 
-/// The route topic unreachable for 20 s, three times `max.poll.interval.ms`, on librdkafka's mock
-/// cluster (the route topic alone on a broker taken down): the route stage's producer queue
-/// fills, its input partitions pause while the poll loop keeps serving the group (no lost
-/// assignment), and everything is copied and filtered once the broker is back; each value once.
-#[test]
-fn a_route_topic_outage_pauses_the_route_stage_without_leaving_the_group() {
+/// The global scope on librdkafka's mock cluster: two brokers, `in` and `out` (two partitions
+/// each) led by broker 1 and `route` (two partitions) by broker 2, so that the route topic alone
+/// can go down (`broker_down(2)`); both groups coordinated by broker 1. The spec reads `in` into
+/// `out` in the global scope, with a 6 s session: the mock rebalances within the session less 1 s.
+struct GlobalMock {
+    cluster: rdkafka::mocking::MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    broker: Broker,
+    dir: tempfile::TempDir,
+    spec: FilterSpec,
+}
+
+fn global_on_mock() -> GlobalMock {
     use rdkafka::mocking::{MockCluster, MockCoordinator};
     let cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext> = MockCluster::new(2).unwrap();
     for (topic, broker) in [("in", 1), ("route", 2), ("out", 1)] {
@@ -482,8 +488,31 @@ fn a_route_topic_outage_pauses_the_route_stage_without_leaving_the_group() {
     let broker = Broker::at(cluster.bootstrap_servers());
     let dir = tempfile::tempdir().unwrap();
     let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
-    spec.session_timeout_ms = Some(6000); // the mock rebalances within the session less 1 s
+    spec.session_timeout_ms = Some(6000);
     spec.fingerprint = "[fingerprint]\nsource = \"value\"\nscope = \"global\"\nroute_topic = \"route\"\n".into();
+    for group in [spec.group.clone(), format!("{}-global", spec.group)] {
+        cluster.coordinator(MockCoordinator::Group(group), 1).unwrap();
+    }
+    GlobalMock {
+        cluster,
+        broker,
+        dir,
+        spec,
+    }
+}
+
+/// The route topic unreachable for 20 s, three times `max.poll.interval.ms`, on librdkafka's mock
+/// cluster (the route topic alone on a broker taken down): the route stage's producer queue
+/// fills, its input partitions pause while the poll loop keeps serving the group (no lost
+/// assignment), and everything is copied and filtered once the broker is back; each value once.
+#[test]
+fn a_route_topic_outage_pauses_the_route_stage_without_leaving_the_group() {
+    let GlobalMock {
+        cluster,
+        broker,
+        dir,
+        mut spec,
+    } = global_on_mock();
     spec.env.extend([
         (
             "KAFKA_DEDUP__KAFKA__PROPERTIES__QUEUE_BUFFERING_MAX_MESSAGES".to_string(),
@@ -494,9 +523,6 @@ fn a_route_topic_outage_pauses_the_route_stage_without_leaving_the_group() {
             "6000".to_string(),
         ),
     ]);
-    for group in [spec.group.clone(), format!("{}-global", spec.group)] {
-        cluster.coordinator(MockCoordinator::Group(group), 1).unwrap();
-    }
     let mut filter = spec.start(dir.path());
     filter.wait_ready(Duration::from_secs(60));
     let records: Vec<(i32, u64)> = (0..3000).map(|v| ((v % 2) as i32, v)).collect();
@@ -591,24 +617,14 @@ fn the_route_stage_resumes_at_the_log_start_when_retention_deleted_its_committed
 /// copies everything once more and the output holds each value once.
 #[test]
 fn a_route_hand_over_that_times_out_purges_and_exits() {
-    use rdkafka::mocking::{MockCluster, MockCoordinator};
-    let cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext> = MockCluster::new(2).unwrap();
-    for (topic, broker) in [("in", 1), ("route", 2), ("out", 1)] {
-        cluster.create_topic(topic, 2, 1).unwrap();
-        for p in 0..2 {
-            cluster.partition_leader(topic, p, Some(broker)).unwrap();
-        }
-    }
-    let broker = Broker::at(cluster.bootstrap_servers());
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
-    spec.session_timeout_ms = Some(6000);
-    spec.fingerprint = "[fingerprint]\nsource = \"value\"\nscope = \"global\"\nroute_topic = \"route\"\n".into();
+    let GlobalMock {
+        cluster,
+        broker,
+        dir,
+        mut spec,
+    } = global_on_mock();
     spec.env
         .push(("KAFKA_DEDUP__OUTPUT__HANDOVER_TIMEOUT".to_string(), "2s".to_string()));
-    for group in [spec.group.clone(), format!("{}-global", spec.group)] {
-        cluster.coordinator(MockCoordinator::Group(group), 1).unwrap();
-    }
     let replica = |name: &str| {
         let mut s = spec.clone();
         s.store = dir.path().join(format!("store-{name}"));
@@ -685,26 +701,16 @@ fn wait_log(f: &FilterProcess, line: &str) {
 /// ever.
 #[test]
 fn a_partition_revoked_while_backed_off_and_assigned_again_is_resumed() {
-    use rdkafka::mocking::{MockCluster, MockCoordinator};
-    let cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext> = MockCluster::new(2).unwrap();
-    for (topic, broker) in [("in", 1), ("route", 2), ("out", 1)] {
-        cluster.create_topic(topic, 2, 1).unwrap();
-        for p in 0..2 {
-            cluster.partition_leader(topic, p, Some(broker)).unwrap();
-        }
-    }
-    let broker = Broker::at(cluster.bootstrap_servers());
-    let dir = tempfile::tempdir().unwrap();
-    let mut spec = FilterSpec::on(broker.clone(), "in", "out", dir.path());
-    spec.session_timeout_ms = Some(6000);
-    spec.fingerprint = "[fingerprint]\nsource = \"value\"\nscope = \"global\"\nroute_topic = \"route\"\n".into();
+    let GlobalMock {
+        cluster,
+        broker,
+        dir,
+        mut spec,
+    } = global_on_mock();
     spec.env.push((
         "KAFKA_DEDUP__KAFKA__PROPERTIES__QUEUE_BUFFERING_MAX_MESSAGES".to_string(),
         "100".to_string(),
     ));
-    for group in [spec.group.clone(), format!("{}-global", spec.group)] {
-        cluster.coordinator(MockCoordinator::Group(group), 1).unwrap();
-    }
     let replica = |name: &str| {
         let mut s = spec.clone();
         s.store = dir.path().join(format!("store-{name}"));

@@ -2,7 +2,8 @@
 //! parent module): `protobuf:/POINTER`, and the key forms `avro-key:/POINTER` and
 //! `protobuf-key:/POINTER`. Their text forms, and how a record's target is found and encoded.
 
-use super::{invalid_escape, Fingerprinter, RecordFields, Source, SourceError, Unfingerprintable};
+use super::source::invalid_escape;
+use super::{Fingerprinter, RecordFields, Source, SourceError, Unfingerprintable};
 
 /// A wire-format variant of [`Source`] from its pointer.
 type MakeSource = fn(String) -> Source;

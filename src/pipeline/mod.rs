@@ -17,6 +17,8 @@
 //!   into a channel, and the delivery opaque;
 //! - `produce`: producing a record (destination, headers, what a refused send gives back);
 //! - `recoveries`: the recovery workers' results, as data;
+//! - `checkpoint_state`: a checkpoint's state as data (`CheckpointRecord`, the checkpoint in
+//!   progress and its stage);
 //! - `mode`: the delivery mode as a value carrying its own state;
 //! - `filter`: the [`Filter`] (the pipeline's state) and what happens to one record;
 //! - [`context`]: the consumer's context, which owns the `Filter` and hands it rebalances;
@@ -27,14 +29,12 @@
 //!   (assignment, recovery results, revocation, hand-over, shutdown);
 //! - this file: start-up and the poll loop, [`Shutdown`], [`RunError`], [`Fatal`].
 //!
-//! One edge still points up: `mode` holds the checkpoint in progress, whose type lives in
-//! `checkpoint` (docs/ARCHITECTURE.md says how that goes).
-//!
 //! docs/ARCHITECTURE.md ("Checkpoint", "The partition life cycle") tells the whole story.
 
 mod acknowledge;
 mod backpressure;
 mod checkpoint;
+mod checkpoint_state;
 pub mod context;
 pub mod delivery;
 mod filter;

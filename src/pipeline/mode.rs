@@ -2,7 +2,7 @@
 //! belongs to one mode cannot run in the other: a periodic checkpoint in progress exists only in
 //! idempotent mode, the open transaction only in transactional mode.
 
-use super::checkpoint::Checkpoint;
+use super::checkpoint_state::Checkpoint;
 use crate::config::{Config, Delivery};
 
 /// How records reach the output and how input offsets are committed.

@@ -14,7 +14,8 @@ use rdkafka::producer::{Producer, PurgeConfig, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
-use super::checkpoint::{commit_list, CheckpointRecord, TransactionError};
+use super::checkpoint::{commit_list, TransactionError};
+use super::checkpoint_state::CheckpointRecord;
 use super::context::FilterConsumer;
 use super::delivery::DeliveryContext;
 use super::filter::Filter;

@@ -13,16 +13,24 @@
 //!
 //! Values are spread as the crash tests always did: value `v` on partition `v % partitions`,
 //! its key and payload its decimal text ([`kafka_dedup::scenario::produce`]).
+//!
+//! The scenario runs on the suite's Apache Kafka ([`Scenario::new`]) or on any broker whose
+//! topics the test made itself, librdkafka's mock cluster among them ([`Scenario::on`]). Records
+//! that are not integers go in with [`Scenario::produce_raw`] / [`Scenario::produce_timed`] and
+//! come back with [`Scenario::forwarded`]; a test about `kafka-dedup audit` writes the output
+//! itself ([`Scenario::write_output_timed`]) and asks [`Scenario::audit`].
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use kafka_dedup::audit::report::Report;
 use kafka_dedup::scenario;
 
-use super::{kafka, unique, wait_drained, wall_ms, FilterProcess, FilterSpec, Raw};
+use super::{free_port, kafka, unique, wait_drained, wall_ms, Broker, FilterProcess, FilterSpec, Raw};
 
 /// How long [`Scenario::wait_done`] waits for the filter to commit the whole input.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(180);
@@ -37,6 +45,8 @@ pub fn values(range: Range<u64>, partitions: i32) -> Vec<(i32, u64)> {
 pub struct Scenario {
     /// Holds the store and the filter's files; removed when the scenario ends.
     pub dir: tempfile::TempDir,
+    /// The broker the topics are on (the suite's Apache Kafka, or a mock cluster).
+    pub broker: Broker,
     /// `<name>-in-<unique>`.
     pub input: String,
     /// `<name>-out-<unique>`.
@@ -50,26 +60,67 @@ pub struct Scenario {
     /// The event time replays carry: the wall clock just before the first write, so that a
     /// replay lies within H_min of its first copy ([`Scenario::replay`]).
     event_time: Option<i64>,
+    /// Set by [`Scenario::killable`]: [`Scenario::start`] then starts survivors.
+    killable: bool,
 }
 
 impl Scenario {
     /// Given: topics `<name>-in-…` and `<name>-out-…` of `partitions` partitions on the suite's
     /// broker, and a filter spec for them ([`FilterSpec::new`]).
     pub fn new(name: &str, partitions: i32) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        let s = Self::input_only(name, partitions);
+        s.create_output();
+        s
+    }
+
+    /// Given: topic `<name>-in-…` of `partitions` partitions on the suite's broker, and a filter
+    /// spec that names an output `<name>-out-…` not created yet ([`Scenario::create_output`]).
+    pub fn input_only(name: &str, partitions: i32) -> Self {
         let (input, output) = (unique(&format!("{name}-in")), unique(&format!("{name}-out")));
         kafka().create_topic(&input, partitions);
-        kafka().create_topic(&output, partitions);
-        let spec = FilterSpec::new(&input, &output, dir.path());
+        Self::on(kafka(), &input, &output, partitions)
+    }
+
+    /// Given: topics `input` and `output` of `partitions` partitions that the test made on
+    /// `broker` (a mock cluster's, say), and a filter spec for them ([`FilterSpec::on`]).
+    pub fn on(broker: Broker, input: &str, output: &str, partitions: i32) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = FilterSpec::on(broker.clone(), input, output, dir.path());
         Scenario {
             dir,
-            input,
-            output,
+            broker,
+            input: input.to_string(),
+            output: output.to_string(),
             partitions,
             spec,
             written: Vec::new(),
             event_time: None,
+            killable: false,
         }
+    }
+
+    /// Given: another filter reading this scenario's input into an output of its own,
+    /// `<name>-…` (same partitions), with its own directory and group: the same input under
+    /// another configuration. It starts with what upstream wrote so far.
+    pub fn with_new_output(&self, name: &str) -> Scenario {
+        let output = unique(name);
+        self.broker.create_topic(&output, self.partitions);
+        let mut s = Scenario::on(self.broker.clone(), &self.input, &output, self.partitions);
+        s.written = self.written.clone();
+        s.event_time = self.event_time;
+        s
+    }
+
+    /// Given: the output topic, `partitions` partitions (after [`Scenario::input_only`]).
+    pub fn create_output(&self) {
+        self.broker.create_topic(&self.output, self.partitions);
+    }
+
+    /// Given: a side topic `<name>-…` of one partition (a dead-letter or duplicates topic).
+    pub fn side_topic(&self, name: &str) -> String {
+        let topic = unique(name);
+        self.broker.create_topic(&topic, 1);
+        topic
     }
 
     /// Given: a filter that is going to be killed ([`FilterSpec::killable`]: session timeout
@@ -77,6 +128,7 @@ impl Scenario {
     /// survivors.
     pub fn killable(mut self) -> Self {
         self.spec = self.spec.killable();
+        self.killable = true;
         self
     }
 
@@ -94,7 +146,7 @@ impl Scenario {
     pub fn produce(&mut self, range: Range<u64>) -> Vec<(i32, u64)> {
         let records = self.values(range);
         self.event_time.get_or_insert_with(wall_ms);
-        scenario::produce(&kafka().client(), &self.input, &records, Duration::ZERO).unwrap();
+        scenario::produce(&self.broker.client(), &self.input, &records, Duration::ZERO).unwrap();
         self.written.extend_from_slice(&records);
         records
     }
@@ -105,22 +157,51 @@ impl Scenario {
         let records = self.values(range);
         self.event_time.get_or_insert_with(wall_ms);
         self.written.extend_from_slice(&records);
-        let input = self.input.clone();
-        std::thread::spawn(move || scenario::produce(&kafka().client(), &input, &records, duration).unwrap())
+        let (input, client) = (self.input.clone(), self.broker.client());
+        std::thread::spawn(move || scenario::produce(&client, &input, &records, duration).unwrap())
+    }
+
+    /// When: upstream writes `records` spread over `duration`, on a thread of its own (join it
+    /// before reading the output).
+    pub fn produce_records_over(&mut self, records: &[(i32, u64)], duration: Duration) -> JoinHandle<()> {
+        self.event_time.get_or_insert_with(wall_ms);
+        self.written.extend_from_slice(records);
+        let (input, client, records) = (self.input.clone(), self.broker.client(), records.to_vec());
+        std::thread::spawn(move || scenario::produce(&client, &input, &records, duration).unwrap())
     }
 
     /// When: upstream writes `records` (from [`scenario::replay_scenario`], say) spread over
     /// `duration`.
     pub fn produce_records(&mut self, records: &[(i32, u64)], duration: Duration) {
         self.event_time.get_or_insert_with(wall_ms);
-        scenario::produce(&kafka().client(), &self.input, records, duration).unwrap();
+        scenario::produce(&self.broker.client(), &self.input, records, duration).unwrap();
+        self.written.extend_from_slice(records);
+    }
+
+    /// When: upstream writes `records` (partition, value) all stamped `timestamp` (ms since the
+    /// Unix epoch): replays that keep their first copies' event time ([`Broker::produce_values_at`]).
+    pub fn produce_records_at(&mut self, records: &[(i32, u64)], timestamp: i64) {
+        self.event_time.get_or_insert(timestamp);
+        self.broker.produce_values_at(&self.input, records, timestamp);
         self.written.extend_from_slice(records);
     }
 
     /// When: upstream writes `records` (raw: key, value, headers) to input partition `p`. They
     /// are not integers: compare with [`Scenario::forwarded`].
     pub fn produce_raw(&self, p: i32, records: &[Raw]) {
-        kafka().produce_raw(&self.input, p, records);
+        self.broker.produce_raw(&self.input, p, records);
+    }
+
+    /// When: upstream writes `records` (record time in ms since the Unix epoch, record) to input
+    /// partition `p`: a timeline written with chosen record times instead of sleeps.
+    pub fn produce_timed(&self, p: i32, records: &[(i64, Raw)]) {
+        self.broker.produce_timed(&self.input, p, records);
+    }
+
+    /// Given (for the audit): output partition `p` holds `records` (record time, record), as a
+    /// filter would have written them, or with faults planted.
+    pub fn write_output_timed(&self, p: i32, records: &[(i64, Raw)]) {
+        self.broker.produce_timed(&self.output, p, records);
     }
 
     /// When: upstream replays values `range` (an upstream restart), with the event time of the
@@ -128,7 +209,7 @@ impl Scenario {
     pub fn replay(&mut self, range: Range<u64>) -> Vec<(i32, u64)> {
         let records = self.values(range);
         let at = *self.event_time.get_or_insert_with(wall_ms);
-        kafka().produce_values_at(&self.input, &records, at);
+        self.broker.produce_values_at(&self.input, &records, at);
         self.written.extend_from_slice(&records);
         records
     }
@@ -147,9 +228,27 @@ impl Scenario {
         s.start(self.path())
     }
 
-    /// When: a filter starts that is meant to survive (default session timeout).
+    /// When: a filter starts that is meant to survive: after [`Scenario::killable`], with the
+    /// default session timeout; otherwise with the spec as it is.
     pub fn start(&self) -> FilterProcess {
-        self.spec.survivor().start(self.path())
+        match self.killable {
+            true => self.spec.survivor().start(self.path()),
+            false => self.spec.start(self.path()),
+        }
+    }
+
+    /// When: a filter starts and is ready (`/readyz`, within 60 s).
+    pub fn start_ready(&self) -> FilterProcess {
+        let mut filter = self.start();
+        filter.wait_ready(Duration::from_secs(60));
+        filter
+    }
+
+    /// When: `filter` stops (SIGTERM). Then: it exits cleanly (a hand-over), or the test fails
+    /// with its log.
+    pub fn stop(&self, mut filter: FilterProcess) -> FilterProcess {
+        assert!(filter.terminate().success(), "{}", filter.logs());
+        filter
     }
 
     /// When: a filter starts and commits the whole input (see [`Scenario::wait_done`]).
@@ -176,20 +275,46 @@ impl Scenario {
         });
     }
 
+    /// Waits until the group committed input offsets `ends` (per partition, e.g.
+    /// `[(0, 4)]`), or panics (after 60 s) with the filter's log.
+    pub fn wait_committed(&self, filter: &FilterProcess, ends: &[(i32, i64)]) {
+        let ends = ends.iter().copied().collect();
+        self.broker
+            .wait_committed(&self.spec.group, &self.input, &ends, Duration::from_secs(60), || {
+                filter.logs()
+            });
+    }
+
+    /// The group's committed input offset of partition `p` (`None`: nothing committed).
+    pub fn committed(&self, p: i32) -> Option<i64> {
+        self.committed_with_metadata(p).0
+    }
+
+    /// The group's committed input offset of partition `p` and its metadata.
+    pub fn committed_with_metadata(&self, p: i32) -> (Option<i64>, String) {
+        self.broker.committed(&self.spec.group, &self.input, self.partitions)[&p].clone()
+    }
+
     /// The output's values per partition, read to its end.
     pub fn output(&self) -> BTreeMap<i32, Vec<u64>> {
-        scenario::read_values(
-            &kafka().client(),
-            &self.output,
-            self.partitions,
-            Duration::from_secs(30),
-        )
-        .unwrap()
+        self.read_output(Duration::from_secs(30))
+    }
+
+    /// The output's values per partition, read to its end within `timeout`
+    /// ([`scenario::read_values`], read_committed).
+    fn read_output(&self, timeout: Duration) -> BTreeMap<i32, Vec<u64>> {
+        scenario::read_values(&self.broker.client(), &self.output, self.partitions, timeout)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", self.output))
     }
 
     /// The output's records per partition, as forwarded (provenance headers taken off).
     pub fn forwarded(&self) -> BTreeMap<i32, Vec<Raw>> {
-        kafka().read_forwarded(&self.output, self.partitions, &self.input)
+        self.broker.read_forwarded(&self.output, self.partitions, &self.input)
+    }
+
+    /// The output's records per partition, as they are (headers included).
+    pub fn output_records(&self) -> BTreeMap<i32, Vec<Raw>> {
+        self.broker.read_records(&self.output, self.partitions)
     }
 
     /// How many records the output holds.
@@ -200,13 +325,7 @@ impl Scenario {
     /// Then: every value written reached the output exactly once and in input order per
     /// partition ([`scenario::verify`]), `distinct` records in all.
     pub fn then_once_in_order(&self, distinct: u64) {
-        let out = scenario::read_values(
-            &kafka().client(),
-            &self.output,
-            self.partitions,
-            Duration::from_secs(120),
-        )
-        .unwrap();
+        let out = self.read_output(Duration::from_secs(120));
         let v = scenario::verify(&self.written, &out);
         assert!(v.ok(), "{v:?}");
         assert_eq!(v.output_records, distinct, "{v:?}");
@@ -214,13 +333,52 @@ impl Scenario {
 
     /// Then: the output holds exactly `expected`, partition by partition, in this order.
     pub fn then_output_is(&self, expected: &BTreeMap<i32, Vec<u64>>) {
-        let out = scenario::read_values(
-            &kafka().client(),
-            &self.output,
-            self.partitions,
-            Duration::from_secs(120),
-        )
-        .unwrap();
+        let out = self.read_output(Duration::from_secs(120));
         assert_eq!(&out, expected, "the output, per partition");
+    }
+
+    /// The filter's configuration file, written into the scenario's directory (what `audit` and
+    /// `check-config` read).
+    pub fn config_file(&self) -> PathBuf {
+        let path = self.path().join(format!("audit-{}.toml", self.output));
+        std::fs::write(&path, self.spec.toml(free_port())).unwrap();
+        path
+    }
+
+    /// When: `kafka-dedup audit --config <the filter's configuration> ARGS...` runs.
+    pub fn audit(&self, args: &[&str]) -> Audit {
+        Audit::run(&self.config_file(), args)
+    }
+}
+
+/// What `kafka-dedup audit` answered.
+pub struct Audit {
+    /// Its exit code (-1: killed by a signal).
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Audit {
+    /// Runs `kafka-dedup audit --config CONFIG ARGS...`.
+    pub fn run(config: &Path, args: &[&str]) -> Audit {
+        let out = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+            .arg("audit")
+            .arg("--config")
+            .arg(config)
+            .args(args)
+            .output()
+            .expect("run kafka-dedup audit");
+        Audit {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// The JSON report (`--json`), or a panic showing what was printed instead.
+    pub fn report(&self) -> Report {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not a report ({e}):\n{}\n{}", self.stdout, self.stderr))
     }
 }

@@ -1,0 +1,760 @@
+//! The route stage of the global scope ([`run_route`]; the module documentation of
+//! [`crate::global`] tells what it does): its consumer and producer contexts, the [`Router`] that
+//! copies records to the route topic and commits behind the acknowledgements, the poll loop.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tracing::{debug, error, info, warn};
+
+use super::{route_partition, RECORDS_ROUTED, ROUTE_COPIES_DROPPED, ROUTE_LAG};
+use crate::config::{Config, Delivery, Start};
+use crate::fingerprint::Fingerprinter;
+use crate::kafka::{self, TopicError};
+use crate::partition::{InFlight, Target, SEQ_BITS};
+use crate::pipeline::delivery::Throttle;
+use crate::pipeline::refused::{RETRY_FIRST, RETRY_MAX};
+use crate::pipeline::{Fatal, HandoverError, RunError, Shutdown};
+use crate::provenance::{Provenance, HEADER};
+use crate::status::Status;
+
+/// How long one poll waits for a record.
+const POLL_WAIT: Duration = Duration::from_millis(100);
+
+/// Timeout of the synchronous offset commits, seeks and metadata requests.
+const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long [`Router::copy`] waits for room in the producer's queue before it gives the record
+/// back and the stage backs off ([`Router::back_off`]), as the filter does (`pipeline::produce`).
+const QUEUE_WAIT: Duration = Duration::from_secs(1);
+
+/// librdkafka's default `queue.buffering.max.messages`.
+const DEFAULT_QUEUE_MESSAGES: i32 = 100_000;
+
+/// An acknowledgement of a copy, from the producer thread: the delivery opaque
+/// (`input partition << SEQ_BITS | seq`) and the result.
+struct Ack {
+    opaque: usize,
+    result: Result<(), KafkaError>,
+}
+
+/// The route stage's producer context: acknowledgements go to the poll thread.
+struct RouteDelivery {
+    tx: Mutex<Sender<Ack>>,
+    status: Arc<Status>,
+    throttle: Throttle,
+}
+
+impl ClientContext for RouteDelivery {
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.status.note_client_error(&error, reason);
+        if let Some(suppressed) = self.throttle.admit(&error, Instant::now()) {
+            warn!(error = %error, reason, suppressed, "kafka producer error (route stage)");
+        }
+    }
+
+    /// As the filter's producer ([`crate::pipeline::DeliveryContext`]): librdkafka's lines, the
+    /// warning that `enable.gapless.guarantee` (set on purpose) is experimental at debug.
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        crate::pipeline::delivery::log_client_line(level, fac, log_message);
+    }
+}
+
+impl ProducerContext for RouteDelivery {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        let result = result.as_ref().map(|_| ()).map_err(|(e, _)| e.clone());
+        if let Ok(tx) = self.tx.lock() {
+            let _ = tx.send(Ack { opaque, result });
+        }
+    }
+}
+
+/// One input partition the route stage copies.
+struct Tracked {
+    /// Copies not yet acknowledged, in input order: the commit position.
+    inflight: InFlight,
+    /// The last offset committed (or the first one read).
+    committed: i64,
+}
+
+/// The route stage's state, owned by the poll thread (and its rebalance callbacks).
+struct Router {
+    /// The whole configuration (global scope).
+    cfg: Arc<Config>,
+    /// The configured source: the same fingerprints as the filter stage computes.
+    fingerprinter: Fingerprinter,
+    /// The idempotent producer of the copies.
+    producer: ThreadedProducer<RouteDelivery>,
+    /// Its acknowledgements.
+    acks: Receiver<Ack>,
+    /// Partitions of the route topic, read at start (it must never change).
+    route_partitions: usize,
+    /// Input partitions with records taken since they were assigned.
+    partitions: BTreeMap<i32, Tracked>,
+    /// When the next periodic commit is due.
+    next_commit: Instant,
+    /// Set when a copy could not be delivered: nothing is committed past it, the stage stops.
+    failure: Option<Fatal>,
+    /// [`RECORDS_ROUTED`].
+    routed: metrics::Counter,
+    /// Since when the producer's queue has been full and every assigned input partition paused
+    /// ([`Router::back_off`]); `None` while records flow.
+    backpressure: Option<Instant>,
+    /// While backed off: per input partition, the first offset the consumer returned and the
+    /// stage did not take; the partition resumes there.
+    resume_at: BTreeMap<i32, i64>,
+    /// The producer's `queue.buffering.max.messages`: it resumes once the queue is half empty.
+    queue_capacity: i32,
+    /// While a record's fingerprint waits for the schema registry ([`Router::wait_for_registry`]):
+    /// when the partitions may resume to try it again, and how many tries failed in a row.
+    registry_retry: Option<(Instant, u32)>,
+    /// `/readyz` (the route stage's wait for the registry).
+    status: Arc<Status>,
+}
+
+/// What became of a turn of the poll loop's record ([`Router::copy`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Copied {
+    /// Handed to the producer (or copied already, or nothing was polled, or not taken while the
+    /// stage is backed off: noted in `resume_at`).
+    Done,
+    /// Not taken: the producer's queue stayed full for [`QUEUE_WAIT`]; the stage backs off.
+    Full,
+    /// Not taken: a stop was requested while the producer's queue was full.
+    Stopping,
+    /// Not taken: its fingerprint needs the schema registry, which cannot be asked (the reason);
+    /// the stage backs off and takes it again later.
+    Wait(String),
+}
+
+impl Router {
+    /// Copies `msg` to its route partition. Waits while the producer's queue is full (unless a
+    /// stop is requested). Errors: the producer refused the record.
+    fn copy(&mut self, msg: &BorrowedMessage<'_>, shutdown: &Shutdown) -> Result<Copied, Fatal> {
+        let (p, offset) = (msg.partition(), msg.offset());
+        if self
+            .partitions
+            .get(&p)
+            .is_some_and(|t| offset < t.inflight.next_offset())
+        {
+            return Ok(Copied::Done); // fetched again; already copied
+        }
+        if self.backpressure.is_some() {
+            // Backed off: not taken; fetched again when the partitions resume.
+            self.not_taken(p, offset);
+            return Ok(Copied::Done);
+        }
+        let fingerprint = match self.fingerprinter.fingerprint(msg) {
+            Err(why) if why.must_wait() => {
+                // Never routed as a record without identity: its route partition would be wrong.
+                self.not_taken(p, offset);
+                return Ok(Copied::Wait(format!("input partition {p} offset {offset}: {why}")));
+            }
+            other => other.ok(),
+        };
+        if self.registry_retry.take().is_some() {
+            self.status.set_route_waiting(None);
+            info!("route stage: the schema registry answers again");
+        }
+        let to = route_partition(fingerprint, p, self.route_partitions);
+        let tracked = self.partitions.entry(p).or_insert_with(|| Tracked {
+            inflight: InFlight::new(offset),
+            committed: offset,
+        });
+        let seq = tracked
+            .inflight
+            .take(offset, Target::Output)
+            .expect("produced records are tracked");
+        let opaque = ((p as u64) << SEQ_BITS | seq) as usize;
+        let source = Provenance::encode_parts(msg.topic(), p, offset);
+        let headers = msg
+            .headers()
+            .map(|h| h.detach())
+            .unwrap_or_else(|| OwnedHeaders::new_with_capacity(1))
+            .insert(Header {
+                key: HEADER,
+                value: Some(&source),
+            });
+        let cfg = self.cfg.clone(); // the record borrows the topic name while `self` changes
+        let mut record = crate::pipeline::copy_of(
+            msg,
+            BaseRecord::with_opaque_to(&cfg.fingerprint.route_topic, opaque)
+                .partition(to)
+                .headers(headers),
+        );
+        let mut full_since: Option<Instant> = None;
+        loop {
+            match self.producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                    if shutdown.is_triggered() {
+                        self.untake(p, offset);
+                        return Ok(Copied::Stopping);
+                    }
+                    if full_since.get_or_insert_with(Instant::now).elapsed() >= QUEUE_WAIT {
+                        self.untake(p, offset);
+                        self.not_taken(p, offset);
+                        return Ok(Copied::Full);
+                    }
+                    record = r;
+                    self.drain_acks();
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err((error, _)) => {
+                    self.untake(p, offset);
+                    return Err(Fatal::Delivery {
+                        partition: p,
+                        offset,
+                        topic: cfg.fingerprint.route_topic.clone(),
+                        error,
+                        skippable: false,
+                    });
+                }
+            }
+        }
+        crate::crash::point("route-after-produce");
+        Ok(Copied::Done)
+    }
+
+    fn untake(&mut self, p: i32, offset: i64) {
+        if let Some(t) = self.partitions.get_mut(&p) {
+            t.inflight.untake(offset);
+        }
+    }
+
+    /// Notes that the record at `p`/`offset` was returned by the consumer and not taken: the
+    /// partition resumes there at the latest.
+    fn not_taken(&mut self, p: i32, offset: i64) {
+        let at = self.resume_at.entry(p).or_insert(offset);
+        *at = (*at).min(offset);
+    }
+
+    /// The producer's queue stayed full (the route topic is slow or unreachable): pauses every
+    /// assigned input partition, so that the poll loop goes on serving the group (a poll thread
+    /// waiting inside `send` past `max.poll.interval.ms` would make librdkafka leave the group)
+    /// until [`Self::drive_backpressure`] sees room again.
+    fn back_off(&mut self, consumer: &RouteConsumer) {
+        if self.backpressure.is_some() {
+            return;
+        }
+        self.backpressure = Some(Instant::now());
+        if let Err(e) = consumer.assignment().and_then(|a| consumer.pause(&a)) {
+            warn!(error = %e, "route stage: pausing the partitions failed");
+        }
+        if self.registry_retry.is_some() {
+            return; // said by `wait_for_registry`
+        }
+        warn!(
+            queued = self.producer.in_flight_count(),
+            "route stage: the producer's queue is full (the route topic is slow or unreachable): input partitions \
+             paused until it drains"
+        );
+    }
+
+    /// A record's fingerprint needs the schema registry, which cannot be asked (`why`): backs off
+    /// as for a full queue (every assigned input partition paused, the group served), and resumes
+    /// after [`RETRY_FIRST`], the wait doubling up to [`RETRY_MAX`] while it fails, at the record,
+    /// which is fingerprinted again. `/readyz` says why meanwhile.
+    fn wait_for_registry(&mut self, consumer: &RouteConsumer, why: String) {
+        let failures = self.registry_retry.map_or(0, |(_, n)| n).saturating_add(1);
+        let wait = RETRY_FIRST.saturating_mul(1 << (failures - 1).min(6)).min(RETRY_MAX);
+        self.registry_retry = Some((Instant::now() + wait, failures));
+        warn!(
+            error = %why, retry_in_ms = wait.as_millis() as u64,
+            "route stage: a record's fingerprint needs the schema registry, which cannot be asked: input partitions \
+             paused (nothing is copied past it)"
+        );
+        self.status.set_route_waiting(Some(format!(
+            "fingerprint.schema_registry: {why}; tried again in {} ms",
+            wait.as_millis()
+        )));
+        self.back_off(consumer);
+    }
+
+    /// While backed off: once the producer's queue has drained to half its size (and a wait for
+    /// the schema registry is over), resumes every
+    /// assigned input partition, each that returned records it did not take at the first of them
+    /// (resume, then seek: see `pipeline::ownership::resume_at`).
+    fn drive_backpressure(&mut self, consumer: &RouteConsumer) {
+        let Some(since) = self.backpressure else { return };
+        if self.producer.in_flight_count() > self.queue_capacity / 2 {
+            return;
+        }
+        if self.registry_retry.is_some_and(|(at, _)| Instant::now() < at) {
+            return;
+        }
+        let resumed = consumer.assignment().and_then(|a| consumer.resume(&a));
+        let sought = resumed.and_then(|()| {
+            self.resume_at.iter().try_for_each(|(p, o)| {
+                let to = if *o == 0 { Offset::Beginning } else { Offset::Offset(*o) };
+                consumer.seek(&self.cfg.input.topic, *p, to, KAFKA_TIMEOUT)
+            })
+        });
+        if let Err(e) = sought {
+            // Paused again; the next tick tries again.
+            warn!(error = %e, "route stage: resuming after the producer's queue drained failed");
+            let _ = consumer.assignment().and_then(|a| consumer.pause(&a));
+            return;
+        }
+        self.resume_at.clear();
+        self.backpressure = None;
+        info!(
+            seconds = since.elapsed().as_secs_f64(),
+            "route stage: the producer's queue drained: input partitions resumed"
+        );
+    }
+
+    /// Applies every acknowledgement that arrived.
+    fn drain_acks(&mut self) {
+        while let Ok(ack) = self.acks.try_recv() {
+            self.apply(ack);
+        }
+    }
+
+    /// Applies one acknowledgement: the copy is done; a failed copy stops the stage (its offset is
+    /// never committed: the watermark stays before it).
+    fn apply(&mut self, ack: Ack) {
+        let v = ack.opaque as u64;
+        let (p, seq) = ((v >> SEQ_BITS) as i32, v & ((1 << SEQ_BITS) - 1));
+        let Some(t) = self.partitions.get_mut(&p) else {
+            return; // a partition handed over meanwhile
+        };
+        match ack.result {
+            Ok(()) => {
+                if t.inflight.ack(seq).is_some() {
+                    self.routed.increment(1);
+                }
+            }
+            Err(error) => {
+                if self.failure.is_none() {
+                    error!(partition = p, error = %error, "copy to the route topic failed; stopping without committing past it");
+                    self.failure = Some(Fatal::Delivery {
+                        partition: p,
+                        offset: t.inflight.watermark(),
+                        topic: self.cfg.fingerprint.route_topic.clone(),
+                        error,
+                        skippable: false,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Between two polls: acknowledgements, and the periodic commit. Errors stop the stage.
+    fn tick(&mut self, consumer: &RouteConsumer) -> Result<(), Fatal> {
+        self.drain_acks();
+        if let Some(f) = &self.failure {
+            return Err(f.clone());
+        }
+        self.drive_backpressure(consumer);
+        if Instant::now() >= self.next_commit {
+            self.next_commit = Instant::now() + self.cfg.checkpoint.interval;
+            let parts: Vec<i32> = self.partitions.keys().copied().collect();
+            self.commit(consumer, &parts);
+        }
+        Ok(())
+    }
+
+    /// Commits, for each of `parts`, the input offset below which every copy is acknowledged,
+    /// when it moved. A failed commit is logged; the next one covers it.
+    fn commit(&mut self, consumer: &RouteConsumer, parts: &[i32]) {
+        let mut tpl = TopicPartitionList::new();
+        let mut moved = Vec::new();
+        for p in parts {
+            if let Some(t) = self.partitions.get(p) {
+                let w = t.inflight.watermark();
+                if w > t.committed {
+                    let _ = tpl.add_partition_offset(&self.cfg.input.topic, *p, Offset::Offset(w));
+                    moved.push((*p, w));
+                }
+            }
+        }
+        if moved.is_empty() {
+            return;
+        }
+        match consumer.commit(&tpl, CommitMode::Sync) {
+            Ok(()) => {
+                for (p, w) in moved {
+                    if let Some(t) = self.partitions.get_mut(&p) {
+                        t.committed = w;
+                    }
+                }
+                crate::crash::point("route-committed");
+            }
+            Err(e) => warn!(error = %e, "route stage: offset commit failed; the next one commits again"),
+        }
+    }
+
+    /// Copies of `parts` are not acknowledged at a hand-over (timed out, or `lost`): purges the
+    /// producer's queue and in-flight requests (librdkafka neither sends nor retries them) and
+    /// stops the stage, unless it failed already.
+    fn give_up(&mut self, parts: &[i32], lost: bool) {
+        error!(
+            partitions = ?parts, lost,
+            "route stage: hand-over with copies not acknowledged; dropping them from the producer and stopping \
+             (the next owner copies them again)"
+        );
+        self.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+        if self.failure.is_none() {
+            self.failure = Some(if lost {
+                Fatal::AssignmentLost {
+                    partitions: parts.to_vec(),
+                }
+            } else {
+                Fatal::Handover {
+                    partitions: parts.to_vec(),
+                    error: Arc::new(HandoverError::Timeout),
+                }
+            });
+        }
+    }
+
+    /// Hands `parts` over (revocation, stop): waits up to `output.handover_timeout` for their
+    /// copies' acknowledgements (not at all when the assignment was `lost`), commits what is
+    /// acknowledged (unless `lost`: another member may own them already) and forgets them.
+    /// Copies still unacknowledged then (a timeout, a lost assignment) are purged from the
+    /// producer, which would otherwise retry them for ever and land them after the next owner's
+    /// copies, and the stage stops ([`Fatal::Handover`], [`Fatal::AssignmentLost`]), as the
+    /// filter does; the next owner copies them again (and the filter stage drops any copy that
+    /// was already on the wire by provenance, [`copy_fate`]).
+    fn hand_over(&mut self, consumer: &RouteConsumer, parts: &[i32], lost: bool) {
+        let deadline = Instant::now() + self.cfg.output.handover_timeout;
+        loop {
+            self.drain_acks();
+            let idle = parts.iter().all(|p| {
+                self.partitions
+                    .get(p)
+                    .is_none_or(|t| t.inflight.watermark() >= t.inflight.next_offset())
+            });
+            let left = deadline.saturating_duration_since(Instant::now());
+            if idle || lost || self.failure.is_some() || left.is_zero() {
+                if !idle {
+                    self.give_up(parts, lost);
+                }
+                break;
+            }
+            match self.acks.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(ack) => self.apply(ack),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        if !lost {
+            self.commit(consumer, parts);
+        }
+        for p in parts {
+            self.partitions.remove(p);
+            self.resume_at.remove(p);
+        }
+    }
+}
+
+/// The route stage's consumer context: rebalances reach the [`Router`].
+struct RouteContext {
+    router: Mutex<Router>,
+    input_topic: String,
+    /// `input.start`: with `latest`, partitions without a commit start at the end.
+    start: Start,
+    /// The input partitions assigned to the route stage (the lag metric's).
+    assigned: Mutex<std::collections::BTreeSet<i32>>,
+    status: Arc<Status>,
+    throttle: Throttle,
+}
+
+impl RouteContext {
+    fn lock(&self) -> MutexGuard<'_, Router> {
+        self.router.lock().expect("not poisoned")
+    }
+}
+
+impl ClientContext for RouteContext {
+    /// The route stage's lag per assigned input partition ([`ROUTE_LAG`]).
+    fn stats(&self, stats: rdkafka::statistics::Statistics) {
+        let Some(t) = stats.topics.get(&self.input_topic) else {
+            return;
+        };
+        let Ok(assigned) = self.assigned.lock() else { return };
+        for (p, ps) in &t.partitions {
+            if *p >= 0 && ps.consumer_lag >= 0 && assigned.contains(p) {
+                route_lag(*p, ps.consumer_lag);
+            }
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.status.note_client_error(&error, reason);
+        if let Some(suppressed) = self.throttle.admit(&error, Instant::now()) {
+            warn!(error = %error, reason, suppressed, "kafka client error (route stage)");
+        }
+    }
+}
+
+impl ConsumerContext for RouteContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let (Rebalance::Assign(tpl), Start::Latest) = (rebalance, self.start) {
+            start_at_the_end(consumer, &self.input_topic, tpl);
+        }
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let parts: Vec<i32> = tpl
+                .elements_for_topic(&self.input_topic)
+                .iter()
+                .map(|e| e.partition())
+                .collect();
+            let lost = consumer.assignment_lost();
+            info!(partitions = ?parts, lost, "route stage: partitions revoked");
+            if let Ok(mut r) = self.router.lock() {
+                r.hand_over(consumer, &parts, lost);
+            }
+            if let Ok(mut a) = self.assigned.lock() {
+                for p in &parts {
+                    a.remove(p);
+                    route_lag(*p, 0); // no stale lag for released partitions
+                }
+            }
+            self.status.set_route_partitions(&[], &parts);
+        }
+    }
+
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let parts: Vec<i32> = tpl
+                    .elements_for_topic(&self.input_topic)
+                    .iter()
+                    .map(|e| e.partition())
+                    .collect();
+                info!(partitions = ?parts, "route stage: partitions assigned");
+                // librdkafka keeps a partition's pause across assignments: one revoked while the
+                // stage was backed off would otherwise stay paused for ever. Paused while backed
+                // off (resumed with the others), resumed otherwise.
+                let backed_off = self.lock().backpressure.is_some();
+                let set = if backed_off {
+                    consumer.pause(tpl)
+                } else {
+                    consumer.resume(tpl)
+                };
+                if let Err(e) = set {
+                    warn!(error = %e, backed_off, "route stage: pausing or resuming assigned partitions failed");
+                }
+                if let Ok(mut a) = self.assigned.lock() {
+                    a.extend(parts.iter().copied());
+                }
+                self.status.set_route_partitions(&parts, &[]);
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => warn!(error = %e, "route stage: rebalance error"),
+        }
+    }
+}
+
+type RouteConsumer = BaseConsumer<RouteContext>;
+
+/// Sets the route stage's lag of input partition `p` ([`ROUTE_LAG`]).
+fn route_lag(p: i32, lag: i64) {
+    metrics::gauge!(ROUTE_LAG, "partition" => p.to_string()).set(lag as f64);
+}
+
+/// `input.start = "latest"`, before the assignment `tpl` takes effect: commits the end of each of
+/// its partitions that has no committed offset, so that they start there (and a restart before
+/// the first periodic commit resumes there), while `auto.offset.reset` stays `earliest`: a
+/// committed offset that retention deleted resumes at the oldest record left, never at the end
+/// (as the filter does, `recovery`). A failure is logged; such a partition starts at the log
+/// start instead (it copies more, loses nothing).
+fn start_at_the_end(consumer: &RouteConsumer, topic: &str, tpl: &TopicPartitionList) {
+    let parts: Vec<i32> = tpl.elements_for_topic(topic).iter().map(|e| e.partition()).collect();
+    if parts.is_empty() {
+        return;
+    }
+    let result = consumer.committed_offsets(tpl.clone(), KAFKA_TIMEOUT).and_then(|committed| {
+        let mut ends = TopicPartitionList::new();
+        for p in &parts {
+            let known = committed
+                .find_partition(topic, *p)
+                .is_some_and(|e| matches!(e.offset(), Offset::Offset(_)));
+            if !known {
+                let (_, high) = consumer.fetch_watermarks(topic, *p, KAFKA_TIMEOUT)?;
+                ends.add_partition_offset(topic, *p, Offset::Offset(high))?;
+            }
+        }
+        if ends.count() > 0 {
+            consumer.commit(&ends, CommitMode::Sync)?;
+            info!(positions = ?ends.to_topic_map(), "route stage: nothing committed for these partitions; starting at the input's end (input.start = latest)");
+        }
+        Ok(())
+    });
+    if let Err(e) = result {
+        warn!(partitions = ?parts, error = %e, "route stage: committing the input's end (input.start = latest) failed; partitions without a commit start at the log start");
+    }
+}
+
+/// Runs the route stage until `shutdown` is triggered (then hands every partition over and
+/// returns `Ok`) or a fatal error (returns it; nothing committed past the record concerned).
+/// Blocking: call it from a dedicated thread. `cfg` is the whole configuration (global scope).
+/// Errors: the input or route topic does not exist ([`RunError::Topics`], exit 2), a client
+/// cannot be created, a copy was refused or failed, the consumer failed for good.
+pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> Result<(), RunError> {
+    metrics::describe_counter!(
+        RECORDS_ROUTED,
+        metrics::Unit::Count,
+        "Input records copied to the route topic (global scope), counted when acknowledged."
+    );
+    let routed = metrics::counter!(RECORDS_ROUTED);
+    routed.increment(0);
+    metrics::describe_counter!(
+        ROUTE_COPIES_DROPPED,
+        metrics::Unit::Count,
+        "Copies the filter stage dropped as the route stage's second copies of an input record (global scope)."
+    );
+    metrics::counter!(ROUTE_COPIES_DROPPED).increment(0);
+    status.set_route_partitions(&[], &[]);
+    crate::crash::panic_point("route");
+    let Some(route_partitions) = wait_for_topics(&cfg, &shutdown)? else {
+        return Ok(());
+    };
+    // The route stage always writes with the idempotent producer: it needs no transaction (it
+    // keeps no state), and the gapless guarantee keeps a failed copy from being passed.
+    let mut producer_cfg = (*cfg).clone();
+    producer_cfg.output.delivery = Delivery::Idempotent;
+    let (tx, acks) = mpsc::channel();
+    let producer: ThreadedProducer<RouteDelivery> =
+        kafka::producer_config(&producer_cfg).create_with_context(RouteDelivery {
+            tx: Mutex::new(tx),
+            status: status.clone(),
+            throttle: Throttle::default(),
+        })?;
+    let router = Router {
+        cfg: cfg.clone(),
+        fingerprinter: Fingerprinter::of_config(&cfg.fingerprint)?,
+        producer,
+        acks,
+        route_partitions,
+        partitions: BTreeMap::new(),
+        next_commit: Instant::now() + cfg.checkpoint.interval,
+        failure: None,
+        routed,
+        backpressure: None,
+        resume_at: BTreeMap::new(),
+        queue_capacity: kafka::producer_config(&producer_cfg)
+            .get("queue.buffering.max.messages")
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DEFAULT_QUEUE_MESSAGES),
+        registry_retry: None,
+        status: status.clone(),
+    };
+    metrics::describe_gauge!(
+        ROUTE_LAG,
+        metrics::Unit::Count,
+        "Route stage lag per input partition (global scope), from librdkafka statistics."
+    );
+    // `auto.offset.reset` stays `earliest` (`kafka::consumer_config`): `input.start = "latest"`
+    // is applied where nothing is committed only ([`start_at_the_end`]).
+    let consumer_cfg = kafka::consumer_config(&cfg);
+    let consumer: RouteConsumer = consumer_cfg.create_with_context(RouteContext {
+        router: Mutex::new(router),
+        input_topic: cfg.input.topic.clone(),
+        start: cfg.input.start,
+        assigned: Mutex::new(Default::default()),
+        status: status.clone(),
+        throttle: Throttle::default(),
+    })?;
+    consumer.subscribe(&[&cfg.input.topic])?;
+    info!(
+        input = %cfg.input.topic, route = %cfg.fingerprint.route_topic, route_partitions,
+        group = %cfg.input.group_id, "route stage started (global scope)"
+    );
+    let result = poll_loop(&consumer, &shutdown);
+    let mut r = consumer.context().lock();
+    let result = match result {
+        Ok(()) => {
+            info!("route stage stopping: handing over every partition");
+            let parts: Vec<i32> = r.partitions.keys().copied().collect();
+            r.hand_over(&consumer, &parts, false);
+            match r.failure.take() {
+                Some(f) => Err(f),
+                None => Ok(()),
+            }
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = &result {
+        error!(error = %e, "route stage stopping on error");
+        status.set_fatal(e.to_string());
+        r.producer.purge(rdkafka::producer::PurgeConfig::default().queue());
+    }
+    drop(r);
+    consumer.unsubscribe();
+    result.map_err(RunError::from)
+}
+
+/// Polls and copies until a stop is requested (`Ok`) or a fatal error.
+fn poll_loop(consumer: &RouteConsumer, shutdown: &Shutdown) -> Result<(), Fatal> {
+    loop {
+        if shutdown.is_triggered() {
+            return Ok(());
+        }
+        // Polled without holding the router: rebalance callbacks run inside `poll` and take it.
+        let polled = consumer.poll(POLL_WAIT);
+        let mut r = consumer.context().lock();
+        let copied = match polled {
+            Some(Ok(msg)) => r.copy(&msg, shutdown)?,
+            Some(Err(e @ KafkaError::MessageConsumptionFatal(_))) => return Err(Fatal::Consumer(e)),
+            Some(Err(e)) => {
+                debug!(error = %e, "route stage: consumer error");
+                Copied::Done
+            }
+            None => Copied::Done,
+        };
+        match copied {
+            Copied::Stopping => return Ok(()),
+            Copied::Full => r.back_off(consumer),
+            Copied::Wait(why) => r.wait_for_registry(consumer, why),
+            Copied::Done => {}
+        }
+        r.tick(consumer)?;
+    }
+}
+
+/// Checks that the input and route topics exist, retrying while the brokers cannot be reached.
+/// Returns the route topic's partition count; `None` when a stop was requested meanwhile.
+fn wait_for_topics(cfg: &Config, shutdown: &Shutdown) -> Result<Option<usize>, RunError> {
+    let metadata: kafka::Reader = kafka::reader_config(cfg).create_with_context(kafka::ReaderContext)?;
+    loop {
+        match kafka::check_route_topic(
+            metadata.client(),
+            &cfg.input.topic,
+            &cfg.fingerprint.route_topic,
+            KAFKA_TIMEOUT,
+        ) {
+            Ok((inputs, routes)) => {
+                if routes < inputs {
+                    warn!(
+                        input_partitions = inputs,
+                        route_partitions = routes,
+                        "the route topic has fewer partitions than the input: the filter stage spreads over fewer \
+                         instances than the input could"
+                    );
+                }
+                return Ok(Some(routes));
+            }
+            Err(TopicError::Kafka(e)) => {
+                warn!(error = %e, "route stage: cannot reach the brokers; retrying");
+                if shutdown.is_triggered() {
+                    return Ok(None);
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}

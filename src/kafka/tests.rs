@@ -1,0 +1,202 @@
+use super::*;
+
+/// Issue 22, item 8: the output's producer fits the output topic's `max.message.bytes`
+/// (less the batch framing) unless `[kafka.properties]` sets the limits; the producers'
+/// default takes what a broker at its default takes, plus the headers' room.
+#[test]
+fn the_output_producer_fits_the_output_topics_limit() {
+    let cfg = |props: &str| {
+        Config::from_toml_str(
+            &format!("[kafka.properties]\n{props}\n[input]\ntopic = \"i\"\n[output]\ntopic = \"o\"\n"),
+            Some(Default::default()),
+        )
+        .unwrap()
+    };
+    let fitted = |props: &str, limit: Option<usize>| {
+        let cfg = cfg(props);
+        let mut c = producer_config(&cfg);
+        fit_to_output(&mut c, &cfg, limit);
+        (
+            c.get("message.max.bytes").map(str::to_string),
+            c.get("batch.size").map(str::to_string),
+        )
+    };
+    let s = |v: &str| Some(v.to_string());
+    #[rustfmt::skip]
+    let rows = [
+        ("", None, (s("1049100"), None)),
+        ("", Some(BROKER_MESSAGE_MAX_BYTES), (s("1048332"), s("1000000"))),
+        ("", Some(100_000), (s("99744"), s("99744"))),
+        ("", Some(500), (s("1000"), s("1000"))),
+        ("\"message.max.bytes\" = 5000000", Some(100_000), (s("5000000"), s("99744"))),
+        ("\"batch.size\" = 16384", Some(100_000), (s("99744"), s("16384"))),
+    ];
+    for (props, limit, want) in rows {
+        assert_eq!(fitted(props, limit), want, "{props} {limit:?}");
+    }
+    assert_eq!(
+        side_producer_config(&cfg("")).get("message.timeout.ms"),
+        Some(SIDE_MESSAGE_TIMEOUT_MS)
+    );
+}
+
+/// Vectors of Kafka's `UtilsTest.testMurmur2` (Java client).
+#[test]
+fn murmur2_matches_the_java_client() {
+    assert_eq!(murmur2(b"21"), -973932308);
+    assert_eq!(murmur2(b"foobar"), -790332482);
+    assert_eq!(murmur2(b"a-little-bit-long-string"), -985981536);
+    assert_eq!(murmur2(b"a-little-bit-longer-string"), -1486304829);
+    assert_eq!(murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"), -58897971);
+    assert_eq!(murmur2(b"abc"), 479470107);
+}
+
+/// Each client gets the properties that concern it (no CONFWARN for the other kind); the
+/// guarantees' own settings still win.
+#[test]
+fn properties_go_to_the_clients_they_concern() {
+    let text = r#"
+        [kafka.properties]
+        "session.timeout.ms" = "6000"
+        "linger.ms" = "20"
+        "socket.timeout.ms" = "30000"
+        "enable.auto.commit" = "true"
+        [input]
+        topic = "in"
+        group_id = "g"
+        [output]
+        topic = "out"
+    "#;
+    let cfg = Config::from_toml_str(text, Some(Default::default())).unwrap();
+    let (consumer, producer, reader) = (consumer_config(&cfg), producer_config(&cfg), reader_config(&cfg));
+    assert_eq!(consumer.get("session.timeout.ms"), Some("6000"));
+    assert_eq!(producer.get("session.timeout.ms"), None);
+    assert_eq!(reader.get("session.timeout.ms"), Some("6000"));
+    assert_eq!(producer.get("linger.ms"), Some("20"));
+    assert_eq!(consumer.get("linger.ms"), None);
+    assert_eq!(reader.get("linger.ms"), None);
+    for c in [&consumer, &producer, &reader] {
+        assert_eq!(c.get("socket.timeout.ms"), Some("30000"), "a property of both kinds");
+    }
+    assert_eq!(consumer.get("enable.auto.commit"), Some("false"), "enforced");
+    assert_eq!(consumer.get("topic.metadata.refresh.interval.ms"), Some("30000"));
+    assert!(CONSUMER_ONLY.iter().all(|k| !PRODUCER_ONLY.contains(k)));
+}
+
+/// Issue 16, item 6: settings librdkafka refuses only as a whole, when a client is created,
+/// are found without connecting, naming the property.
+#[test]
+fn client_settings_are_checked_without_connecting() {
+    let cfg = |props: &str| {
+        let text = format!("[kafka]\nbootstrap_servers = \"127.0.0.1:1\"\n[kafka.properties]\n{props}\n[input]\ntopic = \"in\"\n[output]\ntopic = \"out\"\n");
+        Config::from_toml_str(&text, Some(Default::default())).unwrap()
+    };
+    let started = std::time::Instant::now();
+    check_clients(&cfg("")).unwrap();
+    let e = check_clients(&cfg("acks = 0")).unwrap_err();
+    assert_eq!(e.key_name(), Some("kafka.properties.acks"), "{e}");
+    assert!(e.to_string().contains("idempotence"), "{e}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// Issue 21, item 3: `group.protocol = "consumer"` (KIP-848). The consumer kafka-dedup builds
+/// from the configuration is created by librdkafka (as `run` and `check-config` do, without
+/// connecting), and a property that protocol refuses is a configuration error naming it.
+/// Each row: the `[kafka.properties]`, then `Ok(())` or the key of the error.
+#[test]
+fn group_protocols_and_the_properties_they_refuse() {
+    let rows: &[(&str, Result<(), &str>)] = &[
+        ("", Ok(())),
+        (
+            "\"group.protocol\" = \"classic\"\n\"session.timeout.ms\" = 6000\n\"heartbeat.interval.ms\" = 500",
+            Ok(()),
+        ),
+        (
+            "\"group.protocol\" = \"classic\"\n\"partition.assignment.strategy\" = \"range\"",
+            Ok(()),
+        ),
+        ("\"group.protocol\" = \"consumer\"", Ok(())),
+        ("\"group.protocol\" = \"CONSUMER\"", Ok(())),
+        (
+            "\"group.protocol\" = \"consumer\"\n\"group.remote.assignor\" = \"range\"",
+            Ok(()),
+        ),
+        (
+            "\"group.protocol\" = \"consumer\"\n\"session.timeout.ms\" = 6000",
+            Err("kafka.properties.session.timeout.ms"),
+        ),
+        (
+            "\"group.protocol\" = \"consumer\"\n\"heartbeat.interval.ms\" = 500",
+            Err("kafka.properties.heartbeat.interval.ms"),
+        ),
+        (
+            "\"group.protocol\" = \"consumer\"\n\"partition.assignment.strategy\" = \"cooperative-sticky\"",
+            Err("kafka.properties.partition.assignment.strategy"),
+        ),
+        (
+            "\"group.protocol\" = \"consumer\"\n\"group.protocol.type\" = \"consumer\"",
+            Err("kafka.properties.group.protocol.type"),
+        ),
+    ];
+    for (props, expected) in rows {
+        let text = format!("[kafka.properties]\n{props}\n[input]\ntopic = \"in\"\n[output]\ntopic = \"out\"\n");
+        let got = Config::from_toml_str(&text, Some(Default::default())).and_then(|cfg| {
+            check_clients(&cfg)?;
+            Ok(cfg)
+        });
+        match (expected, &got) {
+            (Ok(()), Ok(cfg)) => {
+                let consumer = consumer_config(cfg);
+                let classic = !props.to_ascii_lowercase().contains("\"consumer\"");
+                let strategy = consumer.get("partition.assignment.strategy");
+                assert_eq!(strategy.is_some(), classic, "{props}: {strategy:?}");
+            }
+            (Err(key), Err(e)) => {
+                assert_eq!(e.key_name(), Some(*key), "{props}: {e}");
+                assert!(e.to_string().contains("group.protocol"), "{props}: says why: {e}");
+            }
+            _ => panic!("{props}: expected {expected:?}, got {:?}", got.map(drop)),
+        }
+    }
+}
+
+/// The generation read back from librdkafka's own serialization, and other formats refused.
+#[test]
+fn the_generation_is_read_from_librdkafkas_group_metadata() {
+    use rdkafka::bindings as rd;
+    for generation in [-1, 0, 1, 7, i32::MAX] {
+        // SAFETY: the strings outlive the call; the metadata and the buffer are freed here.
+        let bytes = unsafe {
+            let (group, member, instance) = (c"g", c"m-1", c"pod-0");
+            let md = rd::rd_kafka_consumer_group_metadata_new_with_genid(
+                group.as_ptr(),
+                generation,
+                member.as_ptr(),
+                instance.as_ptr(),
+            );
+            let (mut buf, mut size) = (std::ptr::null_mut(), 0usize);
+            assert!(rd::rd_kafka_consumer_group_metadata_write(md, &mut buf, &mut size).is_null());
+            rd::rd_kafka_consumer_group_metadata_destroy(md);
+            let bytes = std::slice::from_raw_parts(buf as *const u8, size).to_vec();
+            rd::rd_kafka_mem_free(std::ptr::null_mut(), buf);
+            bytes
+        };
+        assert_eq!(generation_of(&bytes), Some(generation));
+    }
+    assert_eq!(generation_of(b"CGMDv1:\x01\0\0\0g\0"), None);
+    assert_eq!(generation_of(b"CGMDv2:\x01"), None);
+}
+
+#[test]
+fn key_placement() {
+    let p = ((murmur2(b"k") as u32 & 0x7fff_ffff) % 6) as i32;
+    assert!(key_placed_in(b"k", p, 6));
+    let q = (crc32fast::hash(b"k") % 6) as i32;
+    assert!(key_placed_in(b"k", q, 6));
+    let other = (0..6).find(|x| *x != p && *x != q).unwrap();
+    assert!(!key_placed_in(b"k", other, 6));
+}
