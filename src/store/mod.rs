@@ -199,7 +199,7 @@ pub struct Store {
     broken: Arc<AtomicBool>,
     /// Bytes of chunks read since the database was last opened; see [`Store::release_cache`].
     read_since_open: Arc<AtomicU64>,
-    /// How many bytes of chunks read make `run`'s store release sled's page cache (half of it).
+    /// How many bytes of chunks read make `run`'s store release sled's page cache (a quarter of it).
     pub(crate) release_after: u64,
     /// How often the page cache was released ([`Store::release_cache`]).
     releases: Arc<AtomicU64>,
@@ -335,7 +335,7 @@ impl Store {
             identity: Some(Arc::new(identity.clone())),
             broken: Arc::new(AtomicBool::new(true)),
             read_since_open: Arc::default(),
-            release_after: open::RUN_CACHE_BYTES / 2,
+            release_after: open::RUN_CACHE_BYTES / 4,
             releases: Arc::default(),
         }
     }
@@ -369,7 +369,7 @@ impl Store {
     }
 
     /// Releases sled's page cache of `run`'s store once the chunks read since the database was
-    /// opened reach [`Store::release_after`] bytes (half the cache, 32 MiB): closes and opens it
+    /// opened reach [`Store::release_after`] bytes (a quarter of the cache, 16 MiB): closes and opens it
     /// again ([`Store::reopen`]), then hands the freed memory back to the system
     /// (`malloc_trim`). sled 0.34 keeps every page a one-pass read brings in (its LRU evicts
     /// only after 64 accesses to one of its 256 shards), so without this a recovery that loads

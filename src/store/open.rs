@@ -411,7 +411,7 @@ impl Store {
             identity: Some(Arc::new(identity.clone())),
             broken: Arc::default(),
             read_since_open: Arc::default(),
-            release_after: RUN_CACHE_BYTES / 2,
+            release_after: RUN_CACHE_BYTES / 4,
             releases: Arc::default(),
         };
         if let Some(replaced) = store.clear_unusable(identity)? {

@@ -434,8 +434,8 @@ fn the_current_generation_is_loaded_with_room_to_grow() {
 
 /// Issue 25 (memory): sled 0.34 keeps every page a one-pass read brings in (its LRU evicts after
 /// 64 accesses to one of 256 shards, and a 10M-fingerprint load is 2,441 reads), so `run`'s
-/// store is closed and opened again whenever the chunks read since it was opened reach half its
-/// page cache: the load goes on against the new database and finds every fingerprint.
+/// store is closed and opened again whenever the chunks read since it was opened reach a quarter
+/// of its page cache: the load goes on against the new database and finds every fingerprint.
 #[test]
 fn a_long_load_releases_sleds_cache_as_it_goes() {
     let dir = tempfile::tempdir().unwrap();
@@ -458,7 +458,7 @@ fn a_long_load_releases_sleds_cache_as_it_goes() {
             clock: None,
         }])
         .unwrap();
-    // One chunk's worth (80 KiB) instead of 32 MiB.
+    // One chunk's worth (80 KiB) instead of 16 MiB.
     store.release_after = (CHUNK_ENTRIES * 20) as u64;
     let snap = store.snapshot(0).unwrap().unwrap();
     let loaded = store.load_generations(0, &snap).unwrap();
