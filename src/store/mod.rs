@@ -370,7 +370,7 @@ impl Store {
 
     /// Releases sled's page cache of `run`'s store once the chunks read since the database was
     /// opened reach [`Store::release_after`] bytes (a quarter of the cache, 16 MiB): closes and opens it
-    /// again ([`Store::reopen`]), then hands the freed memory back to the system
+    /// again, then hands the freed memory back to the system
     /// (`malloc_trim`). sled 0.34 keeps every page a one-pass read brings in (its LRU evicts
     /// only after 64 accesses to one of its 256 shards), so without this a recovery that loads
     /// 10M fingerprints (200 MB of chunks) keeps them all in the cache: about 20 bytes of RSS per
@@ -384,7 +384,17 @@ impl Store {
         }
         let t = std::time::Instant::now();
         let read = self.read_since_open.swap(0, Ordering::SeqCst);
-        match self.reopen() {
+        // Not `reopen`: the database is the one `run` opened and stamped, so sled's open is all
+        // it takes (no identity check, no stamp and flush).
+        let reopened = match self.db.write() {
+            Ok(mut slot) => {
+                // Released first: sled's file lock goes with the last handle.
+                drop(slot.take());
+                open_sled_waiting(&self.path, self.cache_bytes, 5 * LOCK_GRACE).map(|db| *slot = Some(db))
+            }
+            Err(_) => return,
+        };
+        match reopened {
             Ok(()) => {
                 self.releases.fetch_add(1, Ordering::SeqCst);
                 #[cfg(all(target_os = "linux", target_env = "gnu"))]
