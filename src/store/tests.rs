@@ -480,3 +480,47 @@ fn a_long_load_releases_sleds_cache_as_it_goes() {
         .unwrap();
     assert_eq!(store.snapshot(0).unwrap().unwrap().ckpt, "b");
 }
+
+/// Issue 25 (memory): loads of several partitions at once (recovery workers run in parallel)
+/// while the page cache is released under them: every load finds every fingerprint.
+#[test]
+fn parallel_loads_survive_the_cache_releases() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = Store::open_for_run(&dir.path().join("store"), &identity()).unwrap();
+    let key = |p: i32, i: u128| xxhash_rust::xxh3::xxh3_128(&(i + ((p as u128) << 64)).to_le_bytes());
+    let n = 4 * CHUNK_ENTRIES as u128;
+    for p in 0..3 {
+        let mut g = Generation::new(1, 0, pos(p, 0), 0);
+        for i in 0..n {
+            g.table.insert(key(p, i), i as u32);
+        }
+        store
+            .save(&[PartitionWrite {
+                partition: p,
+                epoch: 1,
+                ckpt: format!("c{p}"),
+                committed_offset: 0,
+                out_covered: pos(p, 0),
+                generations: vec![&g],
+                clean: false,
+                clock: None,
+            }])
+            .unwrap();
+    }
+    store.release_after = (CHUNK_ENTRIES * 20) as u64;
+    let workers: Vec<_> = (0..3)
+        .map(|p| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let snap = store.snapshot(p).unwrap().unwrap();
+                let loaded = store.load_generations(p, &snap).unwrap();
+                assert_eq!(loaded[0].len(), n as usize);
+                assert!((0..n).all(|i| loaded[0].table.get(key(p, i)) == Some(i as u32)));
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert!(store.cache_releases() >= 3, "released {} times", store.cache_releases());
+}
