@@ -38,7 +38,11 @@
 //!
 //! CPU per record is the child's, and separately the broker's: with `KD_E2E_BROKER_PID` (set by
 //! `scripts/bench.sh`), the broker JVM's user + system time from `/proc/PID/stat` over the same
-//! window. `--record-bytes 100,1000` runs the whole benchmark once per value size (own topics).
+//! window. Of the child's CPU, the column `(rdk:*)` is its librdkafka threads' (`rdk:broker*`,
+//! `rdk:main`, from `/proc/self/task`): their share moves most between runs (a producer broker
+//! thread polls without sleeping while a partition has its five requests in flight and a batch
+//! ready, so a slow broker costs the client CPU), the rest is the client's own threads.
+//! `--record-bytes 100,1000` runs the whole benchmark once per value size (own topics).
 //!
 //! `--peers` adds the dedups a user might write instead, each an external command started with
 //! the broker, topics and group as arguments (`benches/peers/`; `scripts/bench.sh --peers` builds
@@ -570,6 +574,21 @@ fn cpu_seconds() -> f64 {
     proc_cpu("self")
 }
 
+/// User + system CPU time of this process's librdkafka threads (named `rdk:*`: the broker
+/// threads, which fetch, build produce requests and parse responses, and `rdk:main`), from
+/// `/proc/self/task/*/stat`; the rest of the process's CPU is its own threads' (poll thread,
+/// delivery-report thread, recovery, store). Threads that ended are not counted.
+fn librdkafka_cpu_seconds() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return f64::NAN;
+    };
+    tasks
+        .flatten()
+        .filter(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with("rdk:")))
+        .map(|t| proc_cpu(&format!("self/task/{}", t.file_name().to_string_lossy())))
+        .sum()
+}
+
 /// The broker's CPU time (`KD_E2E_BROKER_PID`, set by scripts/bench.sh); NaN without it.
 fn broker_cpu() -> f64 {
     std::env::var("KD_E2E_BROKER_PID").map_or(f64::NAN, |pid| proc_cpu(&pid))
@@ -654,10 +673,10 @@ fn child() -> Result<(), String> {
     // The steady state: from the moment every partition is assigned (and, for kafka-dedup,
     // recovered; partitions recover in parallel and start one by one) to the last record done.
     // Start-up is not part of the rate: recovery has its own benchmark.
-    let mut steady: Option<(Instant, u64, f64, f64)> = None;
+    let mut steady: Option<(Instant, u64, f64, f64, f64)> = None;
     let (mut last_consumed, mut last_change, mut stall) = (0u64, Instant::now(), Duration::ZERO);
     let mut next_progress = Instant::now();
-    let (finished, done, cpu_done, broker_done, hwm) = loop {
+    let (finished, done, cpu_done, broker_done, hwm, rdk_done) = loop {
         let (consumed, done) = ((worker.consumed)(), (worker.done)());
         let now = Instant::now();
         if consumed > 0 {
@@ -667,11 +686,18 @@ fn child() -> Result<(), String> {
             mark("done", 0.0);
         }
         if steady.is_none() && (worker.ready)() {
-            steady = Some((now, done, cpu_seconds(), broker_cpu()));
+            steady = Some((now, done, cpu_seconds(), broker_cpu(), librdkafka_cpu_seconds()));
             last_change = now;
         }
         if done >= spec.records {
-            break (now, done, cpu_seconds(), broker_cpu(), support::peak_rss_bytes());
+            break (
+                now,
+                done,
+                cpu_seconds(),
+                broker_cpu(),
+                support::peak_rss_bytes(),
+                librdkafka_cpu_seconds(),
+            );
         }
         if consumed != last_consumed {
             last_consumed = consumed;
@@ -692,7 +718,7 @@ fn child() -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(1));
     };
-    let (t0, done0, cpu0, broker0) = steady.ok_or("finished before every partition was assigned")?;
+    let (t0, done0, cpu0, broker0, rdk0) = steady.ok_or("finished before every partition was assigned")?;
     if done - done0 < spec.records / 2 {
         return Err(format!(
             "{}: only {} of {} records were done in the steady state; use more --records",
@@ -704,7 +730,7 @@ fn child() -> Result<(), String> {
     let (forwarded, duplicates, checkpoints) = (worker.report)();
     // Figures per record done in the steady state.
     say(format!(
-        "R {} {} {} {} {} {} {} {} {} {}",
+        "R {} {} {} {} {} {} {} {} {} {} {}",
         (finished - t0).as_secs_f64(),
         cpu_done - cpu0,
         hwm,
@@ -714,7 +740,8 @@ fn child() -> Result<(), String> {
         checkpoints,
         done - done0,
         support::rss_bytes(),
-        broker_done - broker0
+        broker_done - broker0,
+        rdk_done - rdk0
     ));
     MILESTONES_DONE.store(true, Ordering::Relaxed);
     for (name, (first, last, secs)) in MILESTONES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
@@ -901,6 +928,8 @@ struct RunResult {
     rss_end: u64,
     /// The broker's CPU seconds over the steady window (NaN: unknown).
     broker_cpu: f64,
+    /// Of `cpu`, the librdkafka threads' (`rdk:*`), seconds (NaN: unknown, the peers).
+    rdk_cpu: f64,
     /// Latencies of the latency phase, milliseconds, sorted.
     latencies: Vec<i64>,
     /// Start-up milestones, see [`MILESTONES`].
@@ -1102,6 +1131,7 @@ fn run_one(
                 result.steady = v[7] as u64;
                 result.rss_end = v.get(8).copied().unwrap_or(0.0) as u64;
                 result.broker_cpu = v.get(9).copied().unwrap_or(f64::NAN);
+                result.rdk_cpu = v.get(10).copied().unwrap_or(f64::NAN);
                 if *latency_rate == 0 && variant.role == Role::Copier {
                     *latency_rate = ((result.steady as f64 / result.secs) / 2.0).max(1.0) as u64;
                 }
@@ -1286,6 +1316,7 @@ fn run_peer(
         steady: ((sum1 - sum0) as f64 * scale) as u64,
         rss_end: 0,
         broker_cpu: broker1 - broker0,
+        rdk_cpu: f64::NAN,
         latencies: Vec::new(),
         milestones,
     })
@@ -1359,8 +1390,8 @@ fn percentile(sorted: &[i64], q: f64) -> f64 {
 }
 
 /// Medians over the runs of one role: (records/s, p50 ms, p99 ms, peak RSS MiB, CPU µs/record,
-/// longest stall ms, the broker's CPU µs/record).
-fn summary(runs: &[RunResult]) -> [f64; 7] {
+/// longest stall ms, the broker's CPU µs/record, of the CPU µs/record the librdkafka threads').
+fn summary(runs: &[RunResult]) -> [f64; 8] {
     let m = |f: &dyn Fn(&RunResult) -> f64| median(runs.iter().map(f).collect());
     [
         m(&|r| r.steady as f64 / r.secs),
@@ -1370,6 +1401,7 @@ fn summary(runs: &[RunResult]) -> [f64; 7] {
         m(&|r| r.cpu / r.steady as f64 * 1e6),
         m(&|r| r.stall * 1e3),
         m(&|r| r.broker_cpu / r.steady as f64 * 1e6),
+        m(&|r| r.rdk_cpu / r.steady as f64 * 1e6),
     ]
 }
 
@@ -1493,7 +1525,7 @@ fn one_pass(args: &Args, broker: &Broker) -> Result<(), String> {
 
     println!("\nruns, in order:");
     println!(
-        "{:<6} {:<18} {:>10} {:>8} {:>8} {:>10} {:>10} {:>11} {:>9} {:>12}",
+        "{:<6} {:<18} {:>10} {:>8} {:>8} {:>10} {:>10} {:>9} {:>11} {:>9} {:>12}",
         "round",
         "run",
         "records/s",
@@ -1501,6 +1533,7 @@ fn one_pass(args: &Args, broker: &Broker) -> Result<(), String> {
         "p99 ms",
         "RSS MiB",
         "CPU µs/rec",
+        "(rdk:*)",
         "broker µs/r",
         "stall ms",
         "checkpoints"
@@ -1508,7 +1541,7 @@ fn one_pass(args: &Args, broker: &Broker) -> Result<(), String> {
     for (round, variant, r) in &rows {
         let s = summary(std::slice::from_ref(r));
         println!(
-            "{:<6} {:<18} {:>10.0} {:>8.0} {:>8.0} {:>10.1} {:>10.2} {:>11.2} {:>9.0} {:>12}",
+            "{:<6} {:<18} {:>10.0} {:>8.0} {:>8.0} {:>10.1} {:>10.2} {:>9.2} {:>11.2} {:>9.0} {:>12}",
             round + 1,
             variant.name(),
             s[0],
@@ -1516,12 +1549,13 @@ fn one_pass(args: &Args, broker: &Broker) -> Result<(), String> {
             s[2],
             s[3],
             s[4],
+            s[7],
             s[6],
             s[5],
             r.checkpoints
         );
     }
-    let sums: Vec<[f64; 7]> = results.iter().map(|r| summary(r)).collect();
+    let sums: Vec<[f64; 8]> = results.iter().map(|r| summary(r)).collect();
     println!(
         "\nmedians of {} runs each ({} B values; latency at {} records/s, half the copier's first run unless --latency-rate):",
         args.rounds,
@@ -1529,19 +1563,28 @@ fn one_pass(args: &Args, broker: &Broker) -> Result<(), String> {
         latency_rate
     );
     println!(
-        "{:<40} {:>10} {:>8} {:>8} {:>13} {:>14} {:>16} {:>17}",
-        "", "records/s", "p50 ms", "p99 ms", "peak RSS MiB", "CPU µs/record", "broker µs/record", "longest stall ms"
+        "{:<40} {:>10} {:>8} {:>8} {:>13} {:>14} {:>9} {:>16} {:>17}",
+        "",
+        "records/s",
+        "p50 ms",
+        "p99 ms",
+        "peak RSS MiB",
+        "CPU µs/record",
+        "(rdk:*)",
+        "broker µs/record",
+        "longest stall ms"
     );
     for (i, v) in variants.iter().enumerate() {
         let s = sums[i];
         println!(
-            "{:<40} {:>10.0} {:>8.0} {:>8.0} {:>13.1} {:>14.2} {:>16.2} {:>17.0}",
+            "{:<40} {:>10.0} {:>8.0} {:>8.0} {:>13.1} {:>14.2} {:>9.2} {:>16.2} {:>17.0}",
             v.label(letters[i]),
             s[0],
             s[1],
             s[2],
             s[3],
             s[4],
+            s[7],
             s[6],
             s[5]
         );

@@ -157,6 +157,15 @@ impl FingerprintTable {
         }
     }
 
+    /// An empty table that holds `held` fingerprints and then a quarter more without growing:
+    /// the capacity its first growth would give a table of `held` at full load (`20 * held *
+    /// 25/16` bytes, about 31 a fingerprint while `held` are in it). For a generation loaded
+    /// from the store that takes inserts at once (the current one): it skips that growth, which
+    /// holds the old and the new slots at once and copies every entry.
+    pub fn with_room_to_grow(held: usize) -> Self {
+        Self::with_capacity(held.saturating_mul(GROW_NUM) / GROW_DEN)
+    }
+
     /// Number of fingerprints held.
     pub fn len(&self) -> usize {
         self.len

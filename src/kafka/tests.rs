@@ -51,6 +51,24 @@ fn murmur2_matches_the_java_client() {
     assert_eq!(murmur2(b"abc"), 479470107);
 }
 
+/// Issue 25: the consumers that catch up on a backlog (the group's, the recovery's reader)
+/// wait 10 ms, not librdkafka's 1 s, before fetching again a partition whose local queue was
+/// full (`fetch.queue.backoff.ms`); overridable.
+#[test]
+fn a_full_fetch_queue_backs_off_for_10_ms() {
+    let cfg = |props: &str| {
+        let text = format!("[kafka]\nbootstrap_servers = \"127.0.0.1:1\"\n[kafka.properties]\n{props}\n[input]\ntopic = \"in\"\ngroup_id = \"g\"\n[output]\ntopic = \"out\"\n");
+        Config::from_toml_str(&text, Some(Default::default())).unwrap()
+    };
+    for c in [consumer_config(&cfg("")), reader_config(&cfg(""))] {
+        assert_eq!(c.get("fetch.queue.backoff.ms"), Some("10"));
+    }
+    assert_eq!(producer_config(&cfg("")).get("fetch.queue.backoff.ms"), None);
+    let set = cfg("\"fetch.queue.backoff.ms\" = \"200\"");
+    assert_eq!(consumer_config(&set).get("fetch.queue.backoff.ms"), Some("200"));
+    assert_eq!(reader_config(&set).get("fetch.queue.backoff.ms"), Some("200"));
+}
+
 /// Each client gets the properties that concern it (no CONFWARN for the other kind); the
 /// guarantees' own settings still win.
 #[test]

@@ -42,12 +42,13 @@ impl Filter {
             Err(failure) => failure,
         };
         if let (Some(offset), Mode::Idempotent { .. }) = (self.pending_side_copy(p, seq), &self.mode) {
-            return self.halt(p, seq, offset, failure.copy, &failure.error);
+            let DeliveryFailure { error, copy, .. } = *failure;
+            return self.halt(p, seq, offset, copy, &error);
         }
         let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
             return; // a failure for a partition no longer owned
         };
-        let DeliveryFailure { topic, error, copy } = failure;
+        let DeliveryFailure { topic, error, copy } = *failure;
         if copy.key.is_none() && error.rdkafka_error_code() == Some(RDKafkaErrorCode::InvalidRecord) {
             // The broker names no record of the refused batch; this one is the likely cause.
             error!(

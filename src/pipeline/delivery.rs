@@ -44,12 +44,13 @@ pub(super) struct DeliveryFailure {
     pub copy: SideCopy,
 }
 
-/// An acknowledgement from the producer thread.
+/// An acknowledgement from the producer thread: 32 bytes, one per produced record through the
+/// channel (the rare failure boxed, so that the common event stays small).
 pub(super) struct DeliveryEvent {
     /// `partition << SEQ_BITS | seq` (see [`encode_opaque`]).
     pub opaque: usize,
     /// Where the record landed, or why it did not.
-    pub result: Result<Acknowledgement, DeliveryFailure>,
+    pub result: Result<Acknowledgement, Box<DeliveryFailure>>,
 }
 
 /// The delivery opaque of the record with sequence number `seq` of input partition `partition`.
@@ -65,9 +66,9 @@ pub(super) fn decode_opaque(opaque: usize) -> (i32, u64) {
 
 /// Producer context: forwards every acknowledgement to the pipeline thread.
 pub struct DeliveryContext {
-    /// Where acknowledgements go; drained by `Filter::tick` on the pipeline thread. A mutex
-    /// because the context is shared with librdkafka's threads and `Sender` is not `Sync`.
-    tx: Mutex<Sender<DeliveryEvent>>,
+    /// Where acknowledgements go; drained by `Filter::tick` on the pipeline thread. (`Sender` is
+    /// `Sync`: no lock per acknowledgement.)
+    tx: Sender<DeliveryEvent>,
     /// Receives client errors: the producer's background thread reports an authentication or
     /// TLS failure at once, with librdkafka's explanation (`/readyz`).
     status: Arc<Status>,
@@ -79,7 +80,7 @@ impl DeliveryContext {
     /// A context that sends acknowledgements to `tx` and client errors to `status`.
     pub(super) fn new(tx: Sender<DeliveryEvent>, status: Arc<Status>) -> Self {
         DeliveryContext {
-            tx: Mutex::new(tx),
+            tx,
             status,
             throttle: Throttle::default(),
         }
@@ -168,15 +169,13 @@ impl ProducerContext for DeliveryContext {
                 partition: m.partition(),
                 offset: m.offset(),
             }),
-            Err((e, m)) => Err(DeliveryFailure {
+            Err((e, m)) => Err(Box::new(DeliveryFailure {
                 topic: m.topic().to_string(),
                 error: e.clone(),
                 copy: SideCopy::of_message(m),
-            }),
+            })),
         };
-        if let Ok(tx) = self.tx.lock() {
-            let _ = tx.send(DeliveryEvent { opaque, result });
-        }
+        let _ = self.tx.send(DeliveryEvent { opaque, result });
     }
 }
 

@@ -32,7 +32,7 @@ mod codec;
 mod open;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use serde::{Deserialize, Serialize};
@@ -197,6 +197,12 @@ pub struct Store {
     /// Set when a write failed: sled refuses every later write after an I/O error (no space
     /// left, a file system turned read-only) until the database is opened again.
     broken: Arc<AtomicBool>,
+    /// Bytes of chunks read since the database was last opened; see [`Store::release_cache`].
+    read_since_open: Arc<AtomicU64>,
+    /// How many bytes of chunks read make `run`'s store release sled's page cache (a quarter of it).
+    pub(crate) release_after: u64,
+    /// How often the page cache was released ([`Store::release_cache`]).
+    releases: Arc<AtomicU64>,
 }
 
 /// One partition's part of a checkpoint: the snapshot fields plus the live generations.
@@ -233,6 +239,9 @@ impl Store {
             cache_bytes,
             identity,
             broken,
+            release_after,
+            releases,
+            ..
         } = self;
         drop(db);
         // This process just released the lock; sled's background tasks may hold it a moment.
@@ -243,6 +252,9 @@ impl Store {
                 cache_bytes,
                 identity,
                 broken,
+                read_since_open: Arc::default(),
+                release_after,
+                releases,
             }),
             Err(e) if e.is_lock() => Err(StoreError::InUse {
                 hint: in_use_hint(&path),
@@ -271,7 +283,11 @@ impl Store {
             })?;
         let entries = decode_chunk(&v)
             .map_err(|e| self.corrupt(format!("partition {p} generation {} chunk {c}: {e}", meta.epoch)))?;
-        Ok((entries, v.len()))
+        let len = v.len();
+        drop(v);
+        self.read_since_open.fetch_add(len as u64, Ordering::SeqCst);
+        self.release_cache();
+        Ok((entries, len))
     }
 
     /// Every entry with a key at or after `from`, in key order, classified by the layout, one at
@@ -318,6 +334,9 @@ impl Store {
             cache_bytes: open::RUN_CACHE_BYTES,
             identity: Some(Arc::new(identity.clone())),
             broken: Arc::new(AtomicBool::new(true)),
+            read_since_open: Arc::default(),
+            release_after: open::RUN_CACHE_BYTES / 4,
+            releases: Arc::default(),
         }
     }
 
@@ -345,7 +364,65 @@ impl Store {
         let (fresh, _) = Store::open_for_run(&self.path, &identity)?;
         let db = fresh.db.write().ok().and_then(|mut d| d.take());
         *slot = db;
+        self.read_since_open.store(0, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// Releases sled's page cache of `run`'s store once the chunks read since the database was
+    /// opened reach [`Store::release_after`] bytes (a quarter of the cache, 16 MiB): closes and opens it
+    /// again, then hands the freed memory back to the system
+    /// (`malloc_trim`). sled 0.34 keeps every page a one-pass read brings in (its LRU evicts
+    /// only after 64 accesses to one of its 256 shards), so without this a recovery that loads
+    /// 10M fingerprints (200 MB of chunks) keeps them all in the cache: about 20 bytes of RSS per
+    /// fingerprint on top of the tables'. Readers of other threads wait on the handle's lock
+    /// meanwhile and go on with the new database. Nothing for the tools' stores (`inspect`
+    /// reopens between its scans itself, [`Store::reopened`]). A failed reopen leaves the store
+    /// closed and marked broken: the next [`Store::save`] opens it again.
+    fn release_cache(&self) {
+        if self.identity.is_none() || self.read_since_open.load(Ordering::SeqCst) < self.release_after {
+            return;
+        }
+        let t = std::time::Instant::now();
+        let read = self.read_since_open.swap(0, Ordering::SeqCst);
+        // Not `reopen`: the database is the one `run` opened and stamped, so sled's open is all
+        // it takes (no identity check, no stamp and flush).
+        let reopened = match self.db.write() {
+            Ok(mut slot) => {
+                // Released first: sled's file lock goes with the last handle.
+                drop(slot.take());
+                open_sled_waiting(&self.path, self.cache_bytes, 5 * LOCK_GRACE).map(|db| *slot = Some(db))
+            }
+            Err(_) => return,
+        };
+        match reopened {
+            Ok(()) => {
+                self.releases.fetch_add(1, Ordering::SeqCst);
+                #[cfg(all(target_os = "linux", target_env = "gnu"))]
+                // SAFETY: malloc_trim only returns free memory of the allocator's heaps.
+                unsafe {
+                    libc::malloc_trim(0);
+                }
+                tracing::debug!(
+                    path = %self.path.display(),
+                    read_bytes = read,
+                    seconds = t.elapsed().as_secs_f64(),
+                    "released the store's page cache (closed and opened again)"
+                );
+            }
+            Err(e) => {
+                self.broken.store(true, Ordering::SeqCst);
+                tracing::warn!(
+                    path = %self.path.display(),
+                    error = %e,
+                    "could not open the store again after releasing its page cache; the next checkpoint tries again"
+                );
+            }
+        }
+    }
+
+    /// How often this store released sled's page cache ([`Store::release_cache`]).
+    pub fn cache_releases(&self) -> u64 {
+        self.releases.load(Ordering::SeqCst)
     }
 
     fn sled_err(&self, source: sled::Error) -> StoreError {
@@ -497,7 +574,8 @@ impl Store {
             return Err(self.corrupt(format!("snapshot of partition {p} lists no generation")));
         }
         let mut out = Vec::with_capacity(snap.generations.len());
-        for meta in &snap.generations {
+        let current = snap.generations.len() - 1;
+        for (i, meta) in snap.generations.iter().enumerate() {
             // The count sizes the table: it must fit the chunks, and the last chunk must be there,
             // before it is believed (a damaged count would otherwise allocate without bound).
             if u64::from(meta.chunks) != meta.count.div_ceil(CHUNK_ENTRIES as u64) {
@@ -509,7 +587,12 @@ impl Store {
             if let Some(last) = meta.chunks.checked_sub(1) {
                 self.read_chunk(p, meta, last)?;
             }
-            let mut table = FingerprintTable::with_capacity(meta.count as usize);
+            // The frozen generations never grow; the current one takes the inserts from now on.
+            let mut table = if i == current {
+                FingerprintTable::with_room_to_grow(meta.count as usize)
+            } else {
+                FingerprintTable::with_capacity(meta.count as usize)
+            };
             self.for_each_chunk(p, meta, |entries| {
                 for (fp, off) in entries {
                     table.insert(*fp, *off);

@@ -410,6 +410,9 @@ impl Store {
             cache_bytes: RUN_CACHE_BYTES,
             identity: Some(Arc::new(identity.clone())),
             broken: Arc::default(),
+            read_since_open: Arc::default(),
+            release_after: RUN_CACHE_BYTES / 4,
+            releases: Arc::default(),
         };
         if let Some(replaced) = store.clear_unusable(identity)? {
             opened = replaced;
@@ -544,6 +547,9 @@ impl Store {
             cache_bytes: TOOL_CACHE_BYTES,
             identity: None,
             broken: Arc::default(),
+            read_since_open: Arc::default(),
+            release_after: u64::MAX,
+            releases: Arc::default(),
         };
         let found = match store.format_version()? {
             Some(v) => v,

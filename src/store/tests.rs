@@ -383,3 +383,144 @@ fn a_second_run_is_told_to_give_each_instance_its_own_store_path() {
     );
     assert!(!msg.contains("ask it over HTTP"), "{msg}");
 }
+
+/// Issue 25 (memory): the current generation is loaded with room for a quarter more
+/// fingerprints, so its first inserts after a recovery do not grow it (a growth holds the old
+/// and the new slots at once: 2.25x the table at the peak of RSS, and a copy of every entry on
+/// the poll thread); the frozen generations, which never grow, are loaded at their size.
+#[test]
+fn the_current_generation_is_loaded_with_room_to_grow() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open_for_run(&dir.path().join("store"), &identity()).unwrap();
+    let key = |i: u128| xxhash_rust::xxh3::xxh3_128(&i.to_le_bytes());
+    let n = 10_000u128;
+    let mut frozen = Generation::new(1, 0, pos(0, 0), 0);
+    let mut current = Generation::new(2, 0, pos(0, 0), 0);
+    for i in 0..n {
+        frozen.table.insert(key(i), 0);
+        current.table.insert(key(n + i), 0);
+    }
+    store
+        .save(&[PartitionWrite {
+            partition: 0,
+            epoch: 2,
+            ckpt: "a".into(),
+            committed_offset: 0,
+            out_covered: pos(0, 0),
+            generations: vec![&frozen, &current],
+            clean: false,
+            clock: None,
+        }])
+        .unwrap();
+    let snap = store.snapshot(0).unwrap().unwrap();
+    let mut loaded = store.load_generations(0, &snap).unwrap();
+    assert_eq!(
+        loaded[0].table.capacity(),
+        crate::table::FingerprintTable::with_capacity(n as usize).capacity(),
+        "a frozen generation at its size"
+    );
+    let cur = &mut loaded[1].table;
+    let capacity = cur.capacity();
+    for i in 0..n / 4 {
+        cur.insert(key(2 * n + i), 0);
+    }
+    assert_eq!(cur.len(), (n + n / 4) as usize);
+    assert_eq!(
+        cur.capacity(),
+        capacity,
+        "a quarter more fingerprints fit without growing"
+    );
+}
+
+/// Issue 25 (memory): sled 0.34 keeps every page a one-pass read brings in (its LRU evicts after
+/// 64 accesses to one of 256 shards, and a 10M-fingerprint load is 2,441 reads), so `run`'s
+/// store is closed and opened again whenever the chunks read since it was opened reach a quarter
+/// of its page cache: the load goes on against the new database and finds every fingerprint.
+#[test]
+fn a_long_load_releases_sleds_cache_as_it_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = Store::open_for_run(&dir.path().join("store"), &identity()).unwrap();
+    let key = |i: u128| xxhash_rust::xxh3::xxh3_128(&i.to_le_bytes());
+    let n = 3 * CHUNK_ENTRIES as u128 + 5;
+    let mut current = Generation::new(1, 0, pos(0, 0), 0);
+    for i in 0..n {
+        current.table.insert(key(i), i as u32);
+    }
+    store
+        .save(&[PartitionWrite {
+            partition: 0,
+            epoch: 1,
+            ckpt: "a".into(),
+            committed_offset: 0,
+            out_covered: pos(0, 0),
+            generations: vec![&current],
+            clean: false,
+            clock: None,
+        }])
+        .unwrap();
+    // One chunk's worth (80 KiB) instead of 16 MiB.
+    store.release_after = (CHUNK_ENTRIES * 20) as u64;
+    let snap = store.snapshot(0).unwrap().unwrap();
+    let loaded = store.load_generations(0, &snap).unwrap();
+    assert_eq!(loaded[0].len(), n as usize);
+    assert!((0..n).all(|i| loaded[0].table.get(key(i)) == Some(i as u32)));
+    assert!(store.cache_releases() >= 3, "released {} times", store.cache_releases());
+    // The store still takes checkpoints.
+    store
+        .save(&[PartitionWrite {
+            partition: 0,
+            epoch: 1,
+            ckpt: "b".into(),
+            committed_offset: 1,
+            out_covered: pos(0, 0),
+            generations: vec![&loaded[0]],
+            clean: false,
+            clock: None,
+        }])
+        .unwrap();
+    assert_eq!(store.snapshot(0).unwrap().unwrap().ckpt, "b");
+}
+
+/// Issue 25 (memory): loads of several partitions at once (recovery workers run in parallel)
+/// while the page cache is released under them: every load finds every fingerprint.
+#[test]
+fn parallel_loads_survive_the_cache_releases() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = Store::open_for_run(&dir.path().join("store"), &identity()).unwrap();
+    let key = |p: i32, i: u128| xxhash_rust::xxh3::xxh3_128(&(i + ((p as u128) << 64)).to_le_bytes());
+    let n = 4 * CHUNK_ENTRIES as u128;
+    for p in 0..3 {
+        let mut g = Generation::new(1, 0, pos(p, 0), 0);
+        for i in 0..n {
+            g.table.insert(key(p, i), i as u32);
+        }
+        store
+            .save(&[PartitionWrite {
+                partition: p,
+                epoch: 1,
+                ckpt: format!("c{p}"),
+                committed_offset: 0,
+                out_covered: pos(p, 0),
+                generations: vec![&g],
+                clean: false,
+                clock: None,
+            }])
+            .unwrap();
+    }
+    store.release_after = (CHUNK_ENTRIES * 20) as u64;
+    let workers: Vec<_> = (0..3)
+        .map(|p| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                let snap = store.snapshot(p).unwrap().unwrap();
+                let loaded = store.load_generations(p, &snap).unwrap();
+                assert_eq!(loaded[0].len(), n as usize);
+                assert!((0..n).all(|i| loaded[0].table.get(key(p, i)) == Some(i as u32)));
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert!(store.cache_releases() >= 3, "released {} times", store.cache_releases());
+}
