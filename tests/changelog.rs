@@ -17,6 +17,8 @@ const HANDOVERS: &str = "kafka_dedup_handover_duration_seconds_count";
 
 /// Records in the first owner's older generation.
 const K: u64 = 3_000;
+/// Records in the older generation when it must span several chunks (3 of 32,768).
+const SEVERAL_CHUNKS: u64 = 70_000;
 /// New records the second owner forwards.
 const M: u64 = 500;
 
@@ -32,14 +34,92 @@ enum Sabotage {
     OtherGroup,
     /// Left alone; the second owner has another `fingerprint.source`.
     OtherSource,
+    /// The log start moved past the first chunk the commit names (retention or DeleteRecords),
+    /// the later chunks of its generation still there.
+    DeletedBelow,
+    /// Every chunk the commit names superseded by a newer record of its key (a tombstone) and
+    /// compacted away by the log cleaner; the newer records stay.
+    Compacted,
 }
 
 fn create_changelog(name: &str) {
-    kafka().create_topic_with(
-        name,
-        1,
-        &[("cleanup.policy", "compact"), ("max.message.bytes", "2000000")],
-    );
+    create_changelog_with(name, &[]);
+}
+
+fn create_changelog_with(name: &str, extra: &[(&str, &str)]) {
+    let mut configs = vec![("cleanup.policy", "compact"), ("max.message.bytes", "2000000")];
+    configs.retain(|(k, _)| extra.iter().all(|(e, _)| e != k));
+    configs.extend_from_slice(extra);
+    kafka().create_topic_with(name, 1, &configs);
+}
+
+/// The changelog checkpoint the group's commit of input partition 0 names.
+fn committed_ref(spec: &FilterSpec) -> kafka_dedup::changelog::ChangelogRef {
+    let committed = kafka().committed(&spec.group, &spec.input, 1);
+    let meta = kafka_dedup::metadata::CheckpointMeta::decode(&committed[&0].1).expect("metadata committed");
+    meta.cl.expect("the commit names a changelog checkpoint")
+}
+
+/// Offset and key of the records of `topic`/0 from `from` on, up to `n` of them or the end.
+fn records_from(topic: &str, from: i64, n: usize) -> Vec<(i64, Option<Vec<u8>>)> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{Message, Offset, TopicPartitionList};
+    let mut c = kafka().client();
+    c.set("group.id", unique("cl-peek"))
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true");
+    let consumer: BaseConsumer = c.create().unwrap();
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Offset(from)).unwrap();
+    consumer.assign(&tpl).unwrap();
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while out.len() < n {
+        assert!(std::time::Instant::now() < deadline, "reading {topic} timed out");
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => out.push((m.offset(), m.key().map(|k| k.to_vec()))),
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => break,
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Supersedes every chunk record `r` names with a tombstone of its key and waits until the log
+/// cleaner has removed them (the changelog was made with `segment.ms` short, so that each append
+/// after it rolls a segment the cleaner may compact; the filler records appended while waiting
+/// roll the tombstones' segment).
+fn compact_away(topic: &str, r: &kafka_dedup::changelog::ChangelogRef) {
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    let keys: Vec<Vec<u8>> = records_from(topic, r.o, r.n as usize)
+        .into_iter()
+        .map(|(_, k)| k.expect("chunks have keys"))
+        .collect();
+    assert_eq!(keys.len(), r.n as usize);
+    let producer: ThreadedProducer<_> = kafka().client().create().unwrap();
+    for k in &keys {
+        producer
+            .send(BaseRecord::<Vec<u8>, Vec<u8>>::to(topic).partition(0).key(k))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let mut i = 0u32;
+    while records_from(topic, r.o, 1).first().map(|(o, _)| *o) == Some(r.o) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the log cleaner did not compact {topic}"
+        );
+        let key = format!("filler{i}");
+        producer
+            .send(BaseRecord::to(topic).partition(0).key(&key).payload("filler"))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        producer.flush(Duration::from_secs(30)).unwrap();
+        i += 1;
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 fn fill(topic: &str, values: impl Fn(u32) -> Vec<u8>) {
@@ -71,7 +151,21 @@ fn handover_of(dir: &Path, k: u64, sabotage: Sabotage, kill: bool, on: bool) -> 
     let (input, output, changelog) = (unique("cl-in"), unique("cl-out"), unique("cl-log"));
     kafka().create_topic(&input, 1);
     kafka().create_topic(&output, 1);
-    create_changelog(&changelog);
+    if sabotage == Sabotage::Compacted {
+        create_changelog_with(
+            &changelog,
+            &[
+                ("segment.ms", "1000"),
+                ("min.cleanable.dirty.ratio", "0.01"),
+                ("min.compaction.lag.ms", "0"),
+            ],
+        );
+    } else if sabotage == Sabotage::DeletedBelow {
+        // Retention applies with `delete` in the policy (and DeleteRecords only then).
+        create_changelog_with(&changelog, &[("cleanup.policy", "compact,delete")]);
+    } else {
+        create_changelog(&changelog);
+    }
     let mut spec = FilterSpec::new(&input, &output, dir);
     spec.interval = "3s";
     spec.generations = 3;
@@ -102,6 +196,12 @@ fn handover_of(dir: &Path, k: u64, sabotage: Sabotage, kill: bool, on: bool) -> 
     std::fs::remove_dir_all(&spec.store).unwrap();
     match sabotage {
         Sabotage::None | Sabotage::OtherSource => {}
+        Sabotage::DeletedBelow => {
+            let r = committed_ref(&spec);
+            assert!(r.n > 1, "a generation of several chunks: {r:?}");
+            kafka().delete_records(&changelog, r.p, r.o + 1);
+        }
+        Sabotage::Compacted => compact_away(&changelog, &committed_ref(&spec)),
         Sabotage::Recreated | Sabotage::Garbled | Sabotage::OtherGroup => {
             kafka().delete_topic(&changelog);
             create_changelog(&changelog);
@@ -258,6 +358,27 @@ fn falls_back(sabotage: Sabotage, reason: &str) {
     assert_eq!(metric(&s, FALLBACKS, &[&format!("reason=\"{reason}\"")]), 1.0, "{s}");
     assert_eq!(metric(&s, HANDOVERS, &["source=\"output\""]), 1.0, "{s}");
     assert_eq!(metric(&s, LOADED, &[]), 0.0, "{s}");
+}
+
+/// Retention (issue 26): the log start moved past the first chunk of the changelog checkpoint
+/// the commit names; the later chunks of the generation are still there. Loaded, they would
+/// hold only part of the generation and let the replays of the rest through.
+#[test]
+fn chunks_below_the_log_start_fall_back_and_the_replays_are_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, _) = handover_of(dir.path(), SEVERAL_CHUNKS, Sabotage::DeletedBelow, false, true);
+    assert_eq!(metric(&s, FALLBACKS, &["reason=\"missing\""]), 1.0, "{s}");
+    assert_eq!(metric(&s, HANDOVERS, &["source=\"output\""]), 1.0, "{s}");
+}
+
+/// Compaction (issue 26): the chunks the commit names were superseded by newer records of their
+/// keys and compacted away; the newer records follow where they were.
+#[test]
+fn chunks_compacted_away_fall_back_and_the_replays_are_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, _) = handover_of(dir.path(), SEVERAL_CHUNKS, Sabotage::Compacted, false, true);
+    assert_eq!(metric(&s, FALLBACKS, &["reason=\"missing\""]), 1.0, "{s}");
+    assert_eq!(metric(&s, HANDOVERS, &["source=\"output\""]), 1.0, "{s}");
 }
 
 #[test]
