@@ -270,7 +270,7 @@ fn handover_of(dir: &Path, k: u64, sabotage: Sabotage, kill: bool, on: bool) -> 
             eprintln!("{l}");
         }
     }
-    if k <= 100_000 {
+    if k <= 2_000_000 {
         let out = kafka().read_values(&output, 1);
         let want: Vec<u64> = (0..=k + M).collect();
         assert!(out.get(&0).is_some_and(|o| *o == want), "output differs:\n{}", b.logs());
@@ -333,6 +333,31 @@ fn report_handover_by_source() {
             );
         }
     }
+}
+
+/// Fingerprints in the older generation of the tests at scale (issue 26: at least 1M).
+const MILLION: u64 = 1_000_000;
+
+/// A scale-out with 1,000,001 fingerprints in the horizon: the new owner loads them from the
+/// changelog, drops all 1,000,001 replays and forwards the new records once.
+#[test]
+fn a_clean_handover_of_a_million_fingerprints_loads_the_changelog_and_stays_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, _) = handover_of(dir.path(), MILLION, Sabotage::None, false, true);
+    assert_eq!(metric(&s, HANDOVERS, &["source=\"changelog\""]), 1.0, "{s}");
+    assert!(metric(&s, LOADED, &[]) >= (MILLION * 16) as f64, "{s}");
+    assert_eq!(metric(&s, FALLBACKS, &[]), 0.0, "{s}");
+}
+
+/// [`a_clean_handover_of_a_million_fingerprints_loads_the_changelog_and_stays_exact`] after a
+/// SIGKILL of the first owner.
+#[test]
+fn a_handover_of_a_million_fingerprints_after_sigkill_loads_the_changelog_and_stays_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, _) = handover_of(dir.path(), MILLION, Sabotage::None, true, true);
+    assert_eq!(metric(&s, HANDOVERS, &["source=\"changelog\""]), 1.0, "{s}");
+    assert!(metric(&s, LOADED, &[]) >= (MILLION * 16) as f64, "{s}");
+    assert_eq!(metric(&s, FALLBACKS, &[]), 0.0, "{s}");
 }
 
 #[test]
