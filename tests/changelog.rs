@@ -148,6 +148,44 @@ fn handover(dir: &Path, sabotage: Sabotage, kill: bool) -> String {
 /// [`handover`] with `k` records in the older generation, the changelog on or off; also returns
 /// the second owner's log.
 fn handover_of(dir: &Path, k: u64, sabotage: Sabotage, kill: bool, on: bool) -> (String, String) {
+    let o = handover_run(dir, k, sabotage, kill, on, false);
+    (o.scrape, o.logs)
+}
+
+/// What a hand-over run leaves: the second owner's scrape and log, and resident memory (KiB,
+/// `VmRSS` of `/proc/<pid>/status`) of the first owner before it stopped, of the second at its
+/// highest from its start to its first forward (sampled every 50 ms), and of the second at the
+/// end.
+struct Outcome {
+    scrape: String,
+    logs: String,
+    rss_a_kib: u64,
+    rss_b_peak_kib: u64,
+    rss_b_end_kib: u64,
+}
+
+/// `VmRSS` of process `pid`, KiB (0 once it is gone).
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Interval of record time (ms) of a run with advancing timestamps: `checkpoint.interval`.
+const ADVANCING_INTERVAL_MS: i64 = 20_000;
+
+/// [`handover_of`]; with `advancing`, the records are stamped as a producer stamps them (now,
+/// advancing: each batch of 50,000 with the wall clock when it is sent), with
+/// `checkpoint.interval = "20s"` and 6 generations (H_min 100 s), so that millions of records
+/// written over a minute or more stay in the horizon; the record that rotates the generations is
+/// written once the wall clock is in the next bucket, the replays keep their first copies'
+/// stamps, and the new records are stamped when written.
+fn handover_run(dir: &Path, k: u64, sabotage: Sabotage, kill: bool, on: bool, advancing: bool) -> Outcome {
     let (input, output, changelog) = (unique("cl-in"), unique("cl-out"), unique("cl-log"));
     kafka().create_topic(&input, 1);
     kafka().create_topic(&output, 1);
@@ -175,12 +213,30 @@ fn handover_of(dir: &Path, k: u64, sabotage: Sabotage, kill: bool, on: bool) -> 
     if kill {
         spec = spec.killable();
     }
+    if advancing {
+        spec.interval = "20s";
+        spec.generations = 6;
+    }
     let t0 = wall_ms() - 20_000;
+    // The stamp of each batch of 50,000 records (the last: the record that rotates).
+    let mut stamps = Vec::new();
     let first: Vec<(i32, u64)> = (0..k).map(|v| (0, v)).collect();
     for part in first.chunks(50_000) {
-        kafka().produce_values_at(&input, part, t0);
+        let t = if advancing { wall_ms() } else { t0 };
+        kafka().produce_values_at(&input, part, t);
+        stamps.push(t);
     }
-    kafka().produce_values_at(&input, &[(0, k)], t0 + 4_000);
+    let rotate_at = if advancing {
+        let last = *stamps.last().unwrap_or(&wall_ms());
+        while wall_ms().div_euclid(ADVANCING_INTERVAL_MS) == last.div_euclid(ADVANCING_INTERVAL_MS) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        wall_ms()
+    } else {
+        t0 + 4_000
+    };
+    kafka().produce_values_at(&input, &[(0, k)], rotate_at);
+    stamps.push(rotate_at);
     let mut a = spec.start(dir);
     a.wait_metric(FORWARDED, &[], (k + 1) as f64, Duration::from_secs(600));
     if on {
@@ -188,6 +244,7 @@ fn handover_of(dir: &Path, k: u64, sabotage: Sabotage, kill: bool, on: bool) -> 
         a.wait_metric(WRITTEN, &[], (k * 16) as f64, Duration::from_secs(120));
     }
     std::thread::sleep(Duration::from_secs(4));
+    let rss_a_kib = rss_kib(a.pid());
     if kill {
         a.kill9();
     } else {
@@ -234,14 +291,26 @@ fn handover_of(dir: &Path, k: u64, sabotage: Sabotage, kill: bool, on: bool) -> 
     let replays: Vec<(i32, u64)> = (0..=k).map(|v| (0, v)).collect();
     let new: Vec<(i32, u64)> = (k + 1..=k + M).map(|v| (0, v)).collect();
     let report = k > 100_000;
+    let new_at = if advancing { wall_ms() } else { t0 + 4_000 };
     if report {
-        kafka().produce_values_at(&input, &new, t0 + 4_000);
+        kafka().produce_values_at(&input, &new, new_at);
     }
-    for part in replays.chunks(50_000) {
-        kafka().produce_values_at(&input, part, t0 + 4_000);
+    for (i, part) in replays.chunks(50_000).enumerate() {
+        if advancing {
+            // Each replay keeps its first copy's stamp: batch i's, or the rotating record's.
+            let (head, tail): (Vec<(i32, u64)>, Vec<(i32, u64)>) = part.iter().partition(|(_, v)| *v < k);
+            if !head.is_empty() {
+                kafka().produce_values_at(&input, &head, stamps[i]);
+            }
+            if !tail.is_empty() {
+                kafka().produce_values_at(&input, &tail, rotate_at);
+            }
+        } else {
+            kafka().produce_values_at(&input, part, t0 + 4_000);
+        }
     }
     if !report {
-        kafka().produce_values_at(&input, &new, t0 + 4_000);
+        kafka().produce_values_at(&input, &new, new_at);
     }
     let mut b_spec = spec.clone();
     b_spec.store = dir.join("store-b");
@@ -249,6 +318,23 @@ fn handover_of(dir: &Path, k: u64, sabotage: Sabotage, kill: bool, on: bool) -> 
         b_spec.fingerprint = "[fingerprint]\nsource = \"key_value\"\n".into();
     }
     let mut b = b_spec.start(dir);
+    let peak = {
+        let (pid, stop) = (b.pid(), std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)));
+        let sampler = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut peak = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    peak = peak.max(rss_kib(pid));
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                peak
+            })
+        };
+        b.wait_metric(FORWARDED, &[], 1.0, Duration::from_secs(600));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        sampler.join().unwrap()
+    };
     b.wait_metric(FORWARDED, &[], M as f64, Duration::from_secs(600));
     if report {
         // Every replay taken (and dropped) before the output is counted.
@@ -261,6 +347,7 @@ fn handover_of(dir: &Path, k: u64, sabotage: Sabotage, kill: bool, on: bool) -> 
     }
     std::thread::sleep(Duration::from_secs(2));
     let scrape = b.scrape();
+    let rss_b_end_kib = rss_kib(b.pid());
     assert!(b.terminate().success(), "{}", b.logs());
     if report {
         // Said before the output is checked, so that a failed check still reports the times.
@@ -278,12 +365,20 @@ fn handover_of(dir: &Path, k: u64, sabotage: Sabotage, kill: bool, on: bool) -> 
         // Too many to read back here: as many output records as distinct values.
         assert_eq!(kafka().end_offsets(&output, 1)[&0], (k + 1 + M) as i64, "{}", b.logs());
     }
-    (scrape, b.logs())
+    Outcome {
+        scrape,
+        logs: b.logs(),
+        rss_a_kib,
+        rss_b_peak_kib: peak,
+        rss_b_end_kib,
+    }
 }
 
 /// Report (issue 26): assignment to first forward of a partition with `KD_HELD` (default
-/// 1,000,000) fingerprints in its older generation, by hand-over (clean, SIGKILL) and source
-/// (changelog off: the output re-read; on: the changelog), with what the time is spent on.
+/// 1,000,000) fingerprints in its frozen generations, by hand-over (clean, SIGKILL) and source
+/// (changelog off: the output re-read; on: the changelog), with what the time is spent on and
+/// the resident memory of both owners; records stamped as a producer stamps them
+/// ([`handover_run`] with `advancing`).
 /// `KD_HELD=1000000 cargo test --test changelog -- --ignored --nocapture report_` (`KD_KILL=clean` or
 /// `kill` for one kind only).
 #[test]
@@ -293,7 +388,7 @@ fn report_handover_by_source() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    eprintln!("| hand-over | changelog | assignment to running (s) | first forward (s) | load (s) | fence (s) | re-read (s) | records re-read |\n|---|---|---:|---:|---:|---:|---:|---:|");
+    eprintln!("| hand-over | changelog | assignment to running (s) | first forward (s) | load (s) | fence (s) | re-read (s) | records re-read | RSS first owner (MiB) | RSS loading, peak (MiB) | RSS after (MiB) |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     // KD_KILL: "clean" or "kill" for one kind of hand-over only.
     let kinds: Vec<bool> = match std::env::var("KD_KILL").as_deref() {
         Ok("clean") => vec![false],
@@ -309,7 +404,8 @@ fn report_handover_by_source() {
         };
         for on in sides {
             let dir = tempfile::tempdir().unwrap();
-            let (_, logs) = handover_of(dir.path(), k, Sabotage::None, kill, on);
+            let o = handover_run(dir.path(), k, Sabotage::None, kill, on, true);
+            let logs = o.logs;
             let field = |marker: &str, name: &str| {
                 logs.lines()
                     .find(|l| l.contains(marker))
@@ -321,7 +417,7 @@ fn report_handover_by_source() {
             };
             let steps = "recovery steps";
             eprintln!(
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 if kill { "SIGKILL" } else { "clean" },
                 if on { "on" } else { "off" },
                 field("partition running", "seconds"),
@@ -330,6 +426,9 @@ fn report_handover_by_source() {
                 field(steps, "fence_seconds"),
                 field(steps, "reread_seconds"),
                 field(steps, "rescanned"),
+                o.rss_a_kib / 1024,
+                o.rss_b_peak_kib / 1024,
+                o.rss_b_end_kib / 1024,
             );
         }
     }
