@@ -304,7 +304,7 @@ fn handover_run(dir: &Path, k: u64, sabotage: Sabotage, kill: bool, on: bool, ad
     for (i, part) in replays.chunks(50_000).enumerate() {
         if advancing {
             // Each replay keeps its first copy's stamp: batch i's, or the rotating record's.
-            let (head, tail): (Vec<(i32, u64)>, Vec<(i32, u64)>) = part.iter().partition(|(_, v)| *v < k);
+            let (head, tail): (Vec<_>, Vec<_>) = part.iter().partition(|(_, v)| *v < k);
             if !head.is_empty() {
                 kafka().produce_values_at(&input, &head, stamps[i]);
             }
