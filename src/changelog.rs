@@ -610,3 +610,57 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod load_cost {
+    use super::*;
+
+    /// Profiling aid (issue 26; BENCHMARKS.md, "Hand-over time by source"): where `load`'s CPU
+    /// time goes for 10M fingerprints (306 chunks): the checksums, the decode, the inserts.
+    /// `cargo test --lib load_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "measurement"]
+    fn decode_and_insert_ten_million() {
+        let n = 10_000_000usize;
+        let fps: Vec<u128> = (0..n as u128).map(|i| xxh3_128(&i.to_le_bytes())).collect();
+        let chunk = |f: &[u128]| Chunk {
+            identity: 1,
+            source: 2,
+            ckpt: "0123456789abcdef".into(),
+            partition: 0,
+            epoch: 1,
+            chunk: 0,
+            chunks: 1,
+            count: 1,
+            in_start: 0,
+            bucket: None,
+            created_at_ms: 0,
+            out_start: Default::default(),
+            fingerprints: f.to_vec(),
+        };
+        let mut table = FingerprintTable::with_capacity(n);
+        for fp in &fps {
+            table.insert(*fp, crate::table::UNKNOWN_OFFSET);
+        }
+        // As written: in the table's order.
+        let ordered: Vec<u128> = table.iter().map(|(fp, _)| fp).collect();
+        let bytes: Vec<Vec<u8>> = ordered.chunks(CHUNK_FINGERPRINTS).map(|f| encode(&chunk(f))).collect();
+        let t = std::time::Instant::now();
+        let sums: u64 = bytes.iter().map(|b| xxh3_64(b)).fold(0, u64::wrapping_add);
+        let checksum_s = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let chunks: Vec<Chunk> = bytes.iter().map(|b| decode(b).unwrap()).collect();
+        let decode_s = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let mut table = FingerprintTable::with_capacity(n);
+        for c in &chunks {
+            for fp in &c.fingerprints {
+                table.insert(*fp, crate::table::UNKNOWN_OFFSET);
+            }
+        }
+        eprintln!(
+            "checksums {checksum_s:.2} s ({sums:x}), decode with checksums {decode_s:.2} s, inserts {:.2} s",
+            t.elapsed().as_secs_f64()
+        );
+    }
+}
