@@ -143,11 +143,11 @@ pub const SIDE_REFUSED: &str = "kafka_dedup_side_copies_refused_total";
 pub const REGISTRY_UNAVAILABLE: &str = "kafka_dedup_schema_registry_unavailable_total";
 /// The values of the `side` label of [`SIDE_REFUSED`].
 pub const SIDES: [&str; 2] = ["duplicates", "dead_letter"];
-/// `kafka_dedup_output_refused_total{partition,action}`: records the producer refused for the
-/// output topic (too large for its `max.message.bytes`, or for the producer's
-/// `message.max.bytes`): `action` `halt` (the partition halts and sends it again with back-off;
-/// each attempt counted) or `dead_letter` (sent to `fingerprint.dead_letter_topic` instead,
-/// reason `too_large`).
+/// `kafka_dedup_output_refused_total{partition,action}`: records refused for the output topic
+/// (too large for its `max.message.bytes`, or for the producer's `message.max.bytes`; stamped out
+/// of its `message.timestamp.before.max.ms` / `after.max.ms`): `action` `halt` (the partition
+/// halts and sends it again with back-off; each attempt counted) or `dead_letter` (sent to
+/// `fingerprint.dead_letter_topic` instead, reason `too_large` or `timestamp_out_of_range`).
 pub const OUTPUT_REFUSED: &str = "kafka_dedup_output_refused_total";
 /// The values of the `action` label of [`OUTPUT_REFUSED`].
 pub const OUTPUT_REFUSED_ACTIONS: [&str; 2] = ["halt", "dead_letter"];
@@ -303,7 +303,7 @@ pub fn describe() {
     describe_counter!(
         OUTPUT_REFUSED,
         Unit::Count,
-        "Records the output topic refused for their size: the partition halts, or the record is dead-lettered."
+        "Records the output topic refused for their size or their timestamp: the partition halts, or the record is dead-lettered."
     );
     describe_counter!(
         SKIPPED,
