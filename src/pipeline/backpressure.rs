@@ -63,6 +63,7 @@ impl Filter {
                 warn!(partition = p, error = %e, "resuming after the producer's queue drained failed");
                 return;
             }
+            self.seeks.insert(p, next);
         }
         self.backpressure = None;
         info!(

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::Message;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::delivery::{encode_opaque, DeliveryContext, DeliveryEvent};
 use super::mode::Mode;
@@ -26,7 +26,7 @@ use crate::global::{self, CopyFate};
 use crate::horizon;
 use crate::inspect::live::{LiveRequest, PartitionView};
 use crate::kafka;
-use crate::partition::{Partition, Running, Target};
+use crate::partition::{behind, Behind, Partition, Running, Target};
 use crate::provenance::Provenance;
 use crate::status::Status;
 use crate::store::{Store, StoreError};
@@ -111,6 +111,13 @@ pub struct Filter {
     /// is refused before it is produced, as one too large ([`Filter::on_record`]), and a halted
     /// one is not sent again until it is in range (`halt`).
     pub(super) output_timestamps: TimestampLimits,
+    /// Seeks of ours not yet followed by a record at or after the offset sought, by input
+    /// partition (set where `ownership::resume_at` is called): what explains a record returned
+    /// below the next offset ([`behind`]).
+    pub(super) seeks: BTreeMap<i32, i64>,
+    /// The last record returned below the next offset with no seek to explain it, by input
+    /// partition: a rewind is logged once, where it starts.
+    rewound: BTreeMap<i32, i64>,
 }
 
 /// What became of a record handed to [`Filter::on_record`].
@@ -226,6 +233,8 @@ impl Filter {
             store_failing: None,
             skips: crate::config::parse_skips(&cfg.input.skip).unwrap_or_default(),
             output_timestamps,
+            seeks: BTreeMap::new(),
+            rewound: BTreeMap::new(),
             cfg,
         })
     }
@@ -260,8 +269,28 @@ impl Filter {
             return Ok(Handled::Done);
         };
         run.inflight.returned(offset);
-        if offset < run.inflight.next_offset() {
-            return Ok(Handled::Done); // handed over again after a seek
+        let next = run.inflight.next_offset();
+        match behind(offset, next, self.seeks.get(&p).copied()) {
+            None => {}
+            Some(Behind::Stale) => return Ok(Handled::Done), // fetched again after the seek
+            Some(Behind::Rewound) => {
+                telemetry::input_rewound(p);
+                if self.rewound.insert(p, offset) != Some(offset - 1) {
+                    error!(
+                        partition = p,
+                        offset,
+                        next_offset = next,
+                        "the consumer went back below the partition's next offset without a seek of ours: the input \
+                         partition was truncated (an unclean leader election) or its position reset; records from \
+                         here up to next_offset are not taken, and any that are not replays of records forwarded \
+                         are lost (counted in kafka_dedup_input_rewound_records_total; compare with kafka-dedup audit)"
+                    );
+                }
+                return Ok(Handled::Done);
+            }
+        }
+        if self.seeks.get(&p).is_some_and(|s| offset >= *s) {
+            self.seeks.remove(&p); // the seek is done: a record below the next offset is a rewind now
         }
         if self.halts.contains_key(&p) || self.backpressure.is_some() {
             // Halted (a side topic refused a copy) or paused while the producer's queue is full:

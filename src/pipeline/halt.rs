@@ -293,6 +293,7 @@ impl Filter {
             }
             return;
         }
+        self.seeks.insert(p, next);
         let registry = self.halts.remove(&p).is_some_and(|h| h.registry);
         self.status.set_partition(p, PartitionState::Running);
         if registry {
