@@ -117,7 +117,7 @@ pub struct Filter {
     pub(super) seeks: BTreeMap<i32, i64>,
     /// The last record returned below the next offset with no seek to explain it, by input
     /// partition: a rewind is logged once, where it starts.
-    rewound: BTreeMap<i32, i64>,
+    pub(super) rewound: BTreeMap<i32, i64>,
 }
 
 /// What became of a record handed to [`Filter::on_record`].

@@ -509,6 +509,7 @@ impl Filter {
             }
             self.halts.remove(p);
             self.seeks.remove(p);
+            self.rewound.remove(p);
             self.recoveries.panics.remove(p);
             self.mode.forget(*p);
             self.held.remove(p);
