@@ -264,7 +264,7 @@ pub const PRODUCER_MESSAGE_MAX_BYTES: usize = BROKER_MESSAGE_MAX_BYTES + HEADER_
 pub const BATCH_FRAMING: usize = 256;
 
 /// Fits the output producer's `c` to the output topic's `max.message.bytes` (`limit`, when it is
-/// known: [`topic_max_message_bytes`]), unless `[kafka.properties]` sets them: `message.max.bytes`
+/// known: [`topic_configs`]), unless `[kafka.properties]` sets them: `message.max.bytes`
 /// and `batch.size` (librdkafka: 1,000,000) become `limit` less [`BATCH_FRAMING`]. librdkafka then
 /// refuses a record the topic could not take when it is produced, which halts its partition
 /// (`pipeline::halt`), instead of building a batch the broker refuses (`MessageSizeTooLarge`),
@@ -281,13 +281,18 @@ pub fn fit_to_output(c: &mut ClientConfig, cfg: &Config, limit: Option<usize>) {
     }
 }
 
-/// The `max.message.bytes` of `topic` (the largest record batch it takes, bytes), asked with
-/// DescribeConfigs through an admin client of `cfg`'s brokers. `None` when the broker answers
-/// without it. Errors: the request failed (brokers unreachable, a broker that does not implement
-/// it and never answers), or the broker refused it for the topic (no `DESCRIBE_CONFIGS`
-/// permission: the principal needs it on the output topic for the fit, see
-/// [`fit_to_output`]).
-pub fn topic_max_message_bytes(cfg: &Config, topic: &str, timeout: Duration) -> Result<Option<usize>, KafkaError> {
+/// The configuration of `topic` as its broker reports it (name → value, every entry that has a
+/// value: `max.message.bytes`, `message.timestamp.type`, `message.timestamp.before.max.ms`, ...),
+/// asked with DescribeConfigs through an admin client of `cfg`'s brokers. Errors: the request
+/// failed (brokers unreachable, a broker that does not implement it and never answers), or the
+/// broker refused it for the topic (no `DESCRIBE_CONFIGS` permission: the principal needs it on
+/// the output topic for the size fit, see [`fit_to_output`], and the timestamp check,
+/// `pipeline::produce::TimestampLimits`).
+pub fn topic_configs(
+    cfg: &Config,
+    topic: &str,
+    timeout: Duration,
+) -> Result<std::collections::BTreeMap<String, String>, KafkaError> {
     use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
     let admin: AdminClient<rdkafka::client::DefaultClientContext> = base(cfg, Role::Producer).create()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -298,16 +303,16 @@ pub fn topic_max_message_bytes(cfg: &Config, topic: &str, timeout: Duration) -> 
         &[ResourceSpecifier::Topic(topic)],
         &AdminOptions::new().request_timeout(Some(timeout)),
     ))?;
+    let mut configs = std::collections::BTreeMap::new();
     for answer in answers {
         let resource = answer.map_err(KafkaError::AdminOp)?;
-        if let Some(limit) = resource
-            .get("max.message.bytes")
-            .and_then(|e| e.value.as_deref()?.parse().ok())
-        {
-            return Ok(Some(limit));
+        for e in resource.entries {
+            if let Some(v) = e.value {
+                configs.insert(e.name, v);
+            }
         }
     }
-    Ok(None)
+    Ok(configs)
 }
 
 /// Producer properties kafka-dedup sets in idempotent mode, with their values (see

@@ -173,6 +173,34 @@ impl InFlight {
     }
 }
 
+/// What a record the consumer returned below a running partition's next offset means
+/// ([`behind`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Behind {
+    /// Fetched before a seek of ours that is still pending (below the offset sought): fetched
+    /// again after it, ignored.
+    Stale,
+    /// No seek of ours explains it: the consumer went back on its own (the input partition was
+    /// truncated by an unclean leader election and librdkafka moved to the divergence point, or
+    /// an out-of-range position was reset to `earliest`). The records between it and the next
+    /// offset may be new ones, not replays: never dropped in silence.
+    Rewound,
+}
+
+/// Whether the record at input `offset` is behind `next` (the running partition's
+/// [`InFlight::next_offset`]), and why: `None` when it is not (it is taken as usual). `sought`:
+/// the offset of the partition's last seek of ours while no record at or after it has been
+/// returned yet (the seek is pending), else `None`.
+pub fn behind(offset: i64, next: i64, sought: Option<i64>) -> Option<Behind> {
+    if offset >= next {
+        None
+    } else if sought.is_some_and(|s| offset < s) {
+        Some(Behind::Stale)
+    } else {
+        Some(Behind::Rewound)
+    }
+}
+
 /// A partition being recovered: its generations are rebuilt by a worker thread.
 pub struct Recovering {
     /// Distinguishes this ownership from earlier ones; the worker's result carries it.
@@ -243,6 +271,25 @@ impl Partition {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A record below the next offset is ignored only while a seek of ours explains it.
+    #[test]
+    fn a_record_behind_the_next_offset_is_stale_only_below_a_pending_seek() {
+        #[rustfmt::skip]
+        let rows = [
+            (10, 10, None, None, "the next record: taken"),
+            (12, 10, None, None, "ahead (compacted, transaction markers): taken"),
+            (10, 10, Some(10), None, "the record sought: taken (and the seek is done)"),
+            (7, 10, Some(10), Some(Behind::Stale), "fetched before the seek to 10"),
+            (9, 10, Some(12), Some(Behind::Stale), "below a seek to 12"),
+            (7, 10, None, Some(Behind::Rewound), "no seek pending: truncated or reset"),
+            (0, 10, None, Some(Behind::Rewound), "reset to earliest"),
+            (8, 10, Some(5), Some(Behind::Rewound), "at or after the offset sought: not explained by it"),
+        ];
+        for (offset, next, sought, want, case) in rows {
+            assert_eq!(behind(offset, next, sought), want, "{case}");
+        }
+    }
 
     #[test]
     fn watermark_waits_for_the_oldest_unacknowledged() {

@@ -143,17 +143,21 @@ pub const SIDE_REFUSED: &str = "kafka_dedup_side_copies_refused_total";
 pub const REGISTRY_UNAVAILABLE: &str = "kafka_dedup_schema_registry_unavailable_total";
 /// The values of the `side` label of [`SIDE_REFUSED`].
 pub const SIDES: [&str; 2] = ["duplicates", "dead_letter"];
-/// `kafka_dedup_output_refused_total{partition,action}`: records the producer refused for the
-/// output topic (too large for its `max.message.bytes`, or for the producer's
-/// `message.max.bytes`): `action` `halt` (the partition halts and sends it again with back-off;
-/// each attempt counted) or `dead_letter` (sent to `fingerprint.dead_letter_topic` instead,
-/// reason `too_large`).
+/// `kafka_dedup_output_refused_total{partition,action}`: records refused for the output topic
+/// (too large for its `max.message.bytes`, or for the producer's `message.max.bytes`; stamped out
+/// of its `message.timestamp.before.max.ms` / `after.max.ms`): `action` `halt` (the partition
+/// halts and sends it again with back-off; each attempt counted) or `dead_letter` (sent to
+/// `fingerprint.dead_letter_topic` instead, reason `too_large` or `timestamp_out_of_range`).
 pub const OUTPUT_REFUSED: &str = "kafka_dedup_output_refused_total";
 /// The values of the `action` label of [`OUTPUT_REFUSED`].
 pub const OUTPUT_REFUSED_ACTIONS: [&str; 2] = ["halt", "dead_letter"];
 /// `kafka_dedup_records_skipped_total{partition}`: records let past by `input.skip` (sent to
 /// `fingerprint.dead_letter_topic` when one is set, else dropped).
 pub const SKIPPED: &str = "kafka_dedup_records_skipped_total";
+/// `kafka_dedup_input_rewound_records_total{partition}`: records the consumer returned below the
+/// partition's next offset with no seek of kafka-dedup's to explain it (the input partition was
+/// truncated, or its position reset to `earliest`): not taken, and lost unless replays.
+pub const INPUT_REWOUND: &str = "kafka_dedup_input_rewound_records_total";
 /// `kafka_dedup_recovery_panics_total{partition}`: recovery workers that panicked (a bug); the
 /// recovery is retried with back-off.
 pub const RECOVERY_PANICS: &str = "kafka_dedup_recovery_panics_total";
@@ -170,8 +174,9 @@ pub const OLDEST_GENERATION: &str = "kafka_dedup_oldest_generation_info";
 
 /// Every counter (every name above ending in `_total`; a unit test checks the list against this
 /// file). Each is in the first scrape, at 0, with all its known label values.
-pub const COUNTERS: [&str; 18] = [
+pub const COUNTERS: [&str; 19] = [
     SIDE_REFUSED,
+    INPUT_REWOUND,
     REGISTRY_UNAVAILABLE,
     OUTPUT_REFUSED,
     SKIPPED,
@@ -303,12 +308,17 @@ pub fn describe() {
     describe_counter!(
         OUTPUT_REFUSED,
         Unit::Count,
-        "Records the output topic refused for their size: the partition halts, or the record is dead-lettered."
+        "Records the output topic refused for their size or their timestamp: the partition halts, or the record is dead-lettered."
     );
     describe_counter!(
         SKIPPED,
         Unit::Count,
         "Records let past by input.skip (dead-lettered when a dead-letter topic is set, else dropped)."
+    );
+    describe_counter!(
+        INPUT_REWOUND,
+        Unit::Count,
+        "Records the consumer returned below the next offset without a seek (input truncated or reset): not taken."
     );
     describe_counter!(
         RECOVERY_PANICS,
@@ -459,6 +469,7 @@ impl PartitionMetrics {
             counter!(OUTPUT_REFUSED, "partition" => self.partition.clone(), "action" => action).increment(0);
         }
         counter!(SKIPPED, "partition" => self.partition.clone()).increment(0);
+        counter!(INPUT_REWOUND, "partition" => self.partition.clone()).increment(0);
         counter!(REGISTRY_UNAVAILABLE, "partition" => self.partition.clone()).increment(0);
         counter!(RECOVERY_PANICS, "partition" => self.partition.clone()).increment(0);
         self
@@ -526,6 +537,12 @@ pub fn output_refused(partition: i32, action: &'static str) {
 /// ([`REGISTRY_UNAVAILABLE`]).
 pub fn registry_unavailable(partition: i32) {
     counter!(REGISTRY_UNAVAILABLE, "partition" => partition.to_string()).increment(1);
+}
+
+/// Counts a record of input partition `partition` returned below its next offset with no seek to
+/// explain it ([`INPUT_REWOUND`]).
+pub fn input_rewound(partition: i32) {
+    counter!(INPUT_REWOUND, "partition" => partition.to_string()).increment(1);
 }
 
 /// Counts a record of input partition `partition` let past by `input.skip` ([`SKIPPED`]).
@@ -771,6 +788,7 @@ mod tests {
                 product(&[partition.clone(), ("action", strings(&OUTPUT_REFUSED_ACTIONS))]),
             ),
             (SKIPPED, product(std::slice::from_ref(&partition))),
+            (INPUT_REWOUND, product(std::slice::from_ref(&partition))),
             (REGISTRY_UNAVAILABLE, product(std::slice::from_ref(&partition))),
             (RECOVERY_PANICS, product(std::slice::from_ref(&partition))),
             (STORE_WRITE_FAILURES, product(&[])),

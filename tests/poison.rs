@@ -373,3 +373,113 @@ fn a_lost_assignment_of_a_halted_partition_does_not_stop_the_process() {
         filter.logs()
     );
 }
+
+/// The records of `small(name, n, partitions)`, each stamped `at` (ms since the Unix epoch), as
+/// `produce_timed` takes them for partition `p`.
+fn small_at(name: &str, n: usize, p: i32, at: i64) -> Vec<(i64, Raw)> {
+    (0..n)
+        .map(|i| (at, raw(None, Some(&format!("{name}-{p}-{i}")), &[])))
+        .collect()
+}
+
+/// Writes `a-P-0, a-P-1` (stamped now) on each of `partitions` partitions, then, on partition 0
+/// only, a record `old` stamped two hours ago, then `b-P-0, b-P-1` (now).
+fn produce_with_an_old_record(input: &str, partitions: i32) {
+    let now = wall_ms();
+    for p in 0..partitions {
+        let mut records = small_at("a", 2, p, now);
+        if p == 0 {
+            records.push((now - 2 * 3_600_000, raw(None, Some("old"), &[])));
+        }
+        records.extend(small_at("b", 2, p, now));
+        kafka().produce_timed(input, p, &records);
+    }
+}
+
+/// An output topic that takes records stamped at most an hour ago
+/// (`message.timestamp.before.max.ms`), and one input record on partition 0 stamped two hours
+/// ago among records stamped now: the broker would refuse its batch (`INVALID_TIMESTAMP`), which
+/// under the gapless guarantee kills the producer, and the restart meets the same record. The
+/// filter refuses it before producing it, as a record too large: only partition 0 halts, the
+/// others run on, `/readyz` names the offset and `input.skip`, which lets it past at the next
+/// start; nothing else is lost or repeated.
+#[test]
+fn a_record_older_than_the_output_takes_halts_only_its_partition_until_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("old-in"), unique("old-out"));
+    kafka().create_topic(&input, 3);
+    kafka().create_topic_with(&output, 3, &[("message.timestamp.before.max.ms", "3600000")]);
+    produce_with_an_old_record(&input, 3);
+    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(FORWARDED, &[], 10.0, Duration::from_secs(60));
+    filter.wait_metric(REFUSED, &["partition=\"0\""], 1.0, Duration::from_secs(60));
+    let (code, body) = http_get(&filter.http, "/readyz").unwrap();
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("halted") && body.contains("offset 2") && body.contains("input.skip"),
+        "{body}"
+    );
+    assert!(body.contains("message.timestamp.before.max.ms"), "{body}");
+    let ends = [(0, 2), (1, 4), (2, 4)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &ends, Duration::from_secs(60), || filter.logs());
+    assert!(filter.running(), "{}", filter.logs());
+    assert!(filter.terminate().success(), "{}", filter.logs());
+
+    let mut skipping = spec.clone();
+    skipping.env.push(("KAFKA_DEDUP__INPUT__SKIP".into(), "0:2".into()));
+    let mut filter = skipping.start(dir.path());
+    let five = [(0, 5), (1, 4), (2, 4)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &five, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(metric(&scrape, SKIPPED, &["partition=\"0\""]), 1.0, "{scrape}");
+    let out = forwarded(&output, &input, 3);
+    for p in 0..3 {
+        let want: Vec<Option<String>> = ["a-{p}-0", "a-{p}-1", "b-{p}-0", "b-{p}-1"]
+            .iter()
+            .map(|t| Some(t.replace("{p}", &p.to_string())))
+            .collect();
+        assert_eq!(out[&p], want, "partition {p}");
+    }
+}
+
+/// The same old record with `fingerprint.dead_letter_topic` set: it goes there, with the reason
+/// `timestamp_out_of_range` and its provenance, and its partition runs on; counted, nothing halts.
+#[test]
+fn a_record_older_than_the_output_takes_goes_to_the_dead_letter_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output, dlq) = (unique("oldl-in"), unique("oldl-out"), unique("oldl-dlq"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic_with(&output, 1, &[("message.timestamp.before.max.ms", "3600000")]);
+    kafka().create_topic(&dlq, 1);
+    produce_with_an_old_record(&input, 1);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.fingerprint = format!("[fingerprint]\nsource = \"value\"\ndead_letter_topic = \"{dlq}\"\n");
+    let mut filter = spec.start(dir.path());
+    let five = [(0, 5)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &five, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(
+        metric(&scrape, REFUSED, &["partition=\"0\"", "action=\"dead_letter\""]),
+        1.0,
+        "{scrape}"
+    );
+    assert_eq!(
+        forwarded(&output, &input, 1)[&0],
+        [
+            Some("a-0-0".into()),
+            Some("a-0-1".into()),
+            Some("b-0-0".into()),
+            Some("b-0-1".into())
+        ]
+    );
+    let dead = kafka().read_records(&dlq, 1);
+    assert_eq!(dead[&0].len(), 1);
+    assert_eq!(dead[&0][0].value.as_deref(), Some(&b"old"[..]));
+    assert_eq!(
+        dead[&0][0].header("kafka-dedup.reason"),
+        Some(Some(&b"timestamp_out_of_range"[..]))
+    );
+}

@@ -60,12 +60,18 @@ impl Filter {
             );
         }
         // Not acknowledged: the watermark stays before it, so it is never committed, and nothing
-        // is stored from now on, so its fingerprint dies with this process.
-        let offset = run.inflight.watermark();
+        // is stored from now on, so its fingerprint dies with this process. The first failure of
+        // a partition is the first record of the refused batch (reports come in order): the
+        // message names it for `input.skip`.
+        let offset = run
+            .inflight
+            .pending(seq)
+            .map_or_else(|| run.inflight.watermark(), |(o, _)| o);
         if self.failure.is_none() {
             let message = error.to_string();
             error!(
                 partition = p,
+                offset,
                 topic,
                 error = message.as_str(),
                 "delivery failed; stopping without committing past it"

@@ -6,7 +6,8 @@
 //! order). So the record is given back ([`Refused::Full`](super::produce::Refused)), every
 //! running partition is paused, and the poll loop goes on serving rebalances and
 //! acknowledgements; once the queue has drained to half, each partition resumes at its first
-//! record not taken. A revocation meanwhile is an ordinary hand-over (it waits for the
+//! record not taken. With a side producer (idempotent mode with a side topic) its queue must have
+//! drained too ([`drained`]): either one full gives the record back. A revocation meanwhile is an ordinary hand-over (it waits for the
 //! acknowledgements up to `output.handover_timeout`).
 
 use std::time::Instant;
@@ -41,16 +42,22 @@ impl Filter {
         }
         warn!(
             queued = self.producer.in_flight_count(),
+            side_queued = self.side_producer.as_ref().map(|s| s.in_flight_count()),
             "the producer's queue is full (the output is slow or unreachable): partitions paused until it drains"
         );
     }
 
-    /// While backed off: once the producer's queue has drained to half its size, resumes every
-    /// running partition that is not halted at its first record not taken.
+    /// While backed off: once the producers' queues (the output's, and the side producer's when
+    /// there is one) have drained to half their size ([`drained`]), resumes every running
+    /// partition that is not halted at its first record not taken.
     pub(super) fn drive_backpressure(&mut self, consumer: &FilterConsumer) {
         let Some(since) = self.backpressure else { return };
         let capacity = self.producer_queue_messages.unwrap_or(DEFAULT_QUEUE_MESSAGES);
-        if self.producer.in_flight_count() > capacity / 2 {
+        let queued = [
+            Some(self.producer.in_flight_count()),
+            self.side_producer.as_ref().map(|s| s.in_flight_count()),
+        ];
+        if !drained(&queued, capacity) {
             return;
         }
         for p in self.unhalted_running() {
@@ -63,6 +70,7 @@ impl Filter {
                 warn!(partition = p, error = %e, "resuming after the producer's queue drained failed");
                 return;
             }
+            self.seeks.insert(p, next);
         }
         self.backpressure = None;
         info!(
@@ -78,5 +86,36 @@ impl Filter {
             .filter(|(p, s)| matches!(s, Partition::Running(_)) && !self.halts.contains_key(p))
             .map(|(p, _)| *p)
             .collect()
+    }
+}
+
+/// Whether every producer's queue has drained to half of `capacity` (messages, the producers'
+/// `queue.buffering.max.messages`, the same for both): `queued` holds each producer's
+/// `in_flight_count` (messages queued or in flight), `None` for a producer that does not exist.
+/// Resuming while one is still full would make the next record that goes to it wait
+/// `produce::QUEUE_WAIT` (1 s) in `send` and back off again: a pause and resume per second.
+fn drained(queued: &[Option<i32>], capacity: i32) -> bool {
+    queued.iter().flatten().all(|q| *q <= capacity / 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::drained;
+
+    #[test]
+    fn the_partitions_resume_once_every_producer_drained() {
+        #[rustfmt::skip]
+        let rows = [
+            ([Some(0), None], true, "the output's producer empty, no side producer"),
+            ([Some(50), None], true, "half full: drained"),
+            ([Some(51), None], false, "above half"),
+            ([Some(0), Some(0)], true, "both empty"),
+            ([Some(10), Some(100)], false, "the side producer still full"),
+            ([Some(100), Some(10)], false, "the output's producer still full"),
+            ([Some(50), Some(50)], true, "both at half"),
+        ];
+        for (queued, want, case) in rows {
+            assert_eq!(drained(&queued, 100), want, "{case}");
+        }
     }
 }

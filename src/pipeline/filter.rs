@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::Message;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::delivery::{encode_opaque, DeliveryContext, DeliveryEvent};
 use super::mode::Mode;
-use super::produce::{send, Added, Destination, Refused};
+use super::produce::{self, refuse, send, timestamp_refusal, Added, Destination, Refused, TimestampLimits};
 use super::recoveries::Recoveries;
 use super::refused::Halt;
 use super::route::{route, Policy, Route};
@@ -26,7 +26,7 @@ use crate::global::{self, CopyFate};
 use crate::horizon;
 use crate::inspect::live::{LiveRequest, PartitionView};
 use crate::kafka;
-use crate::partition::{Partition, Running, Target};
+use crate::partition::{behind, Behind, Partition, Running, Target};
 use crate::provenance::Provenance;
 use crate::status::Status;
 use crate::store::{Store, StoreError};
@@ -34,10 +34,10 @@ use crate::telemetry::{self, Totals};
 
 /// How often gauges are refreshed and the idle warning is considered.
 pub(super) const GAUGE_EVERY: Duration = Duration::from_secs(1);
-/// How long the start waits for the output topic's `max.message.bytes`
-/// ([`kafka::topic_max_message_bytes`]): a broker answers DescribeConfigs in milliseconds; one
+/// How long the start waits for the output topic's configuration (`max.message.bytes` and the
+/// timestamp limits: [`kafka::topic_configs`]): a broker answers DescribeConfigs in milliseconds; one
 /// that does not implement it (librdkafka's mock cluster) never answers, and the producer then
-/// keeps its default limit.
+/// keeps its default limit and no timestamp is checked.
 const DESCRIBE_CONFIGS_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long an instance owns no partition before it says so, and how often it repeats it.
 const IDLE_WARN_AFTER: Duration = Duration::from_secs(60);
@@ -107,6 +107,17 @@ pub struct Filter {
     /// `input.skip`: (input partition, input offset) of the records to let past
     /// ([`Filter::skip`]).
     skips: BTreeSet<(i32, i64)>,
+    /// The record timestamps the output topic takes, read at start: a record out of the range
+    /// is refused before it is produced, as one too large ([`Filter::on_record`]), and a halted
+    /// one is not sent again until it is in range (`halt`).
+    pub(super) output_timestamps: TimestampLimits,
+    /// Seeks of ours not yet followed by a record at or after the offset sought, by input
+    /// partition (set where `ownership::resume_at` is called): what explains a record returned
+    /// below the next offset ([`behind`]).
+    pub(super) seeks: BTreeMap<i32, i64>,
+    /// The last record returned below the next offset with no seek to explain it, by input
+    /// partition: a rewind is logged once, where it starts.
+    pub(super) rewound: BTreeMap<i32, i64>,
 }
 
 /// What became of a record handed to [`Filter::on_record`].
@@ -143,32 +154,36 @@ impl Filter {
         let (live_tx, live) = mpsc::sync_channel(crate::http::LIVE_QUEUE);
         status.set_live(live_tx);
         let (dtx, deliveries) = mpsc::channel();
-        // A limit the user set is kept as it is (`fit_to_output`): nothing to ask then.
-        let limit = if cfg.kafka.flat_properties().contains_key("message.max.bytes") {
-            None
-        } else {
-            match kafka::topic_max_message_bytes(&cfg, &cfg.output.topic, DESCRIBE_CONFIGS_TIMEOUT) {
-                Ok(limit) => limit,
-                Err(e) => {
-                    warn!(
-                        topic = %cfg.output.topic,
-                        error = %e,
-                        "cannot read the output topic's max.message.bytes (DescribeConfigs: grant DESCRIBE_CONFIGS on it); \
-                         the producer keeps its own limit, so a record the broker refuses for its size stops the process \
-                         instead of halting its partition: set kafka.properties.message.max.bytes to the topic's \
-                         max.message.bytes less 256 to fit it by hand"
-                    );
-                    None
-                }
+        let configs = match kafka::topic_configs(&cfg, &cfg.output.topic, DESCRIBE_CONFIGS_TIMEOUT) {
+            Ok(configs) => configs,
+            Err(e) => {
+                warn!(
+                    topic = %cfg.output.topic,
+                    error = %e,
+                    "cannot read the output topic's configuration (DescribeConfigs: grant DESCRIBE_CONFIGS on it); \
+                     the producer keeps its own size limit and no record timestamp is checked, so a record the \
+                     broker refuses for its size or its timestamp stops the process instead of halting its partition: \
+                     set kafka.properties.message.max.bytes to the topic's max.message.bytes less 256 to fit the size \
+                     by hand"
+                );
+                Default::default()
             }
         };
+        // A limit the user set is kept as it is (`fit_to_output`).
+        let limit = match cfg.kafka.flat_properties().contains_key("message.max.bytes") {
+            true => None,
+            false => configs.get("max.message.bytes").and_then(|v| v.parse().ok()),
+        };
+        let output_timestamps = TimestampLimits::of_configs(&configs);
         let mut producer_config = kafka::producer_config(&cfg);
         kafka::fit_to_output(&mut producer_config, &cfg, limit);
         info!(
             topic = %cfg.output.topic,
             max_message_bytes = limit,
             producer_message_max_bytes = producer_config.get("message.max.bytes"),
-            "output record size limit"
+            timestamp_before_max_ms = output_timestamps.before_ms,
+            timestamp_after_max_ms = output_timestamps.after_ms,
+            "output record limits"
         );
         let producer: ThreadedProducer<DeliveryContext> =
             producer_config.create_with_context(DeliveryContext::new(dtx.clone(), status.clone()))?;
@@ -217,6 +232,9 @@ impl Filter {
             held: BTreeSet::new(),
             store_failing: None,
             skips: crate::config::parse_skips(&cfg.input.skip).unwrap_or_default(),
+            output_timestamps,
+            seeks: BTreeMap::new(),
+            rewound: BTreeMap::new(),
             cfg,
         })
     }
@@ -251,8 +269,28 @@ impl Filter {
             return Ok(Handled::Done);
         };
         run.inflight.returned(offset);
-        if offset < run.inflight.next_offset() {
-            return Ok(Handled::Done); // handed over again after a seek
+        let next = run.inflight.next_offset();
+        match behind(offset, next, self.seeks.get(&p).copied()) {
+            None => {}
+            Some(Behind::Stale) => return Ok(Handled::Done), // fetched again after the seek
+            Some(Behind::Rewound) => {
+                telemetry::input_rewound(p);
+                if self.rewound.insert(p, offset) != Some(offset - 1) {
+                    error!(
+                        partition = p,
+                        offset,
+                        next_offset = next,
+                        "the consumer went back below the partition's next offset without a seek of ours: the input \
+                         partition was truncated (an unclean leader election) or its position reset; records from \
+                         here up to next_offset are not taken, and any that are not replays of records forwarded \
+                         are lost (counted in kafka_dedup_input_rewound_records_total; compare with kafka-dedup audit)"
+                    );
+                }
+                return Ok(Handled::Done);
+            }
+        }
+        if self.seeks.get(&p).is_some_and(|s| offset >= *s) {
+            self.seeks.remove(&p); // the seek is done: a record below the next offset is a rewind now
         }
         if self.halts.contains_key(&p) || self.backpressure.is_some() {
             // Halted (a side topic refused a copy) or paused while the producer's queue is full:
@@ -314,7 +352,15 @@ impl Filter {
             (Some(side), Target::Side) => side,
             _ => &*self.producer,
         };
-        match send(producer, &self.shutdown, to, msg, encode_opaque(p, seq)) {
+        let opaque = encode_opaque(p, seq);
+        let stamp = msg.timestamp().to_millis();
+        let sent = match target == Target::Output && self.output_timestamps.refuses(stamp, now_ms()).is_some() {
+            // The broker would refuse its batch (`INVALID_TIMESTAMP`), fatal to the producer under
+            // the gapless guarantee: refused here instead, as a record too large.
+            true => Err(refuse(to, msg, opaque, timestamp_refusal())),
+            false => send(producer, &self.shutdown, to, msg, opaque),
+        };
+        match sent {
             Ok(()) => {}
             Err(Refused::Stopping) => {
                 // Not taken: nothing past it is committed, the next owner processes it.
@@ -329,17 +375,21 @@ impl Filter {
             Err(Refused::Kafka(error, Some(_)))
                 if target == Target::Output && !self.cfg.fingerprint.dead_letter_topic.is_empty() =>
             {
-                // Too large for the output: dead-lettered instead, with its reason.
+                // Too large for the output, or stamped out of its range: dead-lettered instead, with
+                // its reason.
                 run.inflight.untake(offset);
+                let reason = produce::refusal_reason(&error);
                 warn!(
-                    partition = p, offset, topic, error = %error,
-                    "the output refused the record for its size; sent to fingerprint.dead_letter_topic instead (reason too_large)"
+                    partition = p, offset, topic, error = %error, reason, timestamp = stamp,
+                    "the output refused the record (too_large: for its size; timestamp_out_of_range: its timestamp \
+                     is out of the range the topic takes); sent to fingerprint.dead_letter_topic instead"
                 );
                 telemetry::output_refused(p, "dead_letter");
-                return Ok(self.skip(msg, p, offset, "too_large"));
+                return Ok(self.skip(msg, p, offset, reason));
             }
             Err(Refused::Kafka(error, Some(copy))) => {
-                // A side copy, or a record too large for the output: the record stays taken and
+                // A side copy, or a record the output refused (too large, stamped out of its range):
+                // the record stays taken and
                 // unacknowledged (nothing is committed past it) and the partition halts until the
                 // copy is taken.
                 global::note_taken(&mut run.high_water, source);
@@ -367,8 +417,8 @@ impl Filter {
     }
 
     /// Lets the record at input `p`/`offset` of a running partition past without forwarding it
-    /// (`why`: `skipped`, it is named in `input.skip`; `too_large`, the output refused it for its
-    /// size): copied to `fingerprint.dead_letter_topic` with the reason `why` when one is set
+    /// (`why`: `skipped`, it is named in `input.skip`; `too_large` or `timestamp_out_of_range`, the
+    /// output refused it for its size or its timestamp): copied to `fingerprint.dead_letter_topic` with the reason `why` when one is set
     /// (a refusal there halts the partition, as for any dead-letter copy), else dropped. Logged
     /// and, when skipped, counted (`kafka_dedup_records_skipped_total`).
     fn skip(&mut self, msg: &BorrowedMessage<'_>, p: i32, offset: i64, why: &'static str) -> Handled {

@@ -47,9 +47,11 @@ use super::context::FilterConsumer;
 use super::delivery::encode_opaque;
 use super::filter::Filter;
 use super::ownership::resume_at;
+use super::produce::{out_of_range, timestamp_refusal};
 #[cfg(doc)]
 use super::refused::RETRY_MAX;
 use super::refused::{backoff, Halt, SideCopy, RETRY_FIRST};
+use crate::generations::now_ms;
 use crate::partition::{Partition, Target};
 use crate::state::PartitionState;
 use crate::telemetry;
@@ -92,6 +94,15 @@ impl Filter {
         halt.resent.remove(&seq);
         halt.retry_at = Instant::now() + wait;
         halt.cause = match side {
+            "output" if out_of_range(error) => format!(
+                "{key} \"{}\" refused input offset {offset}: {error} (stamped {}, out of the range the topic's \
+                 message.timestamp.before.max.ms / message.timestamp.after.max.ms take, with a margin); ways past: \
+                 raise them (or set its message.timestamp.type to LogAppendTime) and restart, set \
+                 fingerprint.dead_letter_topic, or let it past with input.skip = \"{p}:{offset}\"; checking it \
+                 again with back-off (a record stamped in the future goes once in range)",
+                copy.topic,
+                copy.timestamp.map_or("-".to_string(), |t| t.to_string()),
+            ),
             "output" => format!(
                 "{key} \"{}\" refused input offset {offset}: {error}; ways past: raise the topic's \
                  max.message.bytes (or kafka.properties.message.max.bytes) and restart, set \
@@ -221,6 +232,12 @@ impl Filter {
         let refused = std::mem::take(&mut h.refused);
         let mut failed = Vec::new();
         for (offset, (seq, mut copy)) in refused {
+            // A record stamped out of the output's range is not sent: the broker would refuse it.
+            let to_output = copy.topic == self.cfg.output.topic;
+            if to_output && self.output_timestamps.refuses(copy.timestamp, now_ms()).is_some() {
+                failed.push((offset, seq, copy, timestamp_refusal()));
+                continue;
+            }
             let headers = copy.headers.take();
             let mut record: BaseRecord<'_, [u8], [u8], usize> =
                 BaseRecord::with_opaque_to(&copy.topic, encode_opaque(p, seq));
@@ -276,6 +293,7 @@ impl Filter {
             }
             return;
         }
+        self.seeks.insert(p, next);
         let registry = self.halts.remove(&p).is_some_and(|h| h.registry);
         self.status.set_partition(p, PartitionState::Running);
         if registry {

@@ -144,8 +144,9 @@ pub enum Fatal {
     Delivery {
         /// Input partition of the record.
         partition: i32,
-        /// Input offset of the record (for an acknowledgement error: the partition's commit
-        /// position, the oldest record not acknowledged).
+        /// Input offset of the record (for an acknowledgement error: the first record of the
+        /// refused batch, or the partition's commit position when the report names no record
+        /// still pending).
         offset: i64,
         /// The topic it was produced to.
         topic: String,
@@ -223,23 +224,39 @@ pub enum Fatal {
     },
 }
 
-/// What to do about a delivery that failed with `error`: for a record too large for the output
-/// (the broker refused it), the settings and the way past (issue 23, item 3); nothing otherwise.
+/// What to do about a delivery that failed with `error`, to append to [`Fatal::Delivery`]'s
+/// message: for a record too large for the output (the broker refused it), the settings and the
+/// way past (issue 23, item 3); for a timestamp out of the output's range, the same; for any
+/// other refusal of the filter's input records (`skippable`), the `input.skip` entry that lets
+/// the record at `partition`/`offset` past, since a refusal the broker makes for one record
+/// (`POLICY_VIOLATION`, `CORRUPT_MESSAGE`, `INVALID_RECORD`) meets the same record at the next
+/// start. `offset` is the first record of the refused batch: the culprit may be a later one.
 fn way_past(error: &KafkaError, topic: &str, partition: i32, offset: i64, skippable: bool) -> String {
-    if !produce::too_large(error) {
-        String::new()
-    } else if skippable {
-        format!(
-            "; raise the max.message.bytes of {topic} (the next start fits the producer to it, and a record \
-             too large for it then halts only its partition), set fingerprint.dead_letter_topic, or let the record \
-             past with input.skip = \"{partition}:{offset}\""
-        )
-    } else {
+    let skip = format!(
+        "let the record past with input.skip = \"{partition}:{offset}\" (the first record of {topic}'s refused batch, \
+         not acknowledged; if a later record of the batch is the cause, name that one)"
+    );
+    if produce::too_large(error) && !skippable {
         format!(
             "; raise the max.message.bytes of the route topic {topic} to at least the input topic's plus 1 KB \
              (the route stage copies every input record there with a provenance header; it has no other way past \
              a record too large for it)"
         )
+    } else if !skippable {
+        String::new()
+    } else if produce::too_large(error) {
+        format!(
+            "; raise the max.message.bytes of {topic} (the next start fits the producer to it, and a record \
+             too large for it then halts only its partition), set fingerprint.dead_letter_topic, or {skip}"
+        )
+    } else if produce::out_of_range(error) {
+        format!(
+            "; a record's timestamp is out of the range {topic} takes (message.timestamp.before.max.ms / \
+             message.timestamp.after.max.ms, changed while running?): the next start reads them and a record out of \
+             range then halts only its partition (or goes to fingerprint.dead_letter_topic); or {skip}"
+        )
+    } else {
+        format!("; if the broker refused one record (a policy, a corrupt or invalid record), {skip}")
     }
 }
 
@@ -445,4 +462,63 @@ fn stop(consumer: &FilterConsumer, result: Result<(), Fatal>, status: &Status) -
         f.abort();
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+
+    use super::Fatal;
+
+    /// Every fatal delivery error of the filter's input records names the record and the
+    /// `input.skip` entry that lets it past, with the settings that apply; the route stage's
+    /// cannot be skipped.
+    #[test]
+    fn a_fatal_delivery_error_names_the_way_past() {
+        let skip = "input.skip = \"3:17\"";
+        let cases: &[(RDKafkaErrorCode, bool, &[&str], &[&str])] = &[
+            (
+                RDKafkaErrorCode::MessageSizeTooLarge,
+                true,
+                &[skip, "max.message.bytes of out"],
+                &[],
+            ),
+            (
+                RDKafkaErrorCode::MessageSizeTooLarge,
+                false,
+                &["route topic out"],
+                &["input.skip"],
+            ),
+            (
+                RDKafkaErrorCode::InvalidTimestamp,
+                true,
+                &[skip, "message.timestamp.before.max.ms"],
+                &[],
+            ),
+            (RDKafkaErrorCode::PolicyViolation, true, &[skip], &[]),
+            (RDKafkaErrorCode::InvalidRecord, true, &[skip], &[]),
+            (RDKafkaErrorCode::InvalidMessage, true, &[skip], &[]),
+            (RDKafkaErrorCode::PolicyViolation, false, &[], &["input.skip"]),
+        ];
+        for (code, skippable, has, lacks) in cases {
+            let said = Fatal::Delivery {
+                partition: 3,
+                offset: 17,
+                topic: "out".into(),
+                error: KafkaError::MessageProduction(*code),
+                skippable: *skippable,
+            }
+            .to_string();
+            assert!(
+                said.starts_with("partition 3 offset 17: delivery to out failed"),
+                "{said}"
+            );
+            for h in *has {
+                assert!(said.contains(h), "{code:?} {skippable}: {said}");
+            }
+            for l in *lacks {
+                assert!(!said.contains(l), "{code:?} {skippable}: {said}");
+            }
+        }
+    }
 }

@@ -344,6 +344,7 @@ impl Filter {
             if let Err(e) = resume_at(consumer, &self.cfg.input.topic, p, rec.resume) {
                 return self.schedule_retry(p, &e.to_string());
             }
+            self.seeks.insert(p, rec.resume);
         }
         self.run(p, inc, rec);
     }
@@ -507,6 +508,8 @@ impl Filter {
                 r.metrics.release();
             }
             self.halts.remove(p);
+            self.seeks.remove(p);
+            self.rewound.remove(p);
             self.recoveries.panics.remove(p);
             self.mode.forget(*p);
             self.held.remove(p);
