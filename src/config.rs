@@ -461,6 +461,11 @@ pub struct OutputConfig {
     /// README for what that costs.
     #[serde(default = "default_true")]
     pub provenance: bool,
+    /// Not a configuration key: the output topic's configuration when it is known without
+    /// asking the broker (`kafka-dedup demo`: librdkafka's mock cluster does not answer
+    /// DescribeConfigs, which the start would wait 2 s for and warn about). `None`: asked.
+    #[serde(skip)]
+    pub topic_configs: Option<std::collections::BTreeMap<String, String>>,
 }
 
 fn default_true() -> bool {

@@ -91,15 +91,15 @@ pub fn run_demo(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
     cluster.create_topic(output, opts.partitions, 1)?;
     let store = tempfile::tempdir()?;
 
-    // librdkafka's mock cluster does not answer DescribeConfigs (the output's limit): the
-    // producer's limit is set here instead, librdkafka's default, which the mock topics take.
+    // librdkafka's mock cluster does not answer DescribeConfigs (the output's limits): the
+    // output topic's configuration is given instead, librdkafka's default limit, which the mock
+    // topics take, and no timestamp limit.
     let mut cfg: Config = Config::from_toml_str(
-        &format!(
-            "[kafka.properties]\n\"message.max.bytes\" = 1000000\n[input]\ntopic = \"{input}\"\n[output]\ntopic = \"{output}\"\n"
-        ),
+        &format!("[input]\ntopic = \"{input}\"\n[output]\ntopic = \"{output}\"\n"),
         Some(Default::default()),
     )
     .expect("the demo configuration is valid");
+    cfg.output.topic_configs = Some([("max.message.bytes".to_string(), "1000000".to_string())].into());
     cfg.kafka.bootstrap_servers = bootstrap.clone();
     cfg.checkpoint.interval = opts.checkpoint_interval;
     cfg.store.path = store.path().join("store");

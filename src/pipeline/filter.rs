@@ -154,7 +154,11 @@ impl Filter {
         let (live_tx, live) = mpsc::sync_channel(crate::http::LIVE_QUEUE);
         status.set_live(live_tx);
         let (dtx, deliveries) = mpsc::channel();
-        let configs = match kafka::topic_configs(&cfg, &cfg.output.topic, DESCRIBE_CONFIGS_TIMEOUT) {
+        let asked = match &cfg.output.topic_configs {
+            Some(known) => Ok(known.clone()),
+            None => kafka::topic_configs(&cfg, &cfg.output.topic, DESCRIBE_CONFIGS_TIMEOUT),
+        };
+        let configs = match asked {
             Ok(configs) => configs,
             Err(e) => {
                 warn!(
