@@ -657,7 +657,12 @@ fn a_transactional_start_waits_for_the_broker_instead_of_exiting() {
     f.wait_ready(Duration::from_secs(30));
     let logs = f.logs();
     assert!(f.terminate().success(), "{logs}");
-    assert_eq!(kafka.read_values("out", 1)[&0], (0..200).collect::<Vec<u64>>(), "{logs}");
+    assert_eq!(
+        kafka.read_values("out", 1)[&0],
+        (0..200).collect::<Vec<u64>>(),
+        "{logs}"
+    );
+    assert!(logs.contains("init_transactions did not complete"), "{logs}");
 }
 
 /// The broker away across a checkpoint's commit: after 100 records are committed, the proxy
@@ -683,18 +688,36 @@ fn a_transaction_commit_waits_while_the_broker_is_away_past_the_flush_timeout() 
     let mut f = spec.start(dir.path());
     let ends = |n| BTreeMap::from([(0, n)]);
     kafka.wait_committed(&spec.group, "in", &ends(100), Duration::from_secs(120), || f.logs());
-    assert!(own.proxy.hold_producers() >= 1, "the filter's producer connection is held");
+    assert!(
+        own.proxy.hold_producers() >= 1,
+        "the filter's producer connection is held"
+    );
     produce_values_to(&kafka, "in", 0, &(100..200).collect::<Vec<u64>>());
-    f.wait_metric("kafka_dedup_records_consumed_total", &[], 200.0, Duration::from_secs(60));
+    f.wait_metric(
+        "kafka_dedup_records_consumed_total",
+        &[],
+        200.0,
+        Duration::from_secs(60),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     while own.proxy.held_produce_requests() == 0 {
         assert!(Instant::now() < deadline, "no produce request held:\n{}", f.logs());
         std::thread::sleep(Duration::from_millis(50));
     }
-    stays_up_for(&mut f, Duration::from_secs(50));
+    let (code, body) = stays_up_for(&mut f, Duration::from_secs(50)).expect("/readyz answers");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("transaction commit waits"),
+        "/readyz names the cause: {body}"
+    );
     own.proxy.release();
     kafka.wait_committed(&spec.group, "in", &ends(200), Duration::from_secs(120), || f.logs());
     let logs = f.logs();
     assert!(f.terminate().success(), "{logs}");
-    assert_eq!(kafka.read_values("out", 1)[&0], (0..200).collect::<Vec<u64>>(), "{logs}");
+    assert_eq!(
+        kafka.read_values("out", 1)[&0],
+        (0..200).collect::<Vec<u64>>(),
+        "{logs}"
+    );
+    assert!(logs.contains("the pending transaction commit completed"), "{logs}");
 }

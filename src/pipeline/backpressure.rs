@@ -49,6 +49,9 @@ impl Filter {
     /// running partition that is not halted at its first record not taken.
     pub(super) fn drive_backpressure(&mut self, consumer: &FilterConsumer) {
         let Some(since) = self.backpressure else { return };
+        if self.mode.commit_pending() {
+            return; // resumed once the pending transaction commit completes
+        }
         let capacity = self.producer_queue_messages.unwrap_or(DEFAULT_QUEUE_MESSAGES);
         if self.producer.in_flight_count() > capacity / 2 {
             return;

@@ -153,7 +153,12 @@ impl Proxy {
 }
 
 /// Copies request frames from the client to the broker, or into the hold.
-fn client_to_broker(mut client: TcpStream, conn: &Conn, held_produce: &AtomicU64, api: &(Arc<AtomicI32>, Arc<AtomicU64>)) {
+fn client_to_broker(
+    mut client: TcpStream,
+    conn: &Conn,
+    held_produce: &AtomicU64,
+    api: &(Arc<AtomicI32>, Arc<AtomicU64>),
+) {
     let mut size = [0u8; 4];
     loop {
         if client.read_exact(&mut size).is_err() {
@@ -170,7 +175,11 @@ fn client_to_broker(mut client: TcpStream, conn: &Conn, held_produce: &AtomicU64
             conn.producer.store(true, Ordering::SeqCst);
         }
         let mut f = conn.to_broker.lock().unwrap();
-        let key = if len >= 2 { i32::from(i16::from_be_bytes([frame[4], frame[5]])) } else { -2 };
+        let key = if len >= 2 {
+            i32::from(i16::from_be_bytes([frame[4], frame[5]]))
+        } else {
+            -2
+        };
         let hold_from = api.0.load(Ordering::SeqCst);
         if hold_from >= 0 && key == hold_from {
             if f.held.is_none() {
