@@ -23,7 +23,7 @@
 //! Every commit and store write of one partition derives from one [`CheckpointRecord`].
 
 use std::collections::BTreeMap;
-use std::sync::mpsc::{self, TryRecvError};
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::Consumer;
@@ -236,7 +236,7 @@ impl Filter {
                     self.persist_checkpoint();
                 }
             }
-            Stage::Persisting(rx) => match rx.try_recv() {
+            Stage::Persisting(rx, _) => match rx.try_recv() {
                 Ok((result, changelog)) => {
                     // Committed anyway: the store is a cache, a restart rebuilds from the output topic.
                     self.store_written(&result);
@@ -340,6 +340,7 @@ impl Filter {
             })
             .collect();
         let (tx, rx) = mpsc::channel();
+        let (stored_tx, stored) = mpsc::channel();
         crate::crash::point("checkpoint-before-store");
         std::thread::spawn(move || {
             let writes: Vec<PartitionWrite<'_>> = jobs
@@ -362,10 +363,11 @@ impl Filter {
                 "checkpoint stored"
             );
             drop(writes);
+            let _ = stored_tx.send(());
             let changelog = write_changelog(&cfg, &jobs, &halted);
             let _ = tx.send((result, changelog));
         });
-        ckpt.stage = Stage::Persisting(rx);
+        ckpt.stage = Stage::Persisting(rx, stored);
     }
 
     /// Step 4: commit the targets with their metadata (asynchronously), naming the changelog
@@ -418,17 +420,33 @@ impl Filter {
         debug!(partitions = tpl.count(), seconds = secs, "checkpoint commit sent");
     }
 
-    /// Waits for a background store write and commits its checkpoint (before a hand-over).
-    pub(super) fn finish_persisting(&mut self, consumer: &FilterConsumer) {
+    /// Waits for a background store write and commits its checkpoint (before a hand-over). The
+    /// store write (local) is waited for: landing later, it would overwrite the snapshot the
+    /// hand-over writes. Its changelog write is waited for until `deadline` (the hand-over's,
+    /// `output.handover_timeout`): with the changelog's leaders offline it can take a
+    /// changelog request timeout per chunk; past the deadline the commit names the changelog
+    /// checkpoint the partitions named before (the chunks written later are named by none).
+    pub(super) fn finish_persisting(&mut self, consumer: &FilterConsumer, deadline: Instant) {
         if let Mode::Idempotent {
             checkpoint:
                 Some(Checkpoint {
-                    stage: Stage::Persisting(rx),
+                    stage: Stage::Persisting(rx, stored),
                     ..
                 }),
         } = &self.mode
         {
-            let changelog = rx.recv().map(|(_, c)| c).unwrap_or_default();
+            let _ = stored.recv();
+            let changelog = match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok((_, c)) => c,
+                Err(RecvTimeoutError::Timeout) => {
+                    warn!(
+                        "the checkpoint's changelog write did not complete within output.handover_timeout; the \
+                         hand-over commits naming the changelog checkpoint each partition named before"
+                    );
+                    BTreeMap::new()
+                }
+                Err(RecvTimeoutError::Disconnected) => BTreeMap::new(),
+            };
             self.commit_checkpoint(consumer, changelog);
         }
     }

@@ -521,8 +521,8 @@ impl Filter {
     fn handover(&mut self, consumer: &FilterConsumer, parts: &[i32], continuing: bool) -> Result<(), HandoverError> {
         // A background store write for an earlier checkpoint must land first, or it could
         // overwrite the newer snapshot written here.
-        self.finish_persisting(consumer);
         let deadline = Instant::now() + self.cfg.output.handover_timeout;
+        self.finish_persisting(consumer, deadline);
         if let Mode::Transactional { .. } = self.mode {
             return Ok(self.commit_transaction(consumer, parts, continuing, KAFKA_TIMEOUT)?);
         }
