@@ -155,7 +155,7 @@ impl Filter {
             }
             Err(e) if e.retriable() && Instant::now() + COMMIT_RETRY_ATTEMPT < began + commit_deadline(&self.cfg) => {
                 if !resuming {
-                    self.back_off(consumer);
+                    self.pause_running(consumer);
                     self.status
                         .set_commit_waiting(Some(format!("the transaction commit waits for the broker: {e}")));
                     warn!(
