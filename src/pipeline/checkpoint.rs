@@ -655,3 +655,41 @@ pub(super) fn commit_list(cfg: &Config, records: &[&CheckpointRecord]) -> KafkaR
     }
     Ok(tpl)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a pending commit retries: a flush or acknowledgements that only timed out; not a
+    /// flush that failed otherwise, a failed delivery, nor the steps that do not wait.
+    #[test]
+    fn which_transaction_errors_are_retried() {
+        let flush = |code| TransactionError::Flush(KafkaError::Flush(code));
+        assert!(flush(RDKafkaErrorCode::OperationTimedOut).retriable());
+        assert!(!flush(RDKafkaErrorCode::Fatal).retriable());
+        assert!(TransactionError::Deliveries { failed: false }.retriable());
+        assert!(!TransactionError::Deliveries { failed: true }.retriable());
+        assert!(!TransactionError::NoGroupMetadata.retriable());
+        // Not a transactional error (no rd_kafka_error_t): librdkafka did not say it is retriable.
+        let other = KafkaError::MessageProduction(RDKafkaErrorCode::RequestTimedOut);
+        assert!(!TransactionError::Commit(other.clone()).retriable());
+        assert!(!TransactionError::Begin(other).retriable());
+    }
+
+    /// A pending commit is given up at 90 % of `transaction.timeout.ms`, set or derived.
+    #[test]
+    fn the_commit_deadline_is_ninety_percent_of_the_transaction_timeout() {
+        let cfg = |extra: &str| {
+            let text = format!(
+                "[kafka]\nbootstrap_servers = \"127.0.0.1:1\"\n{extra}\n[input]\ntopic = \"in\"\ngroup_id = \"g\"\n\
+                 [output]\ntopic = \"out\"\ndelivery = \"transactional\"\ntransactional_id = \"t\"\n\
+                 [checkpoint]\ninterval = \"2s\"\n"
+            );
+            Config::from_toml_str(&text, Some(Default::default())).unwrap()
+        };
+        // Derived: the interval plus 60 s.
+        assert_eq!(commit_deadline(&cfg("")), Duration::from_millis(55_800));
+        let set = cfg("[kafka.properties]\n\"transaction.timeout.ms\" = 120000");
+        assert_eq!(commit_deadline(&set), Duration::from_secs(108));
+    }
+}
