@@ -64,6 +64,9 @@ pub struct Status {
     /// Global scope: why the route stage waits (the schema registry cannot be asked), while it
     /// does.
     route_waiting: Mutex<Option<String>>,
+    /// Transactional mode: why a transaction commit is pending (every partition paused), while
+    /// it is.
+    commit_waiting: Mutex<Option<String>>,
     /// Topics deleted or created again while running ([`crate::topics::watch`]): topic -> what
     /// the operator reads. Kept until the process stops.
     topics_changed: Mutex<BTreeMap<String, String>>,
@@ -282,6 +285,12 @@ impl Status {
         *self.route_waiting.lock().expect("not poisoned") = why;
     }
 
+    /// Transactional mode: a transaction commit is pending for `why` (`Some`: every partition
+    /// is paused, `/readyz` is not ready and says why), or no longer (`None`).
+    pub fn set_commit_waiting(&self, why: Option<String>) {
+        *self.commit_waiting.lock().expect("not poisoned") = why;
+    }
+
     /// Records that `topic` was deleted or created again while running; `why` says so and what
     /// to do. `/readyz` is not ready, naming it, until the process stops.
     pub fn set_topic_changed(&self, topic: &str, why: String) {
@@ -331,7 +340,9 @@ impl Status {
             };
             let (halted, recovering) = (listed(PartitionState::Halted), listed(PartitionState::Recovering));
             let route_waiting = self.route_waiting.lock().expect("not poisoned").clone();
+            let commit_waiting = self.commit_waiting.lock().expect("not poisoned").clone();
             let reasons: Vec<String> = [
+                commit_waiting,
                 route_waiting.map(|why| format!("the route stage waits: {why}")),
                 (!halted.is_empty()).then(|| format!("halted partitions ({})", halted.join(", "))),
                 (!held.is_empty()).then(|| {

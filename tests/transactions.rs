@@ -591,3 +591,133 @@ fn a_transactional_upstreams_open_and_aborted_transactions() {
         assert_eq!(values, (0..150).collect::<Vec<u64>>(), "{isolation}");
     }
 }
+
+/// Kafka's api key of InitProducerId, which `init_transactions` sends.
+const INIT_PRODUCER_ID: i16 = 22;
+
+/// Waits `away` while the broker is held away, asserting that the process stays up; returns the
+/// last `/readyz` answer (status and body) seen meanwhile.
+fn stays_up_for(f: &mut FilterProcess, away: Duration) -> Option<(u16, String)> {
+    let until = Instant::now() + away;
+    let mut last = None;
+    while Instant::now() < until {
+        assert!(f.running(), "exited while the broker was away:\n{}", f.logs());
+        if let Some(answer) = http_get(&f.http, "/readyz") {
+            last = Some(answer);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(f.running(), "exited while the broker was away:\n{}", f.logs());
+    last
+}
+
+fn transactional_spec(kafka: &Broker, dir: &std::path::Path) -> FilterSpec {
+    let mut spec = FilterSpec::on(kafka.clone(), "in", "out", dir);
+    spec.interval = "2s";
+    spec.env.extend([
+        ("KAFKA_DEDUP__OUTPUT__DELIVERY".to_string(), "transactional".to_string()),
+        ("KAFKA_DEDUP__OUTPUT__TRANSACTIONAL_ID".to_string(), unique("txaway")),
+    ]);
+    spec
+}
+
+/// The broker away at start: it answers metadata, but the `InitProducerId` request that
+/// `init_transactions` sends is held by the proxy for 40 s, past the call's 30 s timeout. The
+/// process must stay up (it exited 1 and crash-looped), `/readyz` answering 503 and naming the
+/// cause meanwhile, and once the request is released forward every record once, committed
+/// (read_committed output exact).
+#[test]
+fn a_transactional_start_waits_for_the_broker_instead_of_exiting() {
+    let own = common::proxy::ProxiedBroker::start();
+    let kafka = own.broker();
+    let dir = tempfile::tempdir().unwrap();
+    kafka.create_topic("in", 1);
+    kafka.create_topic("out", 1);
+    produce_values_to(&kafka, "in", 0, &(0..200).collect::<Vec<u64>>());
+    own.proxy.hold_from_api(INIT_PRODUCER_ID);
+    let spec = transactional_spec(&kafka, dir.path());
+    let mut f = spec.start(dir.path());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while own.proxy.held_api_requests() == 0 {
+        assert!(f.running(), "exited before init_transactions:\n{}", f.logs());
+        assert!(Instant::now() < deadline, "no InitProducerId held:\n{}", f.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, body) = stays_up_for(&mut f, Duration::from_secs(40)).expect("/readyz answers");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("init_transactions"), "/readyz names the cause: {body}");
+    own.proxy.release();
+    kafka.wait_committed(
+        &spec.group,
+        "in",
+        &BTreeMap::from([(0, 200)]),
+        Duration::from_secs(120),
+        || f.logs(),
+    );
+    f.wait_ready(Duration::from_secs(30));
+    let logs = f.logs();
+    assert!(f.terminate().success(), "{logs}");
+    assert_eq!(
+        kafka.read_values("out", 1)[&0],
+        (0..200).collect::<Vec<u64>>(),
+        "{logs}"
+    );
+    assert!(logs.contains("init_transactions did not complete"), "{logs}");
+}
+
+/// The broker away across a checkpoint's commit: after 100 records are committed, the proxy
+/// holds what the filter's producer sends, 100 more are taken into the open transaction, and
+/// the checkpoint's commit cannot flush them for 50 s, past the flush's 30 s timeout (and the
+/// abort that followed it, up to 30 s more, before the old exit). The
+/// process must not exit (it exited 1: `transaction: flush: ...`); once the proxy lets go it
+/// commits, and the read_committed output holds every record once.
+#[test]
+fn a_transaction_commit_waits_while_the_broker_is_away_past_the_flush_timeout() {
+    let own = common::proxy::ProxiedBroker::start();
+    let kafka = own.broker();
+    let dir = tempfile::tempdir().unwrap();
+    kafka.create_topic("in", 1);
+    kafka.create_topic("out", 1);
+    let mut spec = transactional_spec(&kafka, dir.path());
+    // Room for the 50 s away within one transaction (by default the interval plus 60 s).
+    spec.env.push((
+        "KAFKA_DEDUP__KAFKA__PROPERTIES__TRANSACTION_TIMEOUT_MS".to_string(),
+        "120000".to_string(),
+    ));
+    produce_values_to(&kafka, "in", 0, &(0..100).collect::<Vec<u64>>());
+    let mut f = spec.start(dir.path());
+    let ends = |n| BTreeMap::from([(0, n)]);
+    kafka.wait_committed(&spec.group, "in", &ends(100), Duration::from_secs(120), || f.logs());
+    assert!(
+        own.proxy.hold_producers() >= 1,
+        "the filter's producer connection is held"
+    );
+    produce_values_to(&kafka, "in", 0, &(100..200).collect::<Vec<u64>>());
+    f.wait_metric(
+        "kafka_dedup_records_consumed_total",
+        &[],
+        200.0,
+        Duration::from_secs(60),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while own.proxy.held_produce_requests() == 0 {
+        assert!(Instant::now() < deadline, "no produce request held:\n{}", f.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, body) = stays_up_for(&mut f, Duration::from_secs(50)).expect("/readyz answers");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("transaction commit waits"),
+        "/readyz names the cause: {body}"
+    );
+    own.proxy.release();
+    kafka.wait_committed(&spec.group, "in", &ends(200), Duration::from_secs(120), || f.logs());
+    let logs = f.logs();
+    assert!(f.terminate().success(), "{logs}");
+    assert_eq!(
+        kafka.read_values("out", 1)[&0],
+        (0..200).collect::<Vec<u64>>(),
+        "{logs}"
+    );
+    assert!(logs.contains("the pending transaction commit completed"), "{logs}");
+}

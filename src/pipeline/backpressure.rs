@@ -29,8 +29,22 @@ impl Filter {
     /// The producer's queue stayed full: pauses every running partition that is not halted (a
     /// halted one is paused already) until [`Self::drive_backpressure`] sees room again.
     pub(super) fn back_off(&mut self, consumer: &FilterConsumer) {
+        if self.pause_running(consumer) {
+            warn!(
+                queued = self.producer.in_flight_count(),
+                side_queued = self.side_producer.as_ref().map(|s| s.in_flight_count()),
+                "the producer's queue is full (the output is slow or unreachable): partitions paused until it drains"
+            );
+        }
+    }
+
+    /// Pauses every running partition that is not halted, as [`Self::back_off`] does, and
+    /// resumes them the same way, once the producer's queue has drained and no transaction
+    /// commit is pending (a pending commit pauses them so: `checkpoint`). False when they were
+    /// paused already.
+    pub(super) fn pause_running(&mut self, consumer: &FilterConsumer) -> bool {
         if self.backpressure.is_some() {
-            return;
+            return false;
         }
         self.backpressure = Some(Instant::now());
         let mut tpl = TopicPartitionList::new();
@@ -38,13 +52,9 @@ impl Filter {
             tpl.add_partition(&self.cfg.input.topic, p);
         }
         if let Err(e) = consumer.pause(&tpl) {
-            warn!(error = %e, "pausing the partitions while the producer's queue is full failed");
+            warn!(error = %e, "pausing the partitions failed");
         }
-        warn!(
-            queued = self.producer.in_flight_count(),
-            side_queued = self.side_producer.as_ref().map(|s| s.in_flight_count()),
-            "the producer's queue is full (the output is slow or unreachable): partitions paused until it drains"
-        );
+        true
     }
 
     /// While backed off: once the producers' queues (the output's, and the side producer's when
@@ -52,6 +62,9 @@ impl Filter {
     /// partition that is not halted at its first record not taken.
     pub(super) fn drive_backpressure(&mut self, consumer: &FilterConsumer) {
         let Some(since) = self.backpressure else { return };
+        if self.mode.commit_pending() {
+            return; // resumed once the pending transaction commit completes
+        }
         let capacity = self.producer_queue_messages.unwrap_or(DEFAULT_QUEUE_MESSAGES);
         let queued = [
             Some(self.producer.in_flight_count()),
@@ -75,7 +88,7 @@ impl Filter {
         self.backpressure = None;
         info!(
             seconds = since.elapsed().as_secs_f64(),
-            "the producer's queue drained: partitions resumed"
+            "partitions resumed (the producer's queue drained, no transaction commit pending)"
         );
     }
 

@@ -162,8 +162,10 @@ pub(super) struct PersistJob {
 pub(super) enum Stage {
     /// Waiting for acknowledgements up to each target.
     Delivering,
-    /// The store write runs on a background thread; its result arrives here.
-    Persisting(Receiver<Persisted>),
+    /// The store write runs on a background thread: the first receiver gets its result (the
+    /// store's, then the changelog's); the second a message as soon as the store write is done,
+    /// before the changelog write (which can take long: its leaders offline).
+    Persisting(Receiver<Persisted>, Receiver<()>),
 }
 
 /// What the background write of a checkpoint did: the store's result, and the changelog chunks

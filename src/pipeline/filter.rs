@@ -18,7 +18,7 @@ use super::produce::{self, refuse, send, timestamp_refusal, Added, Destination, 
 use super::recoveries::Recoveries;
 use super::refused::Halt;
 use super::route::{route, Policy, Route};
-use super::{Fatal, RunError, Shutdown, TopicCounts, KAFKA_TIMEOUT};
+use super::{Fatal, RunError, Shutdown, TopicCounts};
 use crate::config::{Config, OnMissing};
 use crate::fingerprint::{stand_in_at, Fingerprint, Fingerprinter, Unfingerprintable};
 use crate::generations::{now_ms, Generation};
@@ -142,15 +142,17 @@ struct Idle {
 impl Filter {
     /// The state of a pipeline that owns no partition yet: creates the producer (in
     /// transactional mode, fences its predecessor and begins the first transaction) and the
-    /// channel of the live `/store/*` questions. Errors: the producer cannot be created or its
-    /// transactions cannot be initialised.
+    /// channel of the live `/store/*` questions. `None` when a stop was requested while
+    /// `init_transactions` waited for the broker. Errors: the producer cannot be created or its
+    /// transactions cannot be initialised (a fatal or abortable error; a retriable one, the
+    /// broker unreachable or slow, is retried: [`init_transactions`]).
     pub(super) fn start(
         cfg: Arc<Config>,
         store: Store,
         shutdown: Shutdown,
         status: Arc<Status>,
         topics: TopicCounts,
-    ) -> Result<Filter, RunError> {
+    ) -> Result<Option<Filter>, RunError> {
         let (live_tx, live) = mpsc::sync_channel(crate::http::LIVE_QUEUE);
         status.set_live(live_tx);
         let (dtx, deliveries) = mpsc::channel();
@@ -199,13 +201,17 @@ impl Filter {
             }
             _ => None,
         };
-        if let Mode::Transactional = mode {
+        if let Mode::Transactional { .. } = mode {
             // Fences a previous producer with the same transactional.id and aborts its open transaction.
-            producer.init_transactions(KAFKA_TIMEOUT)?;
+            if !init_transactions(&producer, &shutdown, &status)? {
+                return Ok(None);
+            }
             producer.begin_transaction()?;
         }
+        // The transaction began now, not when the mode was chosen.
+        let mode = Mode::of(&cfg);
         let fingerprinter = Fingerprinter::of_config(&cfg.fingerprint)?;
-        Ok(Filter {
+        Ok(Some(Filter {
             policy: Policy::of(&cfg),
             fingerprinter: match &cfg.input.routed_from {
                 Some(topic) => fingerprinter.with_stand_in(topic),
@@ -240,7 +246,7 @@ impl Filter {
             seeks: BTreeMap::new(),
             rewound: BTreeMap::new(),
             cfg,
-        })
+        }))
     }
 
     /// Takes a record the consumer just returned into the current batch (see
@@ -695,4 +701,58 @@ fn destination<'c>(
             })
         }
     })
+}
+
+/// How long one `init_transactions` attempt waits at start-up before it is logged and tried
+/// again (a stop request is noticed between two attempts).
+const INIT_TRANSACTIONS_ATTEMPT: Duration = Duration::from_secs(10);
+
+/// `init_transactions`, retried the way `wait_for_topics` retries an unreachable broker: while
+/// librdkafka says the error is retriable (`rd_kafka_error_is_retriable`: the call timed out,
+/// the transaction coordinator is not available yet), it is logged, `/readyz` names it, and the
+/// call is made again (librdkafka resumes the step in progress). `false` when a stop was
+/// requested meanwhile. Errors: a fatal or abortable error (e.g. the transactional id not
+/// authorised), as before.
+fn init_transactions(
+    producer: &ThreadedProducer<DeliveryContext>,
+    shutdown: &Shutdown,
+    status: &Status,
+) -> Result<bool, RunError> {
+    let started = Instant::now();
+    loop {
+        match producer.init_transactions(INIT_TRANSACTIONS_ATTEMPT) {
+            Ok(()) => {
+                if started.elapsed() > INIT_TRANSACTIONS_ATTEMPT {
+                    status.set_broker(true, None);
+                    info!(
+                        waited_seconds = started.elapsed().as_secs_f64(),
+                        "transactions initialised"
+                    );
+                }
+                return Ok(true);
+            }
+            Err(e) if transaction_retriable(&e) => {
+                status.set_broker(false, Some(format!("init_transactions: {e}")));
+                warn!(
+                    error = %e,
+                    waited_seconds = started.elapsed().as_secs_f64(),
+                    "init_transactions did not complete (the broker unreachable or slow); retrying"
+                );
+                if shutdown.is_triggered() {
+                    return Ok(false);
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Whether librdkafka says the transactional call that failed with `e` may be made again
+/// (`rd_kafka_error_is_retriable`): a timeout, a coordinator not available yet. Not an
+/// abortable error (`txn_requires_abort`) nor a fatal one.
+pub(super) fn transaction_retriable(e: &rdkafka::error::KafkaError) -> bool {
+    match e {
+        rdkafka::error::KafkaError::Transaction(e) => e.is_retriable() && !e.is_fatal() && !e.txn_requires_abort(),
+        _ => false,
+    }
 }

@@ -283,7 +283,11 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     };
     let (store, unopened) = open_store(&cfg)?;
     status.set_store(store.clone());
-    let mut filter = Filter::start(cfg.clone(), store.clone(), shutdown.clone(), status.clone(), topics)?;
+    let Some(mut filter) = Filter::start(cfg.clone(), store.clone(), shutdown.clone(), status.clone(), topics)? else {
+        // Stopped while init_transactions waited for the broker: nothing was owned.
+        store.remove_live_file();
+        return Ok(());
+    };
     if let Some(e) = unopened {
         filter.store_written(&Err(e));
     }

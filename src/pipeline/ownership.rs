@@ -330,7 +330,7 @@ impl Filter {
             // Nothing committed yet (a first start at `input.start`): a crash before the first
             // transaction commits must not make the next start look for `input.start` again
             // (with `latest`, the records in between would be skipped).
-            Mode::Transactional => rec.fresh,
+            Mode::Transactional { .. } => rec.fresh,
         };
         if commit {
             if let Err(e) = self.commit_ownership(consumer, p, &rec) {
@@ -357,7 +357,7 @@ impl Filter {
     fn commit_ownership(&self, consumer: &FilterConsumer, p: i32, rec: &Recovered) -> Result<(), KafkaError> {
         let out_end = match self.mode {
             Mode::Idempotent { .. } => None,
-            Mode::Transactional => Some(rec.out_positions.clone()),
+            Mode::Transactional { .. } => Some(rec.out_positions.clone()),
         };
         let mut record = CheckpointRecord::new(p, rec.resume, &rec.gens, rec.clock, rec.ckpt.clone(), false, out_end)
             .with_high_water(rec.high_water.clone());
@@ -456,7 +456,7 @@ impl Filter {
     fn lose(&mut self, parts: &[i32]) {
         // Records in the producer: a halted partition's refused copies are not (`deliveries_idle`).
         let unacknowledged = parts.iter().any(|p| !self.deliveries_idle(*p));
-        let must_stop = matches!(self.mode, Mode::Transactional) || unacknowledged;
+        let must_stop = matches!(self.mode, Mode::Transactional { .. }) || unacknowledged;
         if !must_stop {
             warn!(partitions = ?parts, "assignment lost (session timeout or fenced) with every record acknowledged; releasing without commit");
             return;
@@ -492,7 +492,7 @@ impl Filter {
                     side.purge(PurgeConfig::default().queue().inflight());
                 }
             }
-            Mode::Transactional => match self.producer.abort_transaction(KAFKA_TIMEOUT) {
+            Mode::Transactional { .. } => match self.producer.abort_transaction(KAFKA_TIMEOUT) {
                 Ok(()) => {
                     info!("open transaction aborted: none of its records becomes visible to read_committed readers")
                 }
@@ -524,10 +524,10 @@ impl Filter {
     fn handover(&mut self, consumer: &FilterConsumer, parts: &[i32], continuing: bool) -> Result<(), HandoverError> {
         // A background store write for an earlier checkpoint must land first, or it could
         // overwrite the newer snapshot written here.
-        self.finish_persisting(consumer);
         let deadline = Instant::now() + self.cfg.output.handover_timeout;
-        if let Mode::Transactional = self.mode {
-            return Ok(self.commit_transaction(consumer, parts, continuing)?);
+        self.finish_persisting(consumer, deadline);
+        if let Mode::Transactional { .. } = self.mode {
+            return Ok(self.commit_transaction(consumer, parts, continuing, KAFKA_TIMEOUT)?);
         }
         if !self.wait_deliveries(parts, deadline) {
             return Err(match &self.failure {

@@ -10,11 +10,13 @@
 //! on the same broker connection. A process killed meanwhile thus has produce requests that
 //! reach the broker after its death, at a moment of the test's choosing: what a slow network or
 //! a busy broker does to a real SIGKILLed producer, made deterministic.
+//! [`Proxy::hold_from_api`] holds instead every connection from its first request of one API
+//! (e.g. InitProducerId, api key 22): a broker that answers metadata but not that request.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::process::{Child, Command};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,6 +56,10 @@ pub struct Proxy {
     conns: Arc<Mutex<Vec<Arc<Conn>>>>,
     /// Produce requests held back since the last release.
     held_produce: Arc<AtomicU64>,
+    /// The api key [`Self::hold_from_api`] holds from, or -1.
+    hold_api: Arc<AtomicI32>,
+    /// Requests of that api held back since the last release.
+    held_api: Arc<AtomicU64>,
 }
 
 impl Proxy {
@@ -63,7 +69,9 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let conns: Arc<Mutex<Vec<Arc<Conn>>>> = Arc::default();
         let held_produce = Arc::new(AtomicU64::new(0));
+        let (hold_api, held_api) = (Arc::new(AtomicI32::new(-1)), Arc::new(AtomicU64::new(0)));
         let (list, held) = (conns.clone(), held_produce.clone());
+        let (api, api_held) = (hold_api.clone(), held_api.clone());
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
@@ -83,7 +91,8 @@ impl Proxy {
                 list.lock().unwrap().push(conn.clone());
                 let client_reader = client.try_clone().unwrap();
                 let held = held.clone();
-                std::thread::spawn(move || client_to_broker(client_reader, &conn, &held));
+                let api = (api.clone(), api_held.clone());
+                std::thread::spawn(move || client_to_broker(client_reader, &conn, &held, &api));
                 std::thread::spawn(move || broker_to_client(broker, client));
             }
         });
@@ -91,7 +100,21 @@ impl Proxy {
             port,
             conns,
             held_produce,
+            hold_api,
+            held_api,
         }
+    }
+
+    /// From now on, keeps back everything a connection sends from its first request of api
+    /// `key` (Kafka's api key: 22 is InitProducerId), that request included, on every connection,
+    /// those opened later too, until [`Self::release`].
+    pub fn hold_from_api(&self, key: i16) {
+        self.hold_api.store(i32::from(key), Ordering::SeqCst);
+    }
+
+    /// Requests of the api given to [`Self::hold_from_api`] kept back since it was called.
+    pub fn held_api_requests(&self) -> u64 {
+        self.held_api.load(Ordering::SeqCst)
     }
 
     /// From now on, keeps back everything sent on the connections that have carried a Produce
@@ -116,6 +139,7 @@ impl Proxy {
 
     /// Delivers everything held, in order, and stops holding.
     pub fn release(&self) {
+        self.hold_api.store(-1, Ordering::SeqCst);
         for c in self.conns.lock().unwrap().iter() {
             let mut f = c.to_broker.lock().unwrap();
             if let Some(bytes) = f.held.take() {
@@ -124,11 +148,17 @@ impl Proxy {
             }
         }
         self.held_produce.store(0, Ordering::SeqCst);
+        self.held_api.store(0, Ordering::SeqCst);
     }
 }
 
 /// Copies request frames from the client to the broker, or into the hold.
-fn client_to_broker(mut client: TcpStream, conn: &Conn, held_produce: &AtomicU64) {
+fn client_to_broker(
+    mut client: TcpStream,
+    conn: &Conn,
+    held_produce: &AtomicU64,
+    api: &(Arc<AtomicI32>, Arc<AtomicU64>),
+) {
     let mut size = [0u8; 4];
     loop {
         if client.read_exact(&mut size).is_err() {
@@ -145,6 +175,18 @@ fn client_to_broker(mut client: TcpStream, conn: &Conn, held_produce: &AtomicU64
             conn.producer.store(true, Ordering::SeqCst);
         }
         let mut f = conn.to_broker.lock().unwrap();
+        let key = if len >= 2 {
+            i32::from(i16::from_be_bytes([frame[4], frame[5]]))
+        } else {
+            -2
+        };
+        let hold_from = api.0.load(Ordering::SeqCst);
+        if hold_from >= 0 && key == hold_from {
+            if f.held.is_none() {
+                f.held = Some(Vec::new());
+            }
+            api.1.fetch_add(1, Ordering::SeqCst);
+        }
         match f.held.as_mut() {
             Some(held) => {
                 held.extend_from_slice(&frame);
