@@ -81,15 +81,7 @@ impl Filter {
             "output" => telemetry::output_refused(p, "halt"),
             side => telemetry::side_refused(p, side),
         }
-        let halt = self
-            .halts
-            .entry(p)
-            .and_modify(|h| {
-                if h.incarnation != incarnation {
-                    *h = Halt::new(incarnation);
-                }
-            })
-            .or_insert_with(|| Halt::new(incarnation));
+        let halt = Halt::of(&mut self.halts, p, incarnation);
         let wait = backoff(halt.attempts);
         halt.resent.remove(&seq);
         halt.retry_at = Instant::now() + wait;
@@ -144,15 +136,7 @@ impl Filter {
             return;
         };
         let incarnation = run.incarnation;
-        let halt = self
-            .halts
-            .entry(p)
-            .and_modify(|h| {
-                if h.incarnation != incarnation {
-                    *h = Halt::new(incarnation);
-                }
-            })
-            .or_insert_with(|| Halt::new(incarnation));
+        let halt = Halt::of(&mut self.halts, p, incarnation);
         let attempts = self.registry_attempts.entry(p).or_insert(0);
         let wait = backoff(*attempts);
         *attempts = attempts.saturating_add(1);

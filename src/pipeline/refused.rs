@@ -91,6 +91,19 @@ pub(super) fn backoff(attempts: u32) -> Duration {
 }
 
 impl Halt {
+    /// The halt of partition `p` in `halts` for ownership `incarnation`: the one there, or a
+    /// new one when there is none or it is of an earlier ownership.
+    pub(super) fn of(halts: &mut std::collections::BTreeMap<i32, Halt>, p: i32, incarnation: u64) -> &mut Halt {
+        halts
+            .entry(p)
+            .and_modify(|h| {
+                if h.incarnation != incarnation {
+                    *h = Halt::new(incarnation);
+                }
+            })
+            .or_insert_with(|| Halt::new(incarnation))
+    }
+
     /// A halt of ownership `incarnation`, nothing refused yet.
     pub(super) fn new(incarnation: u64) -> Self {
         Halt {
