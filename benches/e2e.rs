@@ -115,8 +115,12 @@ struct Args {
     /// Bytes of a record's value; several (`100,1000`): the whole benchmark once per size.
     #[arg(long, value_delimiter = ',', default_value = "100")]
     record_bytes: Vec<usize>,
-    /// Partitions of every topic.
-    #[arg(long, default_value_t = 3)]
+    /// Partitions of every topic; several (`3,30,300`): the whole benchmark once per count (own
+    /// topics), after one another, as `--record-bytes` does.
+    #[arg(long, value_delimiter = ',', default_value = "3")]
+    partition_counts: Vec<i32>,
+    /// The partition count of this pass (set by the parent from `--partitions`).
+    #[arg(skip)]
     partitions: i32,
     /// Runs of each of a and b.
     #[arg(long, default_value_t = 3)]
@@ -149,6 +153,12 @@ struct Args {
     /// Also run kafka-dedup in the global scope (`fingerprint.scope = "global"`).
     #[arg(long)]
     global: bool,
+    /// Also run a built kafka-dedup binary, `NAME=PATH` (repeatable; e.g. `previous=/tmp/old/kafka-dedup`
+    /// and `this=target/release/kafka-dedup`): `PATH run --config FILE` with the keys every release
+    /// knows (brokers, topics, group, store, `checkpoint.interval`; every other key its own default),
+    /// measured from outside as the peers are. Compares releases side by side in one run.
+    #[arg(long = "binary", value_parser = parse_binary)]
+    binaries: Vec<(String, std::path::PathBuf)>,
     /// Record a CPU profile of every run with `perf record` (flat: 999 samples/s) into this directory
     /// (`<variant>-<run>.data`; `perf report -i ...`). The figures of a profiled run include
     /// perf's own overhead.
@@ -193,6 +203,26 @@ enum Role {
     StreamsAlos,
     StreamsEos,
     Redis,
+    /// `--binary NAME=PATH`, the given index into [`BINARIES`]; an external command too.
+    Binary(u8),
+}
+
+/// The `--binary` runs, set once by `parent`.
+static BINARIES: std::sync::OnceLock<Vec<(String, std::path::PathBuf)>> = std::sync::OnceLock::new();
+
+/// `NAME=PATH` of `--binary`.
+fn parse_binary(s: &str) -> Result<(String, std::path::PathBuf), String> {
+    let (name, path) = s.split_once('=').ok_or("expected NAME=PATH")?;
+    let path = std::path::PathBuf::from(path);
+    if !path.is_file() {
+        return Err(format!("{}: no such file", path.display()));
+    }
+    Ok((name.to_string(), path))
+}
+
+/// The name and path of `--binary` number `i`.
+fn binary(i: u8) -> &'static (String, std::path::PathBuf) {
+    &BINARIES.get().expect("BINARIES set by parent")[i as usize]
 }
 
 impl Role {
@@ -204,11 +234,12 @@ impl Role {
             Role::StreamsAlos => "streams-alos",
             Role::StreamsEos => "streams-eos",
             Role::Redis => "redis",
+            Role::Binary(i) => &binary(i).0,
         }
     }
 
     fn external(self) -> bool {
-        matches!(self, Role::StreamsAlos | Role::StreamsEos | Role::Redis)
+        matches!(self, Role::StreamsAlos | Role::StreamsEos | Role::Redis | Role::Binary(_))
     }
 }
 
@@ -257,6 +288,7 @@ impl Variant {
             (Role::StreamsAlos, _, _) => format!("({letter}) Kafka Streams, at_least_once"),
             (Role::StreamsEos, _, _) => format!("({letter}) Kafka Streams, exactly_once_v2"),
             (Role::Redis, _, _) => format!("({letter}) Python + Redis SET NX"),
+            (Role::Binary(i), _, _) => format!("({letter}) kafka-dedup binary \"{}\"", binary(i).0),
         }
     }
 }
@@ -565,7 +597,9 @@ fn start(spec: &RunSpec, mut cfg: Config, route: &str) -> Worker {
             cfg.fingerprint.route_topic = route.to_string();
             start_dedup(cfg, true)
         }
-        Role::StreamsAlos | Role::StreamsEos | Role::Redis => unreachable!("a peer runs as its own command (run_peer)"),
+        Role::StreamsAlos | Role::StreamsEos | Role::Redis | Role::Binary(_) => {
+            unreachable!("a peer runs as its own command (run_peer)")
+        }
     }
 }
 
@@ -948,7 +982,7 @@ impl Args {
 
     /// The prefix of this pass's topics and groups.
     fn prefix(&self) -> String {
-        format!("kd-e2e-{}B", self.bytes())
+        format!("kd-e2e-{}B-{}p", self.bytes(), self.partitions)
     }
 }
 
@@ -1201,6 +1235,21 @@ fn run_peer(
                 .args([brokers, input, &output, &group, &var("KD_E2E_REDIS_PORT")?, &horizon_ms]);
             (c, std::env::var("KD_E2E_REDIS_PID").ok())
         }
+        Role::Binary(i) => {
+            // Only keys every release has known; the rest are the release's defaults.
+            let config = state.path().join("kafka-dedup.toml");
+            let toml = format!(
+                "[kafka]\nbootstrap_servers = \"{brokers}\"\n[input]\ntopic = \"{input}\"\ngroup_id = \"{group}\"\n\
+                 [output]\ntopic = \"{output}\"\n[checkpoint]\ninterval = \"{}\"\n[store]\npath = \"{}\"\n\
+                 [http]\nlisten = \"\"\n",
+                args.checkpoint_interval,
+                state.path().join("store").display()
+            );
+            std::fs::write(&config, toml).map_err(|e| e.to_string())?;
+            let mut c = Command::new(&binary(i).1);
+            c.arg("run").arg("--config").arg(&config).env("RUST_LOG", "warn").stderr(Stdio::null());
+            (c, None)
+        }
         _ => {
             let mut c = Command::new("java");
             let guarantee = if role == Role::StreamsEos {
@@ -1424,11 +1473,14 @@ fn parent(args: Args) -> Result<(), String> {
         ..args
     };
     for bytes in args.record_bytes.clone() {
-        let pass = Args {
-            record_bytes: vec![bytes],
-            ..args.clone()
-        };
-        one_pass(&pass, &broker)?;
+        for partitions in args.partition_counts.clone() {
+            let pass = Args {
+                record_bytes: vec![bytes],
+                partitions,
+                ..args.clone()
+            };
+            one_pass(&pass, &broker)?;
+        }
     }
     Ok(())
 }
@@ -1479,6 +1531,12 @@ fn one_pass(args: &Args, broker: &Broker) -> Result<(), String> {
         for role in [Role::StreamsAlos, Role::StreamsEos, Role::Redis] {
             variants.push(Variant { role, ..Variant::DEDUP });
         }
+    }
+    for i in 0..args.binaries.len() {
+        variants.push(Variant {
+            role: Role::Binary(i as u8),
+            ..Variant::DEDUP
+        });
     }
     let mut latency_rate = args.latency_rate;
     let mut results: Vec<Vec<RunResult>> = vec![Vec::new(); variants.len()];
@@ -1620,6 +1678,15 @@ fn one_pass(args: &Args, broker: &Broker) -> Result<(), String> {
             ratio(i, 1, what);
         }
     }
+    // Releases side by side (`--binary`): each against the first one given.
+    let first_binary = variants.iter().position(|v| matches!(v.role, Role::Binary(_)));
+    for (i, v) in variants.iter().enumerate() {
+        if let (Role::Binary(n), Some(j)) = (v.role, first_binary) {
+            if n > 0 {
+                ratio(i, j, "binary / first binary");
+            }
+        }
+    }
     // Per-run ratios (run order alternates, so round r's runs are neighbours in time).
     for (i, v) in variants.iter().enumerate().skip(1) {
         let per: Vec<String> = results[i]
@@ -1747,6 +1814,7 @@ fn main() {
         return;
     }
     let args = Args::parse();
+    let _ = BINARIES.set(args.binaries.clone());
     if args.filter.as_deref().is_some_and(|f| !f.contains("e2e")) {
         return;
     }
