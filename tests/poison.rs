@@ -483,3 +483,49 @@ fn a_record_older_than_the_output_takes_goes_to_the_dead_letter_topic() {
         Some(Some(&b"timestamp_out_of_range"[..]))
     );
 }
+
+/// A record stamped in the future beyond the output's `message.timestamp.after.max.ms` (Apache
+/// Kafka 4 sets it to an hour by default, KIP-1030; 20 s here) halts its partition until it is in
+/// range, and is then forwarded by the halt's resend. Its fingerprint must be learned then, as
+/// for any record forwarded: its replay (the same event, the same stamp), well inside the horizon
+/// (60 generations of 1 s), is dropped, not forwarded a second time.
+#[test]
+fn a_record_forwarded_after_its_halt_is_learned_and_its_replay_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("fut-in"), unique("fut-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic_with(&output, 1, &[("message.timestamp.after.max.ms", "20000")]);
+    let now = wall_ms();
+    let future = now + 25_000;
+    let mut records = small_at("a", 2, 0, now);
+    records.push((future, raw(None, Some("future"), &[])));
+    records.extend(small_at("b", 2, 0, now));
+    kafka().produce_timed(&input, 0, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.generations = 60;
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(
+        REFUSED,
+        &["partition=\"0\"", "action=\"halt\""],
+        1.0,
+        Duration::from_secs(60),
+    );
+    // Forwarded once in range (about 7 s on), then the records after it.
+    let five = [(0, 5)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &five, Duration::from_secs(90), || filter.logs());
+    // The replay, as upstream replays it: the same event time.
+    let mut replay = vec![(future, raw(None, Some("future"), &[]))];
+    replay.extend(small_at("c", 1, 0, wall_ms()));
+    kafka().produce_timed(&input, 0, &replay);
+    let seven = [(0, 7)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &seven, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(
+        forwarded(&output, &input, 1)[&0],
+        ["a-0-0", "a-0-1", "future", "b-0-0", "b-0-1", "c-0-0"]
+            .map(|t| Some(t.to_string()))
+            .to_vec()
+    );
+    assert_eq!(metric(&scrape, DROPPED, &["partition=\"0\""]), 1.0, "{scrape}");
+}

@@ -397,12 +397,16 @@ impl Filter {
                 telemetry::output_refused(p, "dead_letter");
                 return Ok(self.skip(msg, p, offset, reason));
             }
-            Err(Refused::Kafka(error, Some(copy))) => {
+            Err(Refused::Kafka(error, Some(mut copy))) => {
                 // A side copy, or a record the output refused (too large, stamped out of its range):
                 // the record stays taken and
                 // unacknowledged (nothing is committed past it) and the partition halts until the
-                // copy is taken.
+                // copy is taken. A record for the output carries its fingerprint, learned when the
+                // producer takes it on a resend (`halt`), as below.
                 global::note_taken(&mut run.high_water, source);
+                if target == Target::Output {
+                    copy.learn = learn.map(|f| f.0);
+                }
                 self.halt(p, seq, offset, *copy, &error);
                 return Ok(Handled::Done);
             }

@@ -197,7 +197,9 @@ impl Filter {
                     continue;
                 }
                 self.unhalt(consumer, p);
-            } else if h.resent.is_empty() && now >= h.retry_at {
+            } else if h.resent.is_empty() && now >= h.retry_at && !self.mode.commit_pending() {
+                // Not while a transaction commit is pending: a copy sent then would not be in
+                // the transaction; it goes into the next one.
                 self.resend(p);
             }
         }
@@ -249,6 +251,12 @@ impl Filter {
             match producer.send(record) {
                 Ok(()) => {
                     h.resent.insert(seq, offset);
+                    // A record for the output taken by the producer: its fingerprint is learned
+                    // now, as `on_record` learns a record it forwards at once (into the current
+                    // generation, with its input offset), or its replays would pass.
+                    if let (Some(fp), Some(Partition::Running(run))) = (copy.learn, self.partitions.get_mut(&p)) {
+                        run.gens.insert(fp, Some(offset));
+                    }
                 }
                 Err((e, back)) => {
                     let headers = back.headers;

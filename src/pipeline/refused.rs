@@ -28,6 +28,10 @@ pub(super) struct SideCopy {
     pub timestamp: Option<i64>,
     /// The record's headers and the provenance headers.
     pub headers: Option<OwnedHeaders>,
+    /// For a record for the output: the fingerprint (or stand-in) to learn once the producer
+    /// takes it, as [`Filter::on_record`](super::Filter::on_record) learns one it forwards at
+    /// once; `None` for a side copy.
+    pub learn: Option<u128>,
 }
 
 impl SideCopy {
@@ -40,6 +44,7 @@ impl SideCopy {
             payload: record.payload.map(<[u8]>::to_vec),
             timestamp: record.timestamp,
             headers: record.headers,
+            learn: None,
         }
     }
 
@@ -52,6 +57,7 @@ impl SideCopy {
             payload: m.payload().map(<[u8]>::to_vec),
             timestamp: m.timestamp().to_millis(),
             headers: m.headers().map(|h| h.detach()),
+            learn: None,
         }
     }
 }
@@ -142,6 +148,7 @@ mod tests {
             payload: None,
             timestamp: None,
             headers: None,
+            learn: None,
         };
         h.refused.insert(4, (10, copy()));
         h.refused.insert(7, (13, copy()));
