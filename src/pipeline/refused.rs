@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::message::{BorrowedMessage, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 use rdkafka::Message;
 
@@ -34,7 +34,28 @@ pub(super) struct SideCopy {
     pub learn: Option<u128>,
 }
 
+/// `headers` (none: a new set) with [`TIMESTAMP_HEADER`](crate::provenance::TIMESTAMP_HEADER)
+/// added, holding `timestamp` (ms since the Unix epoch) in decimal.
+pub(super) fn with_timestamp_header(headers: Option<OwnedHeaders>, timestamp: i64) -> OwnedHeaders {
+    let text = timestamp.to_string();
+    headers
+        .unwrap_or_else(|| OwnedHeaders::new_with_capacity(1))
+        .insert(Header {
+            key: crate::provenance::TIMESTAMP_HEADER,
+            value: Some(text.as_bytes()),
+        })
+}
+
 impl SideCopy {
+    /// Stamps the copy anew: its timestamp goes into the header `kafka-dedup.timestamp`
+    /// ([`with_timestamp_header`]) and the producer stamps it when it is sent (now). For a side
+    /// copy whose topic refuses its timestamp; nothing for a copy without one.
+    pub(super) fn restamp(&mut self) {
+        if let Some(ts) = self.timestamp.take().filter(|t| *t > 0) {
+            self.headers = Some(with_timestamp_header(self.headers.take(), ts));
+        }
+    }
+
     /// The copy a producer refused, from the record it handed back.
     pub(super) fn of_record(record: BaseRecord<'_, [u8], [u8], usize>) -> Self {
         SideCopy {
