@@ -165,6 +165,7 @@ impl Filter {
             Some(known) => Ok(known.clone()),
             None => kafka::topic_configs(&cfg, &cfg.output.topic, DESCRIBE_CONFIGS_TIMEOUT),
         };
+        let output_described = asked.is_ok();
         let configs = match asked {
             Ok(configs) => configs,
             Err(e) => {
@@ -186,7 +187,10 @@ impl Filter {
             false => configs.get("max.message.bytes").and_then(|v| v.parse().ok()),
         };
         let output_timestamps = TimestampLimits::of_configs(&configs);
-        let side_timestamps = side_timestamp_limits(&cfg);
+        let side_timestamps = match output_described {
+            true => side_timestamp_limits(&cfg),
+            false => BTreeMap::new(), // the same brokers would not answer for the side topics either
+        };
         let mut producer_config = kafka::producer_config(&cfg);
         kafka::fit_to_output(&mut producer_config, &cfg, limit);
         info!(
@@ -726,9 +730,10 @@ fn destination<'c>(
 
 /// The timestamp limits of the side topics of `cfg` (`output.duplicates_topic`,
 /// `fingerprint.dead_letter_topic`), asked as the output's ([`kafka::topic_configs`],
-/// DescribeConfigs, waiting up to [`DESCRIBE_CONFIGS_TIMEOUT`] each). A topic whose configuration
-/// cannot be read is left out (no limit known: logged), as are all when the output's
-/// configuration is given (`kafka-dedup demo`'s mock cluster does not answer).
+/// DescribeConfigs, waiting up to [`DESCRIBE_CONFIGS_TIMEOUT`] each; asked only when the
+/// output's was answered). A topic whose configuration cannot be read is left out (no limit
+/// known: logged), as are all when the output's configuration is given (`kafka-dedup demo`'s
+/// mock cluster does not answer).
 fn side_timestamp_limits(cfg: &Config) -> BTreeMap<String, TimestampLimits> {
     let mut limits = BTreeMap::new();
     if cfg.output.topic_configs.is_some() {
