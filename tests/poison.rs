@@ -633,3 +633,50 @@ fn input_skip_of_an_old_record_gets_past_a_dead_letter_topic_with_a_limit() {
         Some(Some(old.to_string().as_bytes()))
     );
 }
+
+/// A replay of a record stamped two hours ago, copied to an `output.duplicates_topic` that takes
+/// an hour (the output has no limit, so the first copy is forwarded as it is): the copy is
+/// stamped now, the record's stamp in `kafka-dedup.timestamp`, and nothing halts. Before, the
+/// duplicates topic refused it and the partition halted.
+#[test]
+fn a_replay_copied_to_a_duplicates_topic_with_a_limit_is_stamped_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output, dups) = (unique("oldd-in"), unique("oldd-out"), unique("oldd-dups"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    kafka().create_topic_with(&dups, 1, &[("message.timestamp.before.max.ms", "3600000")]);
+    let old = wall_ms() - 2 * 3_600_000;
+    let records = [
+        (old, raw(None, Some("old"), &[])),
+        (old, raw(None, Some("old"), &[])),
+        (wall_ms(), raw(None, Some("new"), &[])),
+    ];
+    kafka().produce_timed(&input, 0, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.env
+        .push(("KAFKA_DEDUP__OUTPUT__DUPLICATES_TOPIC".into(), dups.clone()));
+    let mut filter = spec.start(dir.path());
+    let three = [(0, 3)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &three, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(
+        metric(&scrape, "kafka_dedup_side_copies_refused_total", &[]),
+        0.0,
+        "{scrape}"
+    );
+    assert_eq!(
+        forwarded(&output, &input, 1)[&0],
+        [Some("old".to_string()), Some("new".to_string())]
+    );
+    let copies = kafka().read_records(&dups, 1);
+    assert_eq!(copies[&0].len(), 1, "{:?}", copies[&0]);
+    assert_eq!(
+        copies[&0][0].header("kafka-dedup.reason"),
+        Some(Some(&b"duplicate"[..]))
+    );
+    assert_eq!(
+        copies[&0][0].header("kafka-dedup.timestamp"),
+        Some(Some(old.to_string().as_bytes()))
+    );
+}

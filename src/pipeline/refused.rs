@@ -160,6 +160,36 @@ mod tests {
     }
 
     #[test]
+    fn a_restamped_copy_carries_its_timestamp_in_a_header() {
+        use rdkafka::message::Headers;
+        let mut copy = SideCopy {
+            topic: "dlq".into(),
+            partition: None,
+            key: None,
+            payload: None,
+            timestamp: Some(1_764_644_400_000),
+            headers: Some(OwnedHeaders::new().insert(Header {
+                key: "kafka-dedup.reason",
+                value: Some("skipped"),
+            })),
+            learn: None,
+        };
+        copy.restamp();
+        assert_eq!(copy.timestamp, None, "stamped by the producer");
+        let headers = copy.headers.as_ref().unwrap();
+        let all: Vec<(&str, Option<&[u8]>)> = headers.iter().map(|h| (h.key, h.value)).collect();
+        assert_eq!(
+            all,
+            [
+                ("kafka-dedup.reason", Some(&b"skipped"[..])),
+                ("kafka-dedup.timestamp", Some(&b"1764644400000"[..]))
+            ]
+        );
+        copy.restamp();
+        assert_eq!(copy.headers.as_ref().unwrap().count(), 2, "restamped once");
+    }
+
+    #[test]
     fn a_halt_is_idle_when_only_refused_copies_are_pending() {
         let mut h = Halt::new(1);
         let copy = || SideCopy {

@@ -599,3 +599,31 @@ fn a_cache_release_during_a_save_leaves_the_store_open() {
     assert_eq!(again[0].len(), n as usize);
     write(&store, 0, &again[0]).expect("the next checkpoint");
 }
+
+/// A release whose reopen failed (sled's own threads kept the file lock past the wait) leaves the
+/// store closed and broken; the next read opens it again instead of leaving it closed until a
+/// checkpoint, and the store is sound again.
+#[test]
+fn a_store_a_failed_release_left_closed_is_opened_at_the_next_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open_for_run(&dir.path().join("store"), &identity()).unwrap();
+    let g = Generation::new(1, 0, pos(0, 0), 0);
+    store
+        .save(&[PartitionWrite {
+            partition: 0,
+            epoch: 1,
+            ckpt: "a".into(),
+            committed_offset: 0,
+            out_covered: pos(0, 0),
+            generations: vec![&g],
+            clean: false,
+            clock: None,
+        }])
+        .unwrap();
+    // What `release_cache` leaves after a failed reopen.
+    drop(store.db.write().unwrap().take());
+    store.broken.store(true, Ordering::SeqCst);
+    store.release_pending.store(true, Ordering::SeqCst);
+    assert_eq!(store.snapshot(0).expect("opened again").expect("saved").ckpt, "a");
+    assert!(!store.is_broken());
+}
