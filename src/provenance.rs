@@ -4,7 +4,9 @@
 //! [`HEADER`] (`kafka-dedup.source`) with the value `<input topic>/<input partition>/<input
 //! offset>` in ASCII, e.g. `events/3/1042`. Copies sent to `output.duplicates_topic` and
 //! `fingerprint.dead_letter_topic` carry the same header, plus [`REASON_HEADER`]
-//! (`kafka-dedup.reason`: `duplicate`, or why the record has no fingerprint). Kafka topic names
+//! (`kafka-dedup.reason`: `duplicate`, or why the record has no fingerprint), and, when their topic
+//! would refuse the record's timestamp, [`TIMESTAMP_HEADER`] (`kafka-dedup.timestamp`, the
+//! record's own timestamp; the copy is stamped now). Kafka topic names
 //! are `[a-zA-Z0-9._-]`, so the value splits unambiguously at its last two `/`.
 //!
 //! The output thus describes itself: recovery finds where to resume when the group's committed
@@ -20,6 +22,12 @@ pub const HEADER: &str = "kafka-dedup.source";
 
 /// The header naming why a record went to a side topic.
 pub const REASON_HEADER: &str = "kafka-dedup.reason";
+
+/// The header a side copy carries when its topic would refuse the record's own timestamp
+/// (`message.timestamp.before.max.ms` / `after.max.ms`): the copy is then stamped by the
+/// producer (now), and this header holds the record's timestamp, ms since the Unix epoch, in
+/// decimal ASCII (e.g. `1764644400000`).
+pub const TIMESTAMP_HEADER: &str = "kafka-dedup.timestamp";
 
 /// Room for any value of [`HEADER`] kafka-dedup writes: a topic name (at most 249 bytes), two
 /// `/`, a partition and an offset (at most 20 bytes each in decimal).

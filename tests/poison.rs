@@ -383,8 +383,9 @@ fn small_at(name: &str, n: usize, p: i32, at: i64) -> Vec<(i64, Raw)> {
 }
 
 /// Writes `a-P-0, a-P-1` (stamped now) on each of `partitions` partitions, then, on partition 0
-/// only, a record `old` stamped two hours ago, then `b-P-0, b-P-1` (now).
-fn produce_with_an_old_record(input: &str, partitions: i32) {
+/// only, a record `old` stamped two hours ago, then `b-P-0, b-P-1` (now). Returns the old
+/// record's timestamp (ms since the Unix epoch).
+fn produce_with_an_old_record(input: &str, partitions: i32) -> i64 {
     let now = wall_ms();
     for p in 0..partitions {
         let mut records = small_at("a", 2, p, now);
@@ -394,6 +395,7 @@ fn produce_with_an_old_record(input: &str, partitions: i32) {
         records.extend(small_at("b", 2, p, now));
         kafka().produce_timed(input, p, &records);
     }
+    now - 2 * 3_600_000
 }
 
 /// An output topic that takes records stamped at most an hour ago
@@ -481,5 +483,200 @@ fn a_record_older_than_the_output_takes_goes_to_the_dead_letter_topic() {
     assert_eq!(
         dead[&0][0].header("kafka-dedup.reason"),
         Some(Some(&b"timestamp_out_of_range"[..]))
+    );
+}
+
+/// A record stamped in the future beyond the output's `message.timestamp.after.max.ms` (Apache
+/// Kafka 4 sets it to an hour by default, KIP-1030; 20 s here) halts its partition until it is in
+/// range, and is then forwarded by the halt's resend. Its fingerprint must be learned then, as
+/// for any record forwarded: its replay (the same event, the same stamp), well inside the horizon
+/// (60 generations of 1 s), is dropped, not forwarded a second time.
+#[test]
+fn a_record_forwarded_after_its_halt_is_learned_and_its_replay_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("fut-in"), unique("fut-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic_with(&output, 1, &[("message.timestamp.after.max.ms", "20000")]);
+    let now = wall_ms();
+    let future = now + 25_000;
+    let mut records = small_at("a", 2, 0, now);
+    records.push((future, raw(None, Some("future"), &[])));
+    records.extend(small_at("b", 2, 0, now));
+    kafka().produce_timed(&input, 0, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.generations = 60;
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(
+        REFUSED,
+        &["partition=\"0\"", "action=\"halt\""],
+        1.0,
+        Duration::from_secs(60),
+    );
+    // Forwarded once in range (about 7 s on), then the records after it.
+    let five = [(0, 5)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &five, Duration::from_secs(90), || filter.logs());
+    // The replay, as upstream replays it: the same event time.
+    let mut replay = vec![(future, raw(None, Some("future"), &[]))];
+    replay.extend(small_at("c", 1, 0, wall_ms()));
+    kafka().produce_timed(&input, 0, &replay);
+    let seven = [(0, 7)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &seven, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(
+        forwarded(&output, &input, 1)[&0],
+        ["a-0-0", "a-0-1", "future", "b-0-0", "b-0-1", "c-0-0"]
+            .map(|t| Some(t.to_string()))
+            .to_vec()
+    );
+    assert_eq!(metric(&scrape, DROPPED, &["partition=\"0\""]), 1.0, "{scrape}");
+}
+
+/// The old record of [`produce_with_an_old_record`] refused by the output (it takes an hour), and
+/// a dead-letter topic with the same limit (Apache Kafka 4's defaults apply to every topic): its
+/// copy is stamped now, with the record's own timestamp in `kafka-dedup.timestamp`, so the
+/// dead-letter topic takes it and the partition goes on. Sent with the record's stamp, the copy
+/// was refused too: the partition halted for ever in idempotent mode, and in transactional mode
+/// (the copy in the transaction) the process stopped, and stopped again at every start.
+fn an_old_record_goes_to_a_dead_letter_topic_with_the_same_limit(transactional: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output, dlq) = (unique("olds-in"), unique("olds-out"), unique("olds-dlq"));
+    let hour = [("message.timestamp.before.max.ms", "3600000")];
+    kafka().create_topic(&input, 1);
+    kafka().create_topic_with(&output, 1, &hour);
+    kafka().create_topic_with(&dlq, 1, &hour);
+    let old = produce_with_an_old_record(&input, 1);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.fingerprint = format!("[fingerprint]\nsource = \"value\"\ndead_letter_topic = \"{dlq}\"\n");
+    if transactional {
+        spec.env
+            .push(("KAFKA_DEDUP__OUTPUT__DELIVERY".into(), "transactional".into()));
+        spec.env
+            .push(("KAFKA_DEDUP__OUTPUT__TRANSACTIONAL_ID".into(), unique("txn")));
+    }
+    let mut filter = spec.start(dir.path());
+    let five = [(0, 5)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &five, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.running(), "{}", filter.logs());
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(
+        metric(&scrape, "kafka_dedup_side_copies_refused_total", &[]),
+        0.0,
+        "{scrape}"
+    );
+    assert_eq!(
+        forwarded(&output, &input, 1)[&0],
+        ["a-0-0", "a-0-1", "b-0-0", "b-0-1"]
+            .map(|t| Some(t.to_string()))
+            .to_vec()
+    );
+    let dead = kafka().read_records(&dlq, 1);
+    assert_eq!(dead[&0].len(), 1, "{:?}", dead[&0]);
+    assert_eq!(dead[&0][0].value.as_deref(), Some(&b"old"[..]));
+    assert_eq!(
+        dead[&0][0].header("kafka-dedup.reason"),
+        Some(Some(&b"timestamp_out_of_range"[..]))
+    );
+    assert_eq!(
+        dead[&0][0].header("kafka-dedup.timestamp"),
+        Some(Some(old.to_string().as_bytes()))
+    );
+}
+
+#[test]
+fn an_old_record_goes_to_a_dead_letter_topic_with_the_same_limit_idempotent() {
+    an_old_record_goes_to_a_dead_letter_topic_with_the_same_limit(false);
+}
+
+#[test]
+fn an_old_record_goes_to_a_dead_letter_topic_with_the_same_limit_transactional() {
+    an_old_record_goes_to_a_dead_letter_topic_with_the_same_limit(true);
+}
+
+/// `input.skip` of the old record with a dead-letter topic that takes an hour: the skip's copy is
+/// stamped now (its stamp in `kafka-dedup.timestamp`), so the skip gets past it. Before, the skip
+/// sent it with its own stamp, the dead-letter topic refused it, and the partition halted there.
+#[test]
+fn input_skip_of_an_old_record_gets_past_a_dead_letter_topic_with_a_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output, dlq) = (unique("oldk-in"), unique("oldk-out"), unique("oldk-dlq"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    kafka().create_topic_with(&dlq, 1, &[("message.timestamp.before.max.ms", "3600000")]);
+    let old = produce_with_an_old_record(&input, 1);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.fingerprint = format!("[fingerprint]\nsource = \"value\"\ndead_letter_topic = \"{dlq}\"\n");
+    spec.env.push(("KAFKA_DEDUP__INPUT__SKIP".into(), "0:2".into()));
+    let mut filter = spec.start(dir.path());
+    let five = [(0, 5)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &five, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(metric(&scrape, SKIPPED, &["partition=\"0\""]), 1.0, "{scrape}");
+    assert_eq!(
+        metric(&scrape, "kafka_dedup_side_copies_refused_total", &[]),
+        0.0,
+        "{scrape}"
+    );
+    assert_eq!(
+        forwarded(&output, &input, 1)[&0],
+        ["a-0-0", "a-0-1", "b-0-0", "b-0-1"]
+            .map(|t| Some(t.to_string()))
+            .to_vec()
+    );
+    let dead = kafka().read_records(&dlq, 1);
+    assert_eq!(dead[&0].len(), 1, "{:?}", dead[&0]);
+    assert_eq!(dead[&0][0].header("kafka-dedup.reason"), Some(Some(&b"skipped"[..])));
+    assert_eq!(
+        dead[&0][0].header("kafka-dedup.timestamp"),
+        Some(Some(old.to_string().as_bytes()))
+    );
+}
+
+/// A replay of a record stamped two hours ago, copied to an `output.duplicates_topic` that takes
+/// an hour (the output has no limit, so the first copy is forwarded as it is): the copy is
+/// stamped now, the record's stamp in `kafka-dedup.timestamp`, and nothing halts. Before, the
+/// duplicates topic refused it and the partition halted.
+#[test]
+fn a_replay_copied_to_a_duplicates_topic_with_a_limit_is_stamped_now() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output, dups) = (unique("oldd-in"), unique("oldd-out"), unique("oldd-dups"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    kafka().create_topic_with(&dups, 1, &[("message.timestamp.before.max.ms", "3600000")]);
+    let old = wall_ms() - 2 * 3_600_000;
+    let records = [
+        (old, raw(None, Some("old"), &[])),
+        (old, raw(None, Some("old"), &[])),
+        (wall_ms(), raw(None, Some("new"), &[])),
+    ];
+    kafka().produce_timed(&input, 0, &records);
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.env
+        .push(("KAFKA_DEDUP__OUTPUT__DUPLICATES_TOPIC".into(), dups.clone()));
+    let mut filter = spec.start(dir.path());
+    let three = [(0, 3)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &input, &three, Duration::from_secs(60), || filter.logs());
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(
+        metric(&scrape, "kafka_dedup_side_copies_refused_total", &[]),
+        0.0,
+        "{scrape}"
+    );
+    assert_eq!(
+        forwarded(&output, &input, 1)[&0],
+        [Some("old".to_string()), Some("new".to_string())]
+    );
+    let copies = kafka().read_records(&dups, 1);
+    assert_eq!(copies[&0].len(), 1, "{:?}", copies[&0]);
+    assert_eq!(
+        copies[&0][0].header("kafka-dedup.reason"),
+        Some(Some(&b"duplicate"[..]))
+    );
+    assert_eq!(
+        copies[&0][0].header("kafka-dedup.timestamp"),
+        Some(Some(old.to_string().as_bytes()))
     );
 }

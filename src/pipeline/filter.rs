@@ -107,6 +107,11 @@ pub struct Filter {
     /// `input.skip`: (input partition, input offset) of the records to let past
     /// ([`Filter::skip`]).
     skips: BTreeSet<(i32, i64)>,
+    /// The record timestamps each side topic (`output.duplicates_topic`,
+    /// `fingerprint.dead_letter_topic`) takes, read at start as the output's: a side copy out of
+    /// its topic's range is stamped now, its own stamp in a header ([`Destination::stamps`]). A
+    /// topic missing here (its configuration could not be read) has no known limit.
+    pub(super) side_timestamps: BTreeMap<String, TimestampLimits>,
     /// The record timestamps the output topic takes, read at start: a record out of the range
     /// is refused before it is produced, as one too large ([`Filter::on_record`]), and a halted
     /// one is not sent again until it is in range (`halt`).
@@ -160,6 +165,7 @@ impl Filter {
             Some(known) => Ok(known.clone()),
             None => kafka::topic_configs(&cfg, &cfg.output.topic, DESCRIBE_CONFIGS_TIMEOUT),
         };
+        let output_described = asked.is_ok();
         let configs = match asked {
             Ok(configs) => configs,
             Err(e) => {
@@ -181,6 +187,10 @@ impl Filter {
             false => configs.get("max.message.bytes").and_then(|v| v.parse().ok()),
         };
         let output_timestamps = TimestampLimits::of_configs(&configs);
+        let side_timestamps = match output_described {
+            true => side_timestamp_limits(&cfg),
+            false => BTreeMap::new(), // the same brokers would not answer for the side topics either
+        };
         let mut producer_config = kafka::producer_config(&cfg);
         kafka::fit_to_output(&mut producer_config, &cfg, limit);
         info!(
@@ -243,6 +253,7 @@ impl Filter {
             store_failing: None,
             skips: crate::config::parse_skips(&cfg.input.skip).unwrap_or_default(),
             output_timestamps,
+            side_timestamps,
             seeks: BTreeMap::new(),
             rewound: BTreeMap::new(),
             cfg,
@@ -348,12 +359,15 @@ impl Filter {
         let hit = known.and_then(|f| run.gens.lookup(f.0));
         let decided = route(&self.policy, p, offset, fp, stand_in, hit);
         count(run, &decided, &self.totals);
-        let Some((to, learn)) = destination(&self.cfg, p, offset, &decided)? else {
+        let Some((mut to, learn)) = destination(&self.cfg, p, offset, &decided)? else {
             run.inflight.take(offset, Target::None);
             global::note_taken(&mut run.high_water, source);
             return Ok(Handled::Done);
         };
         let (topic, target) = (to.topic, to.target);
+        if target == Target::Side {
+            to.stamps = self.side_timestamps.get(topic).copied().unwrap_or_default();
+        }
         let seq = run
             .inflight
             .take(offset, to.target)
@@ -397,12 +411,16 @@ impl Filter {
                 telemetry::output_refused(p, "dead_letter");
                 return Ok(self.skip(msg, p, offset, reason));
             }
-            Err(Refused::Kafka(error, Some(copy))) => {
+            Err(Refused::Kafka(error, Some(mut copy))) => {
                 // A side copy, or a record the output refused (too large, stamped out of its range):
                 // the record stays taken and
                 // unacknowledged (nothing is committed past it) and the partition halts until the
-                // copy is taken.
+                // copy is taken. A record for the output carries its fingerprint, learned when the
+                // producer takes it on a resend (`halt`), as below.
                 global::note_taken(&mut run.high_water, source);
+                if target == Target::Output {
+                    copy.learn = learn.map(|f| f.0);
+                }
                 self.halt(p, seq, offset, *copy, &error);
                 return Ok(Handled::Done);
             }
@@ -454,6 +472,11 @@ impl Filter {
             partition: None,
             added: Added::ReasonAndSource(why),
             target: Target::Side,
+            stamps: self
+                .side_timestamps
+                .get(dead_letter.as_str())
+                .copied()
+                .unwrap_or_default(),
         };
         let seq = run
             .inflight
@@ -674,6 +697,7 @@ fn destination<'c>(
         partition: None,
         added: Added::ReasonAndSource(reason),
         target: Target::Side,
+        stamps: TimestampLimits::default(),
     };
     let output = |partition: Option<i32>| Destination {
         topic: &cfg.output.topic,
@@ -684,6 +708,7 @@ fn destination<'c>(
             Added::Nothing
         },
         target: Target::Output,
+        stamps: TimestampLimits::default(),
     };
     Ok(match decided {
         Route::Forward { fingerprint, partition } => Some((output(*partition), Some(*fingerprint))),
@@ -701,6 +726,47 @@ fn destination<'c>(
             })
         }
     })
+}
+
+/// The timestamp limits of the side topics of `cfg` (`output.duplicates_topic`,
+/// `fingerprint.dead_letter_topic`), asked as the output's ([`kafka::topic_configs`],
+/// DescribeConfigs, waiting up to [`DESCRIBE_CONFIGS_TIMEOUT`] each; asked only when the
+/// output's was answered). A topic whose configuration cannot be read is left out (no limit
+/// known: logged), as are all when the output's configuration is given (`kafka-dedup demo`'s
+/// mock cluster does not answer).
+fn side_timestamp_limits(cfg: &Config) -> BTreeMap<String, TimestampLimits> {
+    let mut limits = BTreeMap::new();
+    if cfg.output.topic_configs.is_some() {
+        return limits;
+    }
+    for (key, topic) in [
+        ("output.duplicates_topic", &cfg.output.duplicates_topic),
+        ("fingerprint.dead_letter_topic", &cfg.fingerprint.dead_letter_topic),
+    ] {
+        if topic.is_empty() || limits.contains_key(topic) {
+            continue;
+        }
+        match kafka::topic_configs(cfg, topic, DESCRIBE_CONFIGS_TIMEOUT) {
+            Ok(configs) => {
+                let l = TimestampLimits::of_configs(&configs);
+                info!(
+                    key,
+                    topic = topic.as_str(),
+                    timestamp_before_max_ms = l.before_ms,
+                    timestamp_after_max_ms = l.after_ms,
+                    "side topic timestamp limits"
+                );
+                limits.insert(topic.clone(), l);
+            }
+            Err(e) => warn!(
+                key, topic = topic.as_str(), error = %e,
+                "cannot read the side topic's configuration (DescribeConfigs: grant DESCRIBE_CONFIGS on it); its \
+                 copies keep the record's timestamp until the topic refuses one for it (idempotent mode: the \
+                 partition halts and sends it again stamped now; transactional mode: the process stops)"
+            ),
+        }
+    }
+    limits
 }
 
 /// How long one `init_transactions` attempt waits at start-up before it is logged and tried

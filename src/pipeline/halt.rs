@@ -71,12 +71,17 @@ impl Filter {
     /// A side topic refused `copy`, the record at input `offset` of running partition `p` with
     /// sequence number `seq` (still taken, unacknowledged): halt the partition (or note one more
     /// refusal), count it, say why.
-    pub(super) fn halt(&mut self, p: i32, seq: u64, offset: i64, copy: SideCopy, error: &KafkaError) {
+    pub(super) fn halt(&mut self, p: i32, seq: u64, offset: i64, mut copy: SideCopy, error: &KafkaError) {
         let Some(Partition::Running(run)) = self.partitions.get(&p) else {
             return;
         };
         let incarnation = run.incarnation;
         let (key, side) = self.side_of(&copy.topic);
+        if side != "output" && out_of_range(error) {
+            // The side topic refused the copy's timestamp (its limits could not be read at start,
+            // or changed): sent again stamped now, the record's stamp in a header.
+            copy.restamp();
+        }
         match side {
             "output" => telemetry::output_refused(p, "halt"),
             side => telemetry::side_refused(p, side),
@@ -197,7 +202,9 @@ impl Filter {
                     continue;
                 }
                 self.unhalt(consumer, p);
-            } else if h.resent.is_empty() && now >= h.retry_at {
+            } else if h.resent.is_empty() && now >= h.retry_at && !self.mode.commit_pending() {
+                // Not while a transaction commit is pending: a copy sent then would not be in
+                // the transaction; it goes into the next one.
                 self.resend(p);
             }
         }
@@ -221,6 +228,12 @@ impl Filter {
             if to_output && self.output_timestamps.refuses(copy.timestamp, now_ms()).is_some() {
                 failed.push((offset, seq, copy, timestamp_refusal()));
                 continue;
+            }
+            // A side copy its topic would refuse for its timestamp (it aged while halted) is
+            // stamped now, as when it was first sent (`produce::record_of`).
+            let side_stamps = self.side_timestamps.get(&copy.topic);
+            if !to_output && side_stamps.is_some_and(|l| l.refuses(copy.timestamp, now_ms()).is_some()) {
+                copy.restamp();
             }
             let headers = copy.headers.take();
             let mut record: BaseRecord<'_, [u8], [u8], usize> =
@@ -249,6 +262,12 @@ impl Filter {
             match producer.send(record) {
                 Ok(()) => {
                     h.resent.insert(seq, offset);
+                    // A record for the output taken by the producer: its fingerprint is learned
+                    // now, as `on_record` learns a record it forwards at once (into the current
+                    // generation, with its input offset), or its replays would pass.
+                    if let (Some(fp), Some(Partition::Running(run))) = (copy.learn, self.partitions.get_mut(&p)) {
+                        run.gens.insert(fp, Some(offset));
+                    }
                 }
                 Err((e, back)) => {
                     let headers = back.headers;

@@ -10,7 +10,7 @@ use rdkafka::producer::{BaseRecord, ThreadedProducer};
 use rdkafka::Message;
 
 use super::delivery::DeliveryContext;
-use super::refused::SideCopy;
+use super::refused::{with_timestamp_header, SideCopy};
 use super::Shutdown;
 use crate::partition::Target;
 use crate::provenance::{Provenance, ENCODED_MAX, HEADER, REASON_HEADER};
@@ -25,6 +25,10 @@ pub(super) struct Destination<'a> {
     pub added: Added<'a>,
     /// What the acknowledgement means (see [`Target`]).
     pub target: Target,
+    /// For a side copy, the record timestamps `topic` takes: a copy stamped out of them is
+    /// produced stamped now, its own timestamp in `kafka-dedup.timestamp` ([`record_of`]).
+    /// Not used for the output (its refusals halt: [`refuse`]).
+    pub stamps: TimestampLimits,
 }
 
 /// How long [`send`] waits for room in the producer's queue before it gives the record back
@@ -191,6 +195,18 @@ fn record_of<'a>(
     }
     if let Some(h) = headers(msg, to.added) {
         record = record.headers(h);
+    }
+    // A side copy is for inspection: its timestamp is not the record's identity, and a copy
+    // its topic refuses would halt the partition (or, in a transaction, stop the process).
+    if to.target == Target::Side
+        && to
+            .stamps
+            .refuses(record.timestamp, crate::generations::now_ms())
+            .is_some()
+    {
+        if let Some(ts) = record.timestamp.take() {
+            record.headers = Some(with_timestamp_header(record.headers.take(), ts));
+        }
     }
     record
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::message::{BorrowedMessage, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 use rdkafka::Message;
 
@@ -28,9 +28,34 @@ pub(super) struct SideCopy {
     pub timestamp: Option<i64>,
     /// The record's headers and the provenance headers.
     pub headers: Option<OwnedHeaders>,
+    /// For a record for the output: the fingerprint (or stand-in) to learn once the producer
+    /// takes it, as [`Filter::on_record`](super::Filter::on_record) learns one it forwards at
+    /// once; `None` for a side copy.
+    pub learn: Option<u128>,
+}
+
+/// `headers` (none: a new set) with [`TIMESTAMP_HEADER`](crate::provenance::TIMESTAMP_HEADER)
+/// added, holding `timestamp` (ms since the Unix epoch) in decimal.
+pub(super) fn with_timestamp_header(headers: Option<OwnedHeaders>, timestamp: i64) -> OwnedHeaders {
+    let text = timestamp.to_string();
+    headers
+        .unwrap_or_else(|| OwnedHeaders::new_with_capacity(1))
+        .insert(Header {
+            key: crate::provenance::TIMESTAMP_HEADER,
+            value: Some(text.as_bytes()),
+        })
 }
 
 impl SideCopy {
+    /// Stamps the copy anew: its timestamp goes into the header `kafka-dedup.timestamp`
+    /// ([`with_timestamp_header`]) and the producer stamps it when it is sent (now). For a side
+    /// copy whose topic refuses its timestamp; nothing for a copy without one.
+    pub(super) fn restamp(&mut self) {
+        if let Some(ts) = self.timestamp.take().filter(|t| *t > 0) {
+            self.headers = Some(with_timestamp_header(self.headers.take(), ts));
+        }
+    }
+
     /// The copy a producer refused, from the record it handed back.
     pub(super) fn of_record(record: BaseRecord<'_, [u8], [u8], usize>) -> Self {
         SideCopy {
@@ -40,6 +65,7 @@ impl SideCopy {
             payload: record.payload.map(<[u8]>::to_vec),
             timestamp: record.timestamp,
             headers: record.headers,
+            learn: None,
         }
     }
 
@@ -52,6 +78,7 @@ impl SideCopy {
             payload: m.payload().map(<[u8]>::to_vec),
             timestamp: m.timestamp().to_millis(),
             headers: m.headers().map(|h| h.detach()),
+            learn: None,
         }
     }
 }
@@ -133,6 +160,36 @@ mod tests {
     }
 
     #[test]
+    fn a_restamped_copy_carries_its_timestamp_in_a_header() {
+        use rdkafka::message::Headers;
+        let mut copy = SideCopy {
+            topic: "dlq".into(),
+            partition: None,
+            key: None,
+            payload: None,
+            timestamp: Some(1_764_644_400_000),
+            headers: Some(OwnedHeaders::new().insert(Header {
+                key: "kafka-dedup.reason",
+                value: Some("skipped"),
+            })),
+            learn: None,
+        };
+        copy.restamp();
+        assert_eq!(copy.timestamp, None, "stamped by the producer");
+        let headers = copy.headers.as_ref().unwrap();
+        let all: Vec<(&str, Option<&[u8]>)> = headers.iter().map(|h| (h.key, h.value)).collect();
+        assert_eq!(
+            all,
+            [
+                ("kafka-dedup.reason", Some(&b"skipped"[..])),
+                ("kafka-dedup.timestamp", Some(&b"1764644400000"[..]))
+            ]
+        );
+        copy.restamp();
+        assert_eq!(copy.headers.as_ref().unwrap().count(), 2, "restamped once");
+    }
+
+    #[test]
     fn a_halt_is_idle_when_only_refused_copies_are_pending() {
         let mut h = Halt::new(1);
         let copy = || SideCopy {
@@ -142,6 +199,7 @@ mod tests {
             payload: None,
             timestamp: None,
             headers: None,
+            learn: None,
         };
         h.refused.insert(4, (10, copy()));
         h.refused.insert(7, (13, copy()));

@@ -186,8 +186,10 @@ pub enum Opened {
 #[derive(Clone)]
 pub struct Store {
     /// The sled database (one tree); `None` while closed (it could not be reopened after a
-    /// failed write, or not opened at start for want of space).
-    db: Arc<RwLock<Option<sled::Db>>>,
+    /// failed write, or not opened at start for want of space). Every user holds an `Arc` of
+    /// it ([`Store::handle`]) for as long as it uses it, so its strong count says whether anyone
+    /// does: [`Store::release_cache`] closes it only when nobody else holds it.
+    db: Arc<RwLock<Option<Arc<sled::Db>>>>,
     /// The store directory.
     path: Arc<PathBuf>,
     /// sled's page cache size, kept for [`Store::reopened`].
@@ -203,7 +205,18 @@ pub struct Store {
     pub(crate) release_after: u64,
     /// How often the page cache was released ([`Store::release_cache`]).
     releases: Arc<AtomicU64>,
+    /// Set while a page-cache release left the database closed (its reopen failed): the next
+    /// [`Store::handle`] opens it again.
+    release_pending: Arc<AtomicBool>,
+    /// Tests only: when set, [`Store::save`] holding its database handle says so on the first
+    /// channel and waits for the second before it writes (a long write, made deterministic).
+    #[cfg(test)]
+    pub(crate) save_gate: Arc<std::sync::Mutex<Option<SaveGate>>>,
 }
+
+/// See [`Store::save_gate`]: (told when the save holds its handle, waited on before it writes).
+#[cfg(test)]
+pub(crate) type SaveGate = (std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>);
 
 /// One partition's part of a checkpoint: the snapshot fields plus the live generations.
 pub struct PartitionWrite<'a> {
@@ -241,13 +254,14 @@ impl Store {
             broken,
             release_after,
             releases,
+            release_pending,
             ..
         } = self;
         drop(db);
         // This process just released the lock; sled's background tasks may hold it a moment.
         match open_sled_waiting(&path, cache_bytes, 5 * LOCK_GRACE) {
             Ok(db) => Ok(Store {
-                db: Arc::new(RwLock::new(Some(db))),
+                db: Arc::new(RwLock::new(Some(Arc::new(db)))),
                 path,
                 cache_bytes,
                 identity,
@@ -255,6 +269,9 @@ impl Store {
                 read_since_open: Arc::default(),
                 release_after,
                 releases,
+                release_pending,
+                #[cfg(test)]
+                save_gate: Arc::default(),
             }),
             Err(e) if e.is_lock() => Err(StoreError::InUse {
                 hint: in_use_hint(&path),
@@ -307,13 +324,45 @@ impl Store {
         }))
     }
 
-    /// The sled database, shared; [`StoreError::Closed`] while it is closed.
-    fn handle(&self) -> Result<sled::Db, StoreError> {
-        self.db
+    /// The sled database, shared; [`StoreError::Closed`] while it is closed. Holding the `Arc`
+    /// keeps [`Store::release_cache`] from closing the database under the holder. A store of
+    /// `run` left closed by a release whose reopen failed (sled's file lock not given back in
+    /// time) is opened again here first, so a release never leaves it closed for good.
+    fn handle(&self) -> Result<Arc<sled::Db>, StoreError> {
+        let open = self
+            .db
             .read()
             .map_err(|_| self.closed("a thread panicked while reopening it"))?
-            .clone()
-            .ok_or_else(|| self.closed("see the log"))
+            .clone();
+        match open {
+            Some(db) => Ok(db),
+            None if self.release_pending.load(Ordering::SeqCst) => self.reopen_after_release(),
+            None => Err(self.closed("see the log")),
+        }
+    }
+
+    /// Opens the database a page-cache release closed and could not open again
+    /// ([`Store::release_cache`]); [`StoreError::Closed`] while it still cannot.
+    fn reopen_after_release(&self) -> Result<Arc<sled::Db>, StoreError> {
+        let mut slot = self
+            .db
+            .write()
+            .map_err(|_| self.closed("a thread panicked while reopening it"))?;
+        if let Some(db) = slot.as_ref() {
+            return Ok(db.clone()); // another thread opened it meanwhile
+        }
+        match open_sled_waiting(&self.path, self.cache_bytes, LOCK_GRACE) {
+            Ok(db) => {
+                let db = Arc::new(db);
+                *slot = Some(db.clone());
+                self.release_pending.store(false, Ordering::SeqCst);
+                self.broken.store(false, Ordering::SeqCst);
+                self.read_since_open.store(0, Ordering::SeqCst);
+                tracing::info!(path = %self.path.display(), "the store is open again after releasing its page cache");
+                Ok(db)
+            }
+            Err(e) => Err(self.closed(&format!("opening it again after releasing its page cache: {e}"))),
+        }
     }
 
     fn closed(&self, reason: &str) -> StoreError {
@@ -337,6 +386,9 @@ impl Store {
             read_since_open: Arc::default(),
             release_after: open::RUN_CACHE_BYTES / 4,
             releases: Arc::default(),
+            release_pending: Arc::default(),
+            #[cfg(test)]
+            save_gate: Arc::default(),
         }
     }
 
@@ -365,6 +417,7 @@ impl Store {
         let db = fresh.db.write().ok().and_then(|mut d| d.take());
         *slot = db;
         self.read_since_open.store(0, Ordering::SeqCst);
+        self.release_pending.store(false, Ordering::SeqCst);
         Ok(())
     }
 
@@ -376,24 +429,34 @@ impl Store {
     /// 10M fingerprints (200 MB of chunks) keeps them all in the cache: about 20 bytes of RSS per
     /// fingerprint on top of the tables'. Readers of other threads wait on the handle's lock
     /// meanwhile and go on with the new database. Nothing for the tools' stores (`inspect`
-    /// reopens between its scans itself, [`Store::reopened`]). A failed reopen leaves the store
-    /// closed and marked broken: the next [`Store::save`] opens it again.
+    /// reopens between its scans itself, [`Store::reopened`]).
+    ///
+    /// Never while another thread holds the database ([`Store::handle`]: a checkpoint's
+    /// [`Store::save`] writing and flushing a large batch, another recovery's read): closing it
+    /// then would not release sled's file lock, which goes with the last handle, and the reopen
+    /// would fail. That release is skipped (the bytes read stay counted, so the next read asks
+    /// again). A reopen that fails all the same (sled's own threads keep the lock past its
+    /// wait of 5 s) leaves the store closed and marked broken, and the next [`Store::handle`]
+    /// (a read, the next save) opens it again.
     fn release_cache(&self) {
         if self.identity.is_none() || self.read_since_open.load(Ordering::SeqCst) < self.release_after {
             return;
         }
         let t = std::time::Instant::now();
-        let read = self.read_since_open.swap(0, Ordering::SeqCst);
         // Not `reopen`: the database is the one `run` opened and stamped, so sled's open is all
         // it takes (no identity check, no stamp and flush).
-        let reopened = match self.db.write() {
-            Ok(mut slot) => {
-                // Released first: sled's file lock goes with the last handle.
-                drop(slot.take());
-                open_sled_waiting(&self.path, self.cache_bytes, 5 * LOCK_GRACE).map(|db| *slot = Some(db))
-            }
-            Err(_) => return,
-        };
+        let Ok(mut slot) = self.db.write() else { return };
+        match slot.as_ref() {
+            // Nobody can take a new handle while the write lock is held.
+            Some(db) if Arc::strong_count(db) == 1 => {}
+            _ => return, // held by another thread (or closed): skipped, asked again at the next read
+        }
+        let read = self.read_since_open.swap(0, Ordering::SeqCst);
+        // Released first: sled's file lock goes with the last handle.
+        drop(slot.take());
+        let reopened =
+            open_sled_waiting(&self.path, self.cache_bytes, 5 * LOCK_GRACE).map(|db| *slot = Some(Arc::new(db)));
+        drop(slot);
         match reopened {
             Ok(()) => {
                 self.releases.fetch_add(1, Ordering::SeqCst);
@@ -411,10 +474,12 @@ impl Store {
             }
             Err(e) => {
                 self.broken.store(true, Ordering::SeqCst);
+                self.release_pending.store(true, Ordering::SeqCst);
                 tracing::warn!(
                     path = %self.path.display(),
                     error = %e,
-                    "could not open the store again after releasing its page cache; the next checkpoint tries again"
+                    "could not open the store again after releasing its page cache; the next read or checkpoint \
+                     tries again"
                 );
             }
         }
@@ -467,7 +532,7 @@ impl Store {
     /// `allow`) and tests that damage a store on purpose. Everything else goes through the typed
     /// methods.
     #[allow(dead_code)]
-    pub(crate) fn db(&self) -> sled::Db {
+    pub(crate) fn db(&self) -> Arc<sled::Db> {
         self.handle().expect("the store is open")
     }
 
@@ -629,7 +694,10 @@ impl Store {
             }
             self.guarded("writing a checkpoint", || self.save_unguarded(writes))
         })();
-        self.broken.store(result.is_err(), Ordering::SeqCst);
+        // A save that went through on a handle the store has closed since (a reopen that failed
+        // meanwhile) does not make the store sound: it is still closed.
+        let open = self.db.read().is_ok_and(|slot| slot.is_some());
+        self.broken.store(result.is_err() || !open, Ordering::SeqCst);
         result
     }
 
@@ -657,6 +725,11 @@ impl Store {
             );
         }
         let db = self.handle()?;
+        #[cfg(test)]
+        if let Some((holding, go)) = self.save_gate.lock().expect("gate").take() {
+            holding.send(()).expect("the test waits");
+            go.recv().expect("the test lets the save go on");
+        }
         db.apply_batch(batch).map_err(|e| self.sled_err(e))?;
         db.flush().map_err(|e| self.sled_err(e))?;
         for g in written {

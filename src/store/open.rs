@@ -405,7 +405,7 @@ impl Store {
             }
         };
         let store = Store {
-            db: Arc::new(RwLock::new(Some(db))),
+            db: Arc::new(RwLock::new(Some(Arc::new(db)))),
             path: Arc::new(path.to_path_buf()),
             cache_bytes: RUN_CACHE_BYTES,
             identity: Some(Arc::new(identity.clone())),
@@ -413,6 +413,9 @@ impl Store {
             read_since_open: Arc::default(),
             release_after: RUN_CACHE_BYTES / 4,
             releases: Arc::default(),
+            release_pending: Arc::default(),
+            #[cfg(test)]
+            save_gate: Arc::default(),
         };
         if let Some(replaced) = store.clear_unusable(identity)? {
             opened = replaced;
@@ -542,7 +545,7 @@ impl Store {
             }
         };
         let store = Store {
-            db: Arc::new(RwLock::new(Some(db))),
+            db: Arc::new(RwLock::new(Some(Arc::new(db)))),
             path: Arc::new(path.to_path_buf()),
             cache_bytes: TOOL_CACHE_BYTES,
             identity: None,
@@ -550,6 +553,9 @@ impl Store {
             read_since_open: Arc::default(),
             release_after: u64::MAX,
             releases: Arc::default(),
+            release_pending: Arc::default(),
+            #[cfg(test)]
+            save_gate: Arc::default(),
         };
         let found = match store.format_version()? {
             Some(v) => v,

@@ -524,3 +524,106 @@ fn parallel_loads_survive_the_cache_releases() {
     }
     assert!(store.cache_releases() >= 3, "released {} times", store.cache_releases());
 }
+
+/// A page-cache release while a checkpoint's save holds its own handle of the database (a large
+/// write and flush, held here at a gate until the load is done): the release must not close the
+/// database under it. Closed, sled's file lock stays with the save's handle, the reopen gives
+/// up after its wait, and the store is left closed: the load fails with `Closed` (recovery reads
+/// that as a missing snapshot) and the save's success marks the store sound while it is closed.
+#[test]
+fn a_cache_release_during_a_save_leaves_the_store_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut store, _) = Store::open_for_run(&dir.path().join("store"), &identity()).unwrap();
+    let key = |p: i32, i: u128| xxhash_rust::xxh3::xxh3_128(&(i + ((p as u128) << 64)).to_le_bytes());
+    let write = |store: &Store, p: i32, g: &Generation| {
+        let g: &Generation = g;
+        store.save(&[PartitionWrite {
+            partition: p,
+            epoch: 1,
+            ckpt: format!("c{p}"),
+            committed_offset: 0,
+            out_covered: pos(p, 0),
+            generations: vec![g],
+            clean: false,
+            clock: None,
+        }])
+    };
+    let n = 3 * CHUNK_ENTRIES as u128;
+    let mut small = Generation::new(1, 0, pos(0, 0), 0);
+    for i in 0..n {
+        small.table.insert(key(0, i), i as u32);
+    }
+    write(&store, 0, &small).unwrap();
+    // A few KiB: every chunk read asks for a release.
+    store.release_after = 4096;
+    let big_n = 16 * CHUNK_ENTRIES as u128;
+    let mut big = Generation::new(1, 0, pos(1, 0), 0);
+    for i in 0..big_n {
+        big.table.insert(key(1, i), i as u32);
+    }
+    let (holding_tx, holding) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    *store.save_gate.lock().unwrap() = Some((holding_tx, go_rx));
+    let saver = {
+        let store = store.clone();
+        std::thread::spawn(move || {
+            store.save(&[PartitionWrite {
+                partition: 1,
+                epoch: 1,
+                ckpt: "c1".into(),
+                committed_offset: 0,
+                out_covered: pos(1, 0),
+                generations: vec![&big],
+                clean: false,
+                clock: None,
+            }])
+        })
+    };
+    holding.recv().unwrap();
+    let snap = store.snapshot(0).unwrap().unwrap();
+    let loaded = store.load_generations(0, &snap);
+    go.send(()).unwrap();
+    let saved = saver.join().unwrap();
+    let loaded = loaded.expect("the load during the save");
+    saved.expect("the save");
+    assert!(!store.is_broken());
+    assert_eq!(loaded[0].len(), n as usize);
+    assert!((0..n).all(|i| loaded[0].table.get(key(0, i)) == Some(i as u32)));
+    // Open, both partitions found, and releases go on once nobody else holds the database.
+    let snap1 = store.snapshot(1).expect("open").expect("saved");
+    let loaded1 = store.load_generations(1, &snap1).unwrap();
+    assert_eq!(loaded1[0].len(), big_n as usize);
+    assert!((0..big_n).all(|i| loaded1[0].table.get(key(1, i)) == Some(i as u32)));
+    assert!(store.cache_releases() >= 3, "released {} times", store.cache_releases());
+    let again = store.load_generations(0, &store.snapshot(0).unwrap().unwrap()).unwrap();
+    assert_eq!(again[0].len(), n as usize);
+    write(&store, 0, &again[0]).expect("the next checkpoint");
+}
+
+/// A release whose reopen failed (sled's own threads kept the file lock past the wait) leaves the
+/// store closed and broken; the next read opens it again instead of leaving it closed until a
+/// checkpoint, and the store is sound again.
+#[test]
+fn a_store_a_failed_release_left_closed_is_opened_at_the_next_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = Store::open_for_run(&dir.path().join("store"), &identity()).unwrap();
+    let g = Generation::new(1, 0, pos(0, 0), 0);
+    store
+        .save(&[PartitionWrite {
+            partition: 0,
+            epoch: 1,
+            ckpt: "a".into(),
+            committed_offset: 0,
+            out_covered: pos(0, 0),
+            generations: vec![&g],
+            clean: false,
+            clock: None,
+        }])
+        .unwrap();
+    // What `release_cache` leaves after a failed reopen.
+    drop(store.db.write().unwrap().take());
+    store.broken.store(true, Ordering::SeqCst);
+    store.release_pending.store(true, Ordering::SeqCst);
+    assert_eq!(store.snapshot(0).expect("opened again").expect("saved").ckpt, "a");
+    assert!(!store.is_broken());
+}
