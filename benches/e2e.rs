@@ -117,7 +117,7 @@ struct Args {
     record_bytes: Vec<usize>,
     /// Partitions of every topic; several (`3,30,300`): the whole benchmark once per count (own
     /// topics), after one another, as `--record-bytes` does.
-    #[arg(long, value_delimiter = ',', default_value = "3")]
+    #[arg(long = "partitions", value_delimiter = ',', default_value = "3")]
     partition_counts: Vec<i32>,
     /// The partition count of this pass (set by the parent from `--partitions`).
     #[arg(skip)]
@@ -239,7 +239,10 @@ impl Role {
     }
 
     fn external(self) -> bool {
-        matches!(self, Role::StreamsAlos | Role::StreamsEos | Role::Redis | Role::Binary(_))
+        matches!(
+            self,
+            Role::StreamsAlos | Role::StreamsEos | Role::Redis | Role::Binary(_)
+        )
     }
 }
 
@@ -1247,7 +1250,11 @@ fn run_peer(
             );
             std::fs::write(&config, toml).map_err(|e| e.to_string())?;
             let mut c = Command::new(&binary(i).1);
-            c.arg("run").arg("--config").arg(&config).env("RUST_LOG", "warn").stderr(Stdio::null());
+            c.arg("run")
+                .arg("--config")
+                .arg(&config)
+                .env("RUST_LOG", "warn")
+                .stderr(Stdio::null());
             (c, None)
         }
         _ => {
