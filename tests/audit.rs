@@ -85,7 +85,9 @@ fn planted_output(input: &str, p: i32, t0: i64, provenance: bool) -> Vec<(i64, R
 /// bounds leave a fault in or out.
 fn planted(provenance: bool) {
     // Given: the input and what a filter wrote, with the faults planted.
-    let given = Scenario::new("audit", 4);
+    let mut given = Scenario::new("audit", 4);
+    // About the horizon: its timeline and bounds are written for H_min 1 s, H_max 2 s.
+    given.spec.generations = 2;
     let t0 = now_ms() - 600_000;
     for p in 0..4 {
         given.produce_timed(p, &planted_input(p, t0));
@@ -370,7 +372,9 @@ fn refusals_exit_2() {
 #[test]
 fn repeats_outside_the_horizon_are_counted_not_failed() {
     // Given: both copies in the input, and in the output as the filter forwards them.
-    let given = Scenario::new("audit-rep", 2);
+    let mut given = Scenario::new("audit-rep", 2);
+    // About the horizon: its timeline is written for H_min 1 s, H_max 2 s.
+    given.spec.generations = 2;
     let t0 = now_ms() - 600_000;
     for p in 0..2 {
         // (copy, i): offset copy x 40 + i in both topics.

@@ -5,7 +5,8 @@
 //! Upstream replays written after a restart keep the event time of their first copies
 //! ([`Broker::produce_values_at`]), as Flink and Kafka Streams sinks do: written seconds later
 //! with a new timestamp, they would be seconds after their first copies on the partition clock,
-//! beyond the 2 s horizon of these tests, and rightly forwarded.
+//! beyond the horizon (H_max 10 s with the harness's 10 generations of 1 s; 2 s in the tests
+//! about the horizon, which set 2 generations), and rightly forwarded.
 
 mod common;
 
@@ -464,7 +465,9 @@ fn the_fence_waits_out_a_killed_owners_records_in_flight() {
 /// replay of `c` (its original stamp 10.2 s, 0.3 s after it on the partition clock).
 #[test]
 fn records_forwarded_across_buckets_before_a_crash_stay_inside_the_horizon() {
-    let s = Scenario::new("buckets", 1).killable();
+    let mut s = Scenario::new("buckets", 1).killable();
+    // About the horizon: its timeline is written for H_min 1 s, H_max 2 s.
+    s.spec.generations = 2;
     let (dir, input, output, spec) = (s.path(), &s.input, &s.output, &s.spec);
     let t0 = (wall_ms() - 60_000) / 1000 * 1000;
     let value = |v: &str| raw(None, Some(v), &[]);
@@ -566,7 +569,9 @@ fn store_snapshot_without_generations_is_rebuilt() {
 /// (`recovery::execute::reread::tests::a_replay_dropped_before_the_crash_still_finds_its_first_copy`).
 #[test]
 fn records_rereading_across_buckets_after_a_crash_keep_the_checkpoints_generations() {
-    let s = Scenario::new("hmax", 1).killable();
+    let mut s = Scenario::new("hmax", 1).killable();
+    // About the horizon: its timeline is written for H_min 1 s, H_max 2 s.
+    s.spec.generations = 2;
     let (dir, input, output, spec) = (s.path(), &s.input, &s.output, &s.spec);
     let t0 = (wall_ms() - 60_000) / 1000 * 1000;
     let value = |v: &str| raw(None, Some(v), &[]);

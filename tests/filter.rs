@@ -305,7 +305,9 @@ fn compressed_input() {
 /// Case 8: bad configurations exit 2 naming the key, before consuming anything.
 #[test]
 fn bad_configs_exit_2_naming_the_key() {
-    let given = Scenario::new("badcfg", 1);
+    let mut given = Scenario::new("badcfg", 1);
+    // About the horizon: its plain words below are written for H_min 1 s, H_max 2 s.
+    given.spec.generations = 2;
     let (dir, input, output, spec) = (given.path(), &given.input, &given.output, &given.spec);
     given.produce_raw(0, &[raw(None, Some("x"), &[])]);
     let good = spec.toml(free_port());
@@ -465,7 +467,9 @@ fn value(v: &str) -> Raw {
 /// arriving record was looked up, so the last two were dropped too.
 #[test]
 fn a_quiet_partition_forgets_after_the_horizon() {
-    let given = Scenario::new("quiet", 1);
+    let mut given = Scenario::new("quiet", 1);
+    // About the horizon: its timeline is written for H_min 1 s, H_max 2 s.
+    given.spec.generations = 2;
     let t0 = timeline_origin();
     let timeline: Vec<(i64, Raw)> = [0, 300, 4_800, 9_300]
         .into_iter()
@@ -502,7 +506,10 @@ fn a_quiet_partition_forgets_after_the_horizon() {
 /// generation, which let the replay through.
 #[test]
 fn an_old_stamped_first_record_after_a_hand_over_keeps_the_horizon() {
-    let given = Scenario::new("handover", 1);
+    let mut given = Scenario::new("handover", 1);
+    // About the horizon: its timeline is written for H_min 1 s, H_max 2 s (with more generations
+    // the dropped generation the fix is about would not matter).
+    given.spec.generations = 2;
     let t0 = timeline_origin();
     given.produce_timed(
         0,

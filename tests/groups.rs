@@ -29,15 +29,6 @@ fn verify_output(written: &[(i32, u64)], output: &str, partitions: i32, distinct
     assert_eq!(v.output_records, distinct, "{v:?}");
 }
 
-/// `spec` with a horizon of 9 s (H_min, 10 generations of 1 s) for the tests that write a replay
-/// scenario over time, stamped when written: a replay is written well under a second after its
-/// first copy, but the writer thread may stall longer than the harness's 1 s H_min on a loaded
-/// machine (5 replays passed once in a full run).
-fn wide(mut spec: FilterSpec) -> FilterSpec {
-    spec.generations = 10;
-    spec
-}
-
 /// Writes `s`'s records to `input` over `duration`, on a thread of its own.
 fn write_in_background(records: &[(i32, u64)], input: &str, duration: Duration) -> std::thread::JoinHandle<()> {
     let (records, input) = (records.to_vec(), input.to_string());
@@ -93,7 +84,7 @@ fn the_consumer_protocol_scales_out_with_a_kill_a_stop_and_a_join() {
     let (input, output) = (unique("kip848-in"), unique("kip848-out"));
     kafka().create_topic(&input, 6);
     kafka().create_topic(&output, 6);
-    let spec = wide(FilterSpec::new(&input, &output, dir.path()).with_consumer_protocol());
+    let spec = FilterSpec::new(&input, &output, dir.path()).with_consumer_protocol();
     let s = scenario::replay_scenario(12_000, 6, 150, 48);
     let writer = write_in_background(&s.records, &input, Duration::from_secs(20));
     let mut a = replica(&spec, dir.path(), "a").start(dir.path());
@@ -129,7 +120,7 @@ fn a_rolling_switch_from_classic_to_consumer_loses_and_duplicates_nothing() {
     let (input, output) = (unique("switch-in"), unique("switch-out"));
     kafka().create_topic(&input, 6);
     kafka().create_topic(&output, 6);
-    let classic = wide(FilterSpec::new(&input, &output, dir.path()));
+    let classic = FilterSpec::new(&input, &output, dir.path());
     let s = scenario::replay_scenario(12_000, 6, 150, 49);
     let writer = write_in_background(&s.records, &input, Duration::from_secs(30));
     let names = ["a", "b", "c"];
@@ -298,7 +289,7 @@ fn a_static_member_restarted_inside_the_session_gets_its_partitions_back_without
     let (input, output) = (unique("static-in"), unique("static-out"));
     kafka().create_topic(&input, 4);
     kafka().create_topic(&output, 4);
-    let spec = wide(FilterSpec::new(&input, &output, dir.path()));
+    let spec = FilterSpec::new(&input, &output, dir.path());
     let mut a_spec = replica(&spec, dir.path(), "a");
     a_spec.instance = "a".into();
     let mut b_spec = replica(&spec, dir.path(), "b");
@@ -527,7 +518,8 @@ fn transactional_mode_runs_with_the_consumer_protocol() {
     let mut spec = FilterSpec::new(&input, &output, dir.path()).with_consumer_protocol();
     // Every record stamped with one event time, as an upstream's replays keep their first
     // copies' (it failed once in a full run: the first instance's start and stop took longer
-    // than the 10 s H_min on a loaded machine, and replays stamped when written passed).
+    // than the then 10 s H_min, interval 10 s with 2 generations, on a loaded machine, and
+    // replays stamped when written passed; with the harness's 10 generations H_min is 90 s).
     spec.interval = "10s";
     spec.env.extend([
         ("KAFKA_DEDUP__OUTPUT__DELIVERY".to_string(), "transactional".to_string()),

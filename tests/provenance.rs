@@ -105,7 +105,9 @@ fn an_offset_reset_to_zero_forwards_nothing_again() {
     let (input, output) = (unique("reset-in"), unique("reset-out"));
     kafka.create_topic(&input, 1);
     kafka.create_topic(&output, 1);
-    let spec = FilterSpec::new(&input, &output, dir.path());
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    // About the horizon: its timeline (batches 10 s apart) is written for H_min 1 s, H_max 2 s.
+    spec.generations = 2;
     let mut first = spec.start(dir.path());
     first.wait_ready(Duration::from_secs(60));
     let t0 = now_ms() - 30_000;

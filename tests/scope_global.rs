@@ -378,7 +378,10 @@ fn copies_made_again_after_a_kill_past_the_horizon_are_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let topics = Topics::new("global-recopy");
     let mut spec = global(&topics, dir.path()).killable();
+    // About the horizon: its timeline is written for H_min 1 s, H_max 2 s (second copies past
+    // H_max, which only provenance drops).
     spec.interval = "1s";
+    spec.generations = 2;
     let replica = |name: &str| {
         let mut s = if name == "a" { spec.clone() } else { spec.survivor() };
         s.store = dir.path().join(format!("store-{name}"));

@@ -392,8 +392,11 @@ pub struct FilterSpec {
     /// Extra TOML appended to the generated configuration (whole sections).
     pub extra: String,
     pub interval: &'static str,
-    /// `checkpoint.generations` (default 2: with `interval` 1 s, H_min 1 s and H_max 2 s, the
-    /// horizon the tests' timelines are written for; the product's default is 3).
+    /// `checkpoint.generations` (default 10: with `interval` 1 s, H_min 9 s and H_max 10 s, a
+    /// horizon a stall of the writer or of a restart on a loaded 2-core machine does not cross, so
+    /// a replay stamped when written stays inside it; the product's default is 3). A test about
+    /// the horizon itself (records meant to be forgotten, rotation counts, timestamps computed
+    /// from H_min/H_max) sets 2: H_min 1 s, H_max 2 s, the horizon its timeline is written for.
     pub generations: u32,
     /// `store.changelog_topic` (default empty: off).
     pub changelog: String,
@@ -417,7 +420,8 @@ pub struct FilterSpec {
 impl FilterSpec {
     /// Defaults for a test on the suite's Apache Kafka: librdkafka's session timeout (45 s; a
     /// member that stops cleanly leaves the group at once, only a killed one waits it out: see
-    /// [`Self::killable`]), checkpoint every 1 s with 2 generations, fence wait 1 s, provenance on.
+    /// [`Self::killable`]), checkpoint every 1 s with 10 generations (H_min 9 s, H_max 10 s: see
+    /// [`Self::generations`]), fence wait 1 s, provenance on.
     pub fn new(input: &str, output: &str, dir: &Path) -> Self {
         Self::on(Broker::kafka(), input, output, dir)
     }
@@ -433,7 +437,7 @@ impl FilterSpec {
             store: dir.join("store"),
             extra: String::new(),
             interval: "1s",
-            generations: 2,
+            generations: 10,
             fence_wait: "1s",
             changelog: String::new(),
             provenance: true,
