@@ -538,7 +538,7 @@ pub struct FingerprintConfig {
     #[serde(default)]
     pub dead_letter_topic: String,
     /// Where replays are caught: within an input partition (the default) or wherever they land
-    /// (see [`Scope`], docs/GLOBAL_SCOPE.md).
+    /// (see [`Scope`], docs/global-scope-design.md).
     #[serde(default = "default_scope")]
     pub scope: Scope,
     /// `scope = "global"` only, and required then: the internal topic records are re-partitioned

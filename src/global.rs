@@ -1,4 +1,4 @@
-//! The global scope (`fingerprint.scope = "global"`; docs/GLOBAL_SCOPE.md): replays are caught
+//! The global scope (`fingerprint.scope = "global"`; docs/global-scope-design.md): replays are caught
 //! whatever input partition they land in.
 //!
 //! Two stages run in one process:
@@ -63,7 +63,7 @@ pub enum CopyFate {
 /// The fate of a routed copy whose provenance is `source` (input partition, offset; `None`
 /// without one), given the route partition's marks `high_water`.
 ///
-/// The rule (docs/GLOBAL_SCOPE.md, "Re-copies"): the route stage copies each input partition in
+/// The rule (docs/global-scope-design.md, "Re-copies"): the route stage copies each input partition in
 /// input order with one idempotent producer (no gap, no reordering within a route partition), and
 /// it resumes an input partition only at an offset whose every earlier copy was acknowledged. So
 /// when a route partition holds a copy of input offset `h` of partition `p`, it already holds

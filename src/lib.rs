@@ -26,7 +26,7 @@
 //!    before it runs; [`partition::Partition`] is its
 //!    life cycle, [`state::PartitionState`] its name.
 //!
-//! Global scope (`fingerprint.scope = "global"`, docs/GLOBAL_SCOPE.md): a route stage,
+//! Global scope (`fingerprint.scope = "global"`, docs/global-scope-design.md): a route stage,
 //! [`global::run_route`], first copies every input record to `fingerprint.route_topic`, partition
 //! [`global::route_partition`] (fingerprint mod N), committing input offsets once the copies are
 //! acknowledged; steps 1 to 7 then run unchanged on the route topic

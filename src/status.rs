@@ -325,7 +325,12 @@ impl Status {
         } else if let Some(b) = self.broker_error.lock().expect("not poisoned").clone() {
             Some(format!("broker not reachable: {b}"))
         } else if !self.joined.load(Ordering::SeqCst) {
-            Some("waiting for a partition assignment from the consumer group".to_string())
+            Some(
+                "waiting for a partition assignment from the consumer group (a rebalance waits for members that \
+                 stopped without leaving the group, a SIGKILL, up to their session.timeout.ms: 45 s by default; \
+                 input.group_instance_id avoids the wait)"
+                    .to_string(),
+            )
         } else {
             let held: Vec<String> = owned
                 .iter()

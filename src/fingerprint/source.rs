@@ -150,7 +150,7 @@ impl<'de> Deserialize<'de> for Source {
             type Value = Source;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str(
-                    "a fingerprint source (value | key | key_value | header:NAME | json:/POINTER | avro:/POINTER) or a list of them",
+                    "a fingerprint source (value | key | key_value | header:NAME | json:/POINTER | avro:/POINTER | protobuf:/POINTER | avro-key:/POINTER | protobuf-key:/POINTER) or a list of them",
                 )
             }
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Source, E> {
@@ -182,7 +182,7 @@ pub enum SourceError {
     #[error("\"{0}\": invalid escape in JSON pointer: {1}")]
     BadEscape(String, String),
     /// None of the forms (the whole value).
-    #[error("\"{0}\" is not a fingerprint source; use value | key | key_value | header:NAME | json:/POINTER | avro:/POINTER, or a list of them")]
+    #[error("\"{0}\" is not a fingerprint source; use value | key | key_value | header:NAME | json:/POINTER | avro:/POINTER | protobuf:/POINTER | avro-key:/POINTER | protobuf-key:/POINTER, or a list of them")]
     Unknown(String),
     /// An empty list of sources.
     #[error("an empty list names no source; give one or more, e.g. [\"json:/tenant_id\", \"json:/event_id\"]")]
