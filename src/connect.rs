@@ -16,7 +16,9 @@
 use std::ffi::{CStr, CString};
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use std::sync::Mutex;
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::TopicPartitionList;
 
 use crate::config::{Config, Partitioning, Scope};
@@ -142,9 +144,28 @@ pub fn judge(cfg: &Config, facts: &[TopicFacts]) -> (Vec<String>, Vec<String>) {
     (problems, warnings)
 }
 
+/// The client context of the checks: keeps the last error librdkafka reported on its own (a
+/// refused SASL authentication, a TLS handshake, a connection refused), which a request that
+/// only times out does not name.
+#[derive(Default)]
+struct LastError(Mutex<Option<String>>);
+
+impl rdkafka::client::ClientContext for LastError {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        if let Ok(mut last) = self.0.lock() {
+            *last = Some(format!("{error}: {reason}"));
+        }
+    }
+}
+
+impl ConsumerContext for LastError {}
+
 /// DescribeTopics with the principal's authorized operations, through `client`'s handle.
 /// Errors: the request failed as a whole (the brokers cannot be reached), with librdkafka's text.
-fn describe_topics(client: &BaseConsumer, topics: &[(&'static str, String)]) -> Result<Vec<TopicFacts>, String> {
+fn describe_topics<C: ConsumerContext>(
+    client: &BaseConsumer<C>,
+    topics: &[(&'static str, String)],
+) -> Result<Vec<TopicFacts>, String> {
     use rdkafka::bindings as rd;
     let rk = client.client().native_ptr();
     let names: Vec<CString> = topics
@@ -250,7 +271,7 @@ pub struct Report {
 /// (a broker that cannot be reached is one, and the checks that need it are skipped).
 pub fn check(cfg: &Config) -> Report {
     let mut report = Report::default();
-    let client: BaseConsumer = match kafka::reader_config(cfg).create() {
+    let client: BaseConsumer<LastError> = match kafka::reader_config(cfg).create_with_context(LastError::default()) {
         Ok(c) => c,
         Err(e) => {
             report.problems.push(format!("kafka: cannot create a client: {e}"));
@@ -262,8 +283,13 @@ pub fn check(cfg: &Config) -> Report {
     let facts = match describe_topics(&client, &topics) {
         Ok(f) => f,
         Err(e) => {
+            // The request's own error is often only a timeout; the client's last error says why.
+            let why = match client.context().0.lock().ok().and_then(|l| l.clone()) {
+                Some(last) => format!("{e} (the client's last error: {last})"),
+                None => e,
+            };
             report.problems.push(format!(
-                "kafka.bootstrap_servers \"{}\": the brokers did not answer: {e}",
+                "kafka.bootstrap_servers \"{}\": the brokers did not answer: {why}",
                 cfg.kafka.bootstrap_servers
             ));
             return report;

@@ -182,6 +182,14 @@ fn a_wrong_password_or_an_untrusted_ca_keeps_it_up_and_a_restart_after_the_fix_r
     assert!(filter.running() && filter.pid() == pid);
     wait_not_ready_because(&mut filter, "authentication");
     assert!(filter.terminate().success(), "{}", filter.logs());
+    // check-config --connect names the refused authentication, not only the request's timeout
+    // ("Failed while waiting for controller: Local: Timed out", before).
+    let (code, stdout, stderr) = run_command(&spec, dir.path(), "check-config", &["--connect"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(
+        format!("{stdout}{stderr}").contains("SASL"),
+        "the problem names the SASL authentication:\n{stdout}\n{stderr}"
+    );
     let logs = filter.logs();
     assert!(!logs.contains(WRONG), "the secret reached the logs");
     assert!(
