@@ -560,27 +560,38 @@ fn an_old_record_goes_to_a_dead_letter_topic_with_the_same_limit(transactional: 
     let scrape = filter.scrape();
     assert!(filter.running(), "{}", filter.logs());
     assert!(filter.terminate().success(), "{}", filter.logs());
-    assert_eq!(
-        metric(&scrape, "kafka_dedup_side_copies_refused_total", &[]),
-        0.0,
-        "{scrape}"
-    );
+    assert_no_side_copy_refused(&scrape);
     assert_eq!(
         forwarded(&output, &input, 1)[&0],
         ["a-0-0", "a-0-1", "b-0-0", "b-0-1"]
             .map(|t| Some(t.to_string()))
             .to_vec()
     );
-    let dead = kafka().read_records(&dlq, 1);
-    assert_eq!(dead[&0].len(), 1, "{:?}", dead[&0]);
-    assert_eq!(dead[&0][0].value.as_deref(), Some(&b"old"[..]));
+    assert_one_copy_restamped(&dlq, "old", "timestamp_out_of_range", old);
+}
+
+/// Nothing refused by a side topic (`kafka_dedup_side_copies_refused_total` 0 in `scrape`).
+fn assert_no_side_copy_refused(scrape: &str) {
     assert_eq!(
-        dead[&0][0].header("kafka-dedup.reason"),
-        Some(Some(&b"timestamp_out_of_range"[..]))
+        metric(scrape, "kafka_dedup_side_copies_refused_total", &[]),
+        0.0,
+        "{scrape}"
+    );
+}
+
+/// `side` (partition 0) holds one copy, of `value`, with the reason `reason` and the record's own
+/// timestamp `stamp` in `kafka-dedup.timestamp` (it was stamped now).
+fn assert_one_copy_restamped(side: &str, value: &str, reason: &str, stamp: i64) {
+    let copies = kafka().read_records(side, 1);
+    assert_eq!(copies[&0].len(), 1, "{:?}", copies[&0]);
+    assert_eq!(copies[&0][0].value.as_deref(), Some(value.as_bytes()));
+    assert_eq!(
+        copies[&0][0].header("kafka-dedup.reason"),
+        Some(Some(reason.as_bytes()))
     );
     assert_eq!(
-        dead[&0][0].header("kafka-dedup.timestamp"),
-        Some(Some(old.to_string().as_bytes()))
+        copies[&0][0].header("kafka-dedup.timestamp"),
+        Some(Some(stamp.to_string().as_bytes()))
     );
 }
 
@@ -614,24 +625,14 @@ fn input_skip_of_an_old_record_gets_past_a_dead_letter_topic_with_a_limit() {
     let scrape = filter.scrape();
     assert!(filter.terminate().success(), "{}", filter.logs());
     assert_eq!(metric(&scrape, SKIPPED, &["partition=\"0\""]), 1.0, "{scrape}");
-    assert_eq!(
-        metric(&scrape, "kafka_dedup_side_copies_refused_total", &[]),
-        0.0,
-        "{scrape}"
-    );
+    assert_no_side_copy_refused(&scrape);
     assert_eq!(
         forwarded(&output, &input, 1)[&0],
         ["a-0-0", "a-0-1", "b-0-0", "b-0-1"]
             .map(|t| Some(t.to_string()))
             .to_vec()
     );
-    let dead = kafka().read_records(&dlq, 1);
-    assert_eq!(dead[&0].len(), 1, "{:?}", dead[&0]);
-    assert_eq!(dead[&0][0].header("kafka-dedup.reason"), Some(Some(&b"skipped"[..])));
-    assert_eq!(
-        dead[&0][0].header("kafka-dedup.timestamp"),
-        Some(Some(old.to_string().as_bytes()))
-    );
+    assert_one_copy_restamped(&dlq, "old", "skipped", old);
 }
 
 /// A replay of a record stamped two hours ago, copied to an `output.duplicates_topic` that takes
@@ -660,23 +661,10 @@ fn a_replay_copied_to_a_duplicates_topic_with_a_limit_is_stamped_now() {
     kafka().wait_committed(&spec.group, &input, &three, Duration::from_secs(60), || filter.logs());
     let scrape = filter.scrape();
     assert!(filter.terminate().success(), "{}", filter.logs());
-    assert_eq!(
-        metric(&scrape, "kafka_dedup_side_copies_refused_total", &[]),
-        0.0,
-        "{scrape}"
-    );
+    assert_no_side_copy_refused(&scrape);
     assert_eq!(
         forwarded(&output, &input, 1)[&0],
         [Some("old".to_string()), Some("new".to_string())]
     );
-    let copies = kafka().read_records(&dups, 1);
-    assert_eq!(copies[&0].len(), 1, "{:?}", copies[&0]);
-    assert_eq!(
-        copies[&0][0].header("kafka-dedup.reason"),
-        Some(Some(&b"duplicate"[..]))
-    );
-    assert_eq!(
-        copies[&0][0].header("kafka-dedup.timestamp"),
-        Some(Some(old.to_string().as_bytes()))
-    );
+    assert_one_copy_restamped(&dups, "old", "duplicate", old);
 }
