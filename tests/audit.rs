@@ -471,11 +471,10 @@ fn too_large_on_partition_1(name: &str, dead_letter: bool) -> (Scenario, Option<
 
 /// `given`'s configuration with `input.skip = skip`: the file `audit` reads, as the operator's.
 fn config_with_skip(given: &Scenario, skip: &str) -> std::path::PathBuf {
-    let text = given.spec.toml(free_port()).replacen(
-        "[input]\n",
-        &format!("[input]\nskip = \"{skip}\"\n"),
-        1,
-    );
+    let text = given
+        .spec
+        .toml(free_port())
+        .replacen("[input]\n", &format!("[input]\nskip = \"{skip}\"\n"), 1);
     let path = given.path().join("skip.toml");
     std::fs::write(&path, text).unwrap();
     path
@@ -495,9 +494,13 @@ fn a_record_let_past_with_input_skip_is_skipped_not_lost() {
     let mut skipping = given.spec.clone();
     skipping.env.push(("KAFKA_DEDUP__INPUT__SKIP".into(), "1:1".into()));
     let mut filter = skipping.start(given.path());
-    given
-        .broker
-        .wait_committed(&given.spec.group, &given.input, &[(0, 3), (1, 4)].into_iter().collect(), Duration::from_secs(60), || filter.logs());
+    given.broker.wait_committed(
+        &given.spec.group,
+        &given.input,
+        &[(0, 3), (1, 4)].into_iter().collect(),
+        Duration::from_secs(60),
+        || filter.logs(),
+    );
     assert!(filter.terminate().success(), "{}", filter.logs());
 
     // When: the audit reads the operator's configuration; then: skipped, clean.
@@ -512,11 +515,16 @@ fn a_record_let_past_with_input_skip_is_skipped_not_lost() {
         "{json:#}"
     );
     let p1 = &json["partitions"][1];
-    assert_eq!((p1["forwarded"].as_u64(), p1["input_records"].as_u64()), (Some(3), Some(4)), "{p1:#}");
+    assert_eq!(
+        (p1["forwarded"].as_u64(), p1["input_records"].as_u64()),
+        (Some(3), Some(4)),
+        "{p1:#}"
+    );
     assert_eq!(p1["skipped"]["count"], 1, "{p1:#}");
     assert_eq!(p1["skipped"]["examples"][0]["input_offset"], 1, "{p1:#}");
     assert_eq!(json["partitions"][0]["skipped"]["count"], 0);
     let text = Audit::run(&config, &[]);
+    eprintln!("{}", text.stdout);
     assert_eq!(text.code, 0, "{}", text.stdout);
     for needle in ["SKIPPED input offset 1", "1 skipped", "CLEAN"] {
         assert!(text.stdout.contains(needle), "{needle:?} in:\n{}", text.stdout);
@@ -553,16 +561,24 @@ fn a_dead_lettered_record_is_dead_lettered_not_lost() {
     let json: serde_json::Value = serde_json::from_str(&a.stdout).unwrap();
     assert_eq!(json["clean"], true, "{json:#}");
     assert_eq!(
-        (json["totals"]["dead_lettered"].as_u64(), json["totals"]["lost"].as_u64()),
+        (
+            json["totals"]["dead_lettered"].as_u64(),
+            json["totals"]["lost"].as_u64()
+        ),
         (Some(1), Some(0)),
         "{json:#}"
     );
     let p1 = &json["partitions"][1];
     assert_eq!(p1["dead_lettered"]["count"], 1, "{p1:#}");
     let d = &p1["dead_lettered"]["examples"][0];
-    assert_eq!((d["input_offset"].as_i64(), d["reason"].as_str()), (Some(1), Some("too_large")), "{d:#}");
+    assert_eq!(
+        (d["input_offset"].as_i64(), d["reason"].as_str()),
+        (Some(1), Some("too_large")),
+        "{d:#}"
+    );
     assert_eq!(json["partitions"][0]["dead_lettered"]["count"], 0);
     let text = given.audit(&[]);
+    eprintln!("{}", text.stdout);
     assert_eq!(text.code, 0, "{}", text.stdout);
     for needle in ["DEAD-LETTERED input offset 1", "too_large", "1 dead-lettered", "CLEAN"] {
         assert!(text.stdout.contains(needle), "{needle:?} in:\n{}", text.stdout);
@@ -575,6 +591,10 @@ fn a_dead_lettered_record_is_dead_lettered_not_lost() {
     assert_eq!(a.code, 1, "{}\n{}", a.stdout, a.stderr);
     let json: serde_json::Value = serde_json::from_str(&a.stdout).unwrap();
     let p1 = &json["partitions"][1];
-    assert_eq!((p1["lost"]["count"].as_u64(), p1["dead_lettered"]["count"].as_u64()), (Some(1), Some(1)), "{p1:#}");
+    assert_eq!(
+        (p1["lost"]["count"].as_u64(), p1["dead_lettered"]["count"].as_u64()),
+        (Some(1), Some(1)),
+        "{p1:#}"
+    );
     assert_eq!(p1["lost"]["examples"][0]["input_offset"], 4, "{p1:#}");
 }
