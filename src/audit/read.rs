@@ -19,6 +19,11 @@
 //!   there: a broker that answers wrongly costs a read from the log start, never a record).
 //! - The output is read to its end as of the start of the audit, or, once every input record of
 //!   the range is accounted for, until its clock is H_max past the range ([`audit_partition`]).
+//!
+//! Every partition's range is resolved first; then `fingerprint.dead_letter_topic`, when set, is
+//! read once, whole (`dead_letters`), for the copies of input records of those ranges, and
+//! `input.skip` is parsed: the records the filter let past on purpose ([`Diverted`]), which each
+//! partition's walk counts as dead-lettered or skipped instead of lost.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
