@@ -445,3 +445,156 @@ fn repeats_outside_the_horizon_are_counted_not_failed() {
         assert!(text.stdout.contains(needle), "{needle:?} in:\n{}", text.stdout);
     }
 }
+
+/// The user's sequence (a record the output refuses for its size): output topic with
+/// `max.message.bytes = 2000`, input `a-P-0`, then on partition 1 a 5 KB record (offset 1), then
+/// `b-P-0`, `b-P-1`, all stamped now. The filter forwards the small records and halts partition 1
+/// at offset 1 (committed there) unless `dead_letter` names a topic, where the record then goes.
+fn too_large_on_partition_1(name: &str, dead_letter: bool) -> (Scenario, Option<String>) {
+    let mut given = Scenario::input_only(name, 2);
+    kafka().create_topic_with(&given.output, 2, &[("max.message.bytes", "2000")]);
+    let dlq = dead_letter.then(|| given.side_topic(&format!("{name}-dlq")));
+    if let Some(dlq) = &dlq {
+        given.spec.fingerprint = format!("[fingerprint]\nsource = \"value\"\ndead_letter_topic = \"{dlq}\"\n");
+    }
+    let now = now_ms();
+    for p in 0..2 {
+        let mut records = vec![(now, raw(None, Some(&format!("a-{p}-0")), &[]))];
+        if p == 1 {
+            records.push((now, raw(None, Some(&"x".repeat(5_000)), &[])));
+        }
+        records.extend((0..2).map(|i| (now, raw(None, Some(&format!("b-{p}-{i}")), &[]))));
+        given.produce_timed(p, &records);
+    }
+    (given, dlq)
+}
+
+/// `given`'s configuration with `input.skip = skip`: the file `audit` reads, as the operator's.
+fn config_with_skip(given: &Scenario, skip: &str) -> std::path::PathBuf {
+    let text = given
+        .spec
+        .toml(free_port())
+        .replacen("[input]\n", &format!("[input]\nskip = \"{skip}\"\n"), 1);
+    let path = given.path().join("skip.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The user's sequence (a): the 5 KB record halts partition 1; the documented way past,
+/// `input.skip = "1:1"` without a dead-letter topic, drops it. The audit, given that
+/// configuration, reports it as skipped (its offset), not lost: clean, exit 0, in JSON and text.
+/// The same audit without `input.skip` in the configuration still calls it lost.
+#[test]
+fn a_record_let_past_with_input_skip_is_skipped_not_lost() {
+    // Given: partition 1 halted at the big record, then the filter run again with input.skip.
+    let (given, _) = too_large_on_partition_1("audit-skip", false);
+    let filter = given.start();
+    given.wait_committed(&filter, &[(0, 3), (1, 1)]);
+    given.stop(filter);
+    let mut skipping = given.spec.clone();
+    skipping.env.push(("KAFKA_DEDUP__INPUT__SKIP".into(), "1:1".into()));
+    let mut filter = skipping.start(given.path());
+    given.broker.wait_committed(
+        &given.spec.group,
+        &given.input,
+        &[(0, 3), (1, 4)].into_iter().collect(),
+        Duration::from_secs(60),
+        || filter.logs(),
+    );
+    assert!(filter.terminate().success(), "{}", filter.logs());
+
+    // When: the audit reads the operator's configuration; then: skipped, clean.
+    let config = config_with_skip(&given, "1:1");
+    let a = Audit::run(&config, &["--json"]);
+    assert_eq!(a.code, 0, "{}\n{}", a.stdout, a.stderr);
+    let json: serde_json::Value = serde_json::from_str(&a.stdout).unwrap();
+    assert_eq!(json["clean"], true, "{json:#}");
+    assert_eq!(
+        (json["totals"]["skipped"].as_u64(), json["totals"]["lost"].as_u64()),
+        (Some(1), Some(0)),
+        "{json:#}"
+    );
+    let p1 = &json["partitions"][1];
+    assert_eq!(
+        (p1["forwarded"].as_u64(), p1["input_records"].as_u64()),
+        (Some(3), Some(4)),
+        "{p1:#}"
+    );
+    assert_eq!(p1["skipped"]["count"], 1, "{p1:#}");
+    assert_eq!(p1["skipped"]["examples"][0]["input_offset"], 1, "{p1:#}");
+    assert_eq!(json["partitions"][0]["skipped"]["count"], 0);
+    let text = Audit::run(&config, &[]);
+    eprintln!("{}", text.stdout);
+    assert_eq!(text.code, 0, "{}", text.stdout);
+    for needle in ["SKIPPED input offset 1", "1 skipped", "CLEAN"] {
+        assert!(text.stdout.contains(needle), "{needle:?} in:\n{}", text.stdout);
+    }
+    assert!(!text.stdout.contains("LOST"), "{}", text.stdout);
+
+    // When: the configuration does not name it; then: the record is lost.
+    let a = given.audit(&["--json"]);
+    assert_eq!(a.code, 1, "{}\n{}", a.stdout, a.stderr);
+    let r = a.report();
+    assert_eq!(r.totals.lost, 1, "{r:#?}");
+    assert_eq!(partition(&r, 1).audit.lost.examples[0].input_offset, 1);
+}
+
+/// The user's sequence (b): with `fingerprint.dead_letter_topic` set, the 5 KB record goes there
+/// (`kafka-dedup.reason = too_large`, `kafka-dedup.source` its input coordinates). The audit
+/// reads that topic and reports the record as dead-lettered with its reason: clean, exit 0. A
+/// record appended to the input afterwards and never forwarded is still lost.
+#[test]
+fn a_dead_lettered_record_is_dead_lettered_not_lost() {
+    // Given: the filter ran over all of it, the big record dead-lettered.
+    let (given, dlq) = too_large_on_partition_1("audit-dlq", true);
+    let dlq = dlq.unwrap();
+    let filter = given.start();
+    given.wait_committed(&filter, &[(0, 3), (1, 4)]);
+    given.stop(filter);
+    let dead = given.broker.read_records(&dlq, 1);
+    assert_eq!(dead[&0].len(), 1);
+    assert_eq!(dead[&0][0].header("kafka-dedup.reason"), Some(Some(&b"too_large"[..])));
+
+    // When: the audit judges it; then: dead-lettered, with its reason, and clean.
+    let a = given.audit(&["--json"]);
+    assert_eq!(a.code, 0, "{}\n{}", a.stdout, a.stderr);
+    let json: serde_json::Value = serde_json::from_str(&a.stdout).unwrap();
+    assert_eq!(json["clean"], true, "{json:#}");
+    assert_eq!(
+        (
+            json["totals"]["dead_lettered"].as_u64(),
+            json["totals"]["lost"].as_u64()
+        ),
+        (Some(1), Some(0)),
+        "{json:#}"
+    );
+    let p1 = &json["partitions"][1];
+    assert_eq!(p1["dead_lettered"]["count"], 1, "{p1:#}");
+    let d = &p1["dead_lettered"]["examples"][0];
+    assert_eq!(
+        (d["input_offset"].as_i64(), d["reason"].as_str()),
+        (Some(1), Some("too_large")),
+        "{d:#}"
+    );
+    assert_eq!(json["partitions"][0]["dead_lettered"]["count"], 0);
+    let text = given.audit(&[]);
+    eprintln!("{}", text.stdout);
+    assert_eq!(text.code, 0, "{}", text.stdout);
+    for needle in ["DEAD-LETTERED input offset 1", "too_large", "1 dead-lettered", "CLEAN"] {
+        assert!(text.stdout.contains(needle), "{needle:?} in:\n{}", text.stdout);
+    }
+
+    // When: a record on partition 1 is in neither the output nor the dead-letter topic (written
+    // to the input, no filter running; audited to the end); then: lost, exit 1.
+    given.produce_timed(1, &[(now_ms(), raw(None, Some("c-1-0"), &[]))]);
+    let a = given.audit(&["--json", "--to-offset", "5"]);
+    assert_eq!(a.code, 1, "{}\n{}", a.stdout, a.stderr);
+    let json: serde_json::Value = serde_json::from_str(&a.stdout).unwrap();
+    let p1 = &json["partitions"][1];
+    assert_eq!(
+        (p1["lost"]["count"].as_u64(), p1["dead_lettered"]["count"].as_u64()),
+        (Some(1), Some(1)),
+        "{p1:#}"
+    );
+    assert_eq!(p1["lost"]["examples"][0]["input_offset"], 4, "{p1:#}");
+}

@@ -768,3 +768,61 @@ fn a_panicking_route_stage_stops_the_process() {
     assert_eq!(status.code(), Some(1), "{}", f.logs());
     assert!(f.logs().contains("panic point route reached"), "{}", f.logs());
 }
+
+/// The audit of the global scope (route topic -> output) counts a record the filter stage put in
+/// `fingerprint.dead_letter_topic` (too large for the output: `max.message.bytes = 2000`, a 5 KB
+/// record) as dead-lettered, by its provenance naming the route topic: clean, exit 0, nothing
+/// lost.
+#[test]
+fn the_audit_of_the_global_scope_counts_dead_lettered_records_not_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Topics {
+        input: unique("global-dl-in"),
+        route: unique("global-dl-route"),
+        output: unique("global-dl-out"),
+    };
+    kafka().create_topic(&t.input, 3);
+    kafka().create_topic(&t.route, 3);
+    kafka().create_topic_with(&t.output, 3, &[("max.message.bytes", "2000")]);
+    let dlq = unique("global-dl-dlq");
+    kafka().create_topic(&dlq, 1);
+    for p in 0..3 {
+        let mut records: Vec<Raw> = (0..3).map(|i| raw(None, Some(&format!("v-{p}-{i}")), &[])).collect();
+        if p == 1 {
+            records.insert(1, raw(None, Some(&"x".repeat(5_000)), &[]));
+        }
+        kafka().produce_raw(&t.input, p, &records);
+    }
+    let mut spec = global(&t, dir.path());
+    spec.fingerprint = format!(
+        "[fingerprint]\nsource = \"value\"\nscope = \"global\"\nroute_topic = \"{}\"\ndead_letter_topic = \"{dlq}\"\n",
+        t.route
+    );
+    let filter = spec.start(dir.path());
+    wait_both_drained(&spec, &t.route, &[&filter]);
+    let mut filter = filter;
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let dead = kafka().read_records(&dlq, 1);
+    assert_eq!(dead[&0].len(), 1, "the big record dead-lettered");
+    assert_eq!(dead[&0][0].header("kafka-dedup.reason"), Some(Some(&b"too_large"[..])));
+
+    let (code, said, report) = spec.audit_json(dir.path());
+    assert_eq!(code, Some(0), "audit of the global scope: {said}");
+    let report = report.expect("a JSON report");
+    assert_eq!(
+        (
+            report["totals"]["forwarded"].as_u64(),
+            report["totals"]["dead_lettered"].as_u64(),
+            report["totals"]["lost"].as_u64()
+        ),
+        (Some(9), Some(1), Some(0)),
+        "{said}"
+    );
+    let d = report["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|p| p["dead_lettered"]["examples"].get(0).cloned())
+        .expect("an example");
+    assert_eq!(d["reason"], "too_large", "{d:#}");
+}

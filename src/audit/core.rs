@@ -47,7 +47,13 @@
 //!   replays it has. Records without fingerprint follow `on_missing`: `forward` ones are matched
 //!   by their bytes (an xxh3-128 of key and value, [`content_hash`]) and are lost when not in the
 //!   output (they are never replays); `drop`, `dead_letter` and `fail` ones are not expected in
-//!   the output and never lost (counted as `not_forwardable`).
+//!   the output and never lost (counted as `not_forwardable`, or dead-lettered, below).
+//! - **Let past on purpose** (not a failure): an input record of the range no output record is
+//!   matched to, that the filter put aside by its configuration ([`Rules::diverted`]): found in
+//!   the dead-letter topic, it is **dead-lettered** (with the copy's reason); named in
+//!   `input.skip`, **skipped**. This comes before the replay rule (the filter puts a record aside
+//!   before it looks it up), and such a record is no copy of its event for the rules above: the
+//!   filter learns no fingerprint of it, so a replay of it not in the output is lost.
 //! - **Out of order**: an output record whose source has a lower input offset than the source of
 //!   an earlier output record (the cursor). Each such record counts once; the cursor stays.
 //! - **Repeat outside the horizon** (not a failure): an output record matched to an input

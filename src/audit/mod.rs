@@ -3,11 +3,14 @@
 //!
 //! - **duplicates**: output records repeating an earlier one (the same input record twice, by
 //!   provenance; or the same fingerprint less than H_min apart on the output's record clock);
-//! - **lost**: input records neither in the output nor replays of an event that is;
+//! - **lost**: input records neither in the output nor replays of an event that is, nor let past
+//!   on purpose (below);
 //! - **out of order**: output records whose source comes before an earlier output record's;
 //! - **unexpected**: output records that copy no input record of the range;
 //! - and, apart, not a failure: **repeats outside the horizon**, identical records forwarded
-//!   H_max or more apart (the filter's rule).
+//!   H_max or more apart (the filter's rule); input records let past on purpose, not in the
+//!   output: **skipped** (named in `input.skip`) and **dead-lettered** (a copy in
+//!   `fingerprint.dead_letter_topic` names them by provenance; its reason is reported).
 //!
 //! The exact rules, the horizon (H_min, H_max) and the memory bound are in [`core`](mod@core);
 //! where each partition's range begins and ends in [`read`]. Without provenance headers records

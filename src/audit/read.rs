@@ -19,6 +19,11 @@
 //!   there: a broker that answers wrongly costs a read from the log start, never a record).
 //! - The output is read to its end as of the start of the audit, or, once every input record of
 //!   the range is accounted for, until its clock is H_max past the range ([`audit_partition`]).
+//!
+//! Every partition's range is resolved first; then `fingerprint.dead_letter_topic`, when set, is
+//! read once, whole (`dead_letters`), for the copies of input records of those ranges, and
+//! `input.skip` is parsed: the records the filter let past on purpose ([`Diverted`]), which each
+//! partition's walk counts as dead-lettered or skipped instead of lost.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -29,12 +34,13 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Timestamp};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use super::core::{audit_partition, AuditRecord, Bounds, Horizon, Rules};
+use super::core::{audit_partition, AuditRecord, Bounds, DeadLetter, Diverted, Horizon, Rules};
 use super::report::{LowerBound, PartitionReport, Range, Report, UpperBound};
 use super::AuditError;
 use crate::config::{Config, Partitioning, Start};
 use crate::fingerprint::Fingerprinter;
 use crate::kafka::{self, Reader, ReaderContext, TopicError};
+use crate::record::RecordFields;
 
 /// Timeout of one request to the brokers (metadata, offsets, one record).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -103,19 +109,34 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
     let committed = committed(&meta, cfg, &partitions)?;
     let fingerprinter = Fingerprinter::of_config(&cfg.fingerprint)?;
     let (input_reader, output_reader) = (reader(cfg)?, reader(cfg)?);
+    let plans = partitions
+        .iter()
+        .map(|p| {
+            Ok((
+                *p,
+                plan(&meta, cfg, request, horizon, *p, committed.get(p).copied().flatten())?,
+            ))
+        })
+        .collect::<Result<Vec<_>, AuditError>>()?;
+    let mut dead_letters = dead_letters(cfg, &plans)?;
+    // Validated when the configuration was loaded.
+    let skips = crate::config::parse_skips(&cfg.input.skip).unwrap_or_default();
     let progress = Progress::new(partitions.len());
     let mut report = Report::new(cfg, horizon);
-    for (i, p) in partitions.iter().enumerate() {
-        let plan = plan(&meta, cfg, request, horizon, *p, committed.get(p).copied().flatten())?;
+    for (i, (p, plan)) in plans.into_iter().enumerate() {
         let rules = Rules {
-            partition: *p,
+            partition: p,
             horizon,
             on_missing: cfg.fingerprint.on_missing,
             bounds: plan.bounds,
             now_ms: request.now_ms,
+            diverted: Diverted {
+                skips: skips.iter().filter(|(q, _)| *q == p).map(|(_, o)| *o).collect(),
+                dead_letters: dead_letters.remove(&p).unwrap_or_default(),
+            },
         };
         progress.start(
-            *p,
+            p,
             i,
             (plan.range.input_read_from, plan.range.to_offset),
             (plan.range.output_read_from, plan.range.output_end),
@@ -124,7 +145,7 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
         let input = Stream::open(
             &input_reader,
             &cfg.input.topic,
-            *p,
+            p,
             plan.range.input_read_from,
             plan.range.to_offset,
             Side::Input {
@@ -137,7 +158,7 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
         let output = Stream::open(
             &output_reader,
             &cfg.output.topic,
-            *p,
+            p,
             plan.range.output_read_from,
             plan.range.output_end,
             Side::Output {
@@ -155,6 +176,106 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
         });
     }
     Ok(report)
+}
+
+/// The copies in `fingerprint.dead_letter_topic` (none when it is not set, or the topic does not
+/// exist) of the input records `plans` read, by input partition and input offset: every
+/// partition of the topic is read from its log start to its end as of now (read_committed), and
+/// a record is taken when its provenance (`kafka-dedup.source`, the last naming the input topic)
+/// names an input partition planned, at an offset in `[input_read_from, to_offset)`. Its reason
+/// is its last `kafka-dedup.reason` header; copies with the reason `duplicate` (a duplicates
+/// topic shared with the dead letters) are left out: the walk judges replays itself. The first
+/// copy of an input record is kept. Memory: one map entry (about 100 B) per copy taken; the
+/// topic's other records are only read. Errors: Kafka failures, a partition that stalls.
+fn dead_letters(cfg: &Config, plans: &[(i32, Plan)]) -> Result<BTreeMap<i32, BTreeMap<i64, DeadLetter>>, AuditError> {
+    let mut found: BTreeMap<i32, BTreeMap<i64, DeadLetter>> = BTreeMap::new();
+    let topic = cfg.fingerprint.dead_letter_topic.as_str();
+    if topic.is_empty() || plans.is_empty() {
+        return Ok(found);
+    }
+    let wanted: BTreeMap<i32, (i64, i64)> = plans
+        .iter()
+        .map(|(p, plan)| (*p, (plan.range.input_read_from, plan.range.to_offset)))
+        .collect();
+    let r = reader(cfg)?;
+    let Some(n) = kafka::partition_count(r.client(), topic, REQUEST_TIMEOUT)? else {
+        return Ok(found);
+    };
+    // Per dead-letter partition: (the next offset expected, its end).
+    let mut open: BTreeMap<i32, (i64, i64)> = BTreeMap::new();
+    let mut tpl = TopicPartitionList::new();
+    for q in 0..n.min(i32::MAX as usize) as i32 {
+        let (low, high) = r.fetch_watermarks(topic, q, REQUEST_TIMEOUT)?;
+        if low < high {
+            tpl.add_partition_offset(topic, q, Offset::Offset(low))?;
+            open.insert(q, (low, high));
+        }
+    }
+    if open.is_empty() {
+        return Ok(found);
+    }
+    r.assign(&tpl)?;
+    let (mut last, mut errors) = (Instant::now(), 0);
+    while let Some((&q, &(next, _))) = open.iter().next() {
+        match r.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) if m.topic() == topic => {
+                last = Instant::now();
+                let q = m.partition();
+                let Some(&(_, end)) = open.get(&q) else { continue };
+                if m.offset() >= end {
+                    open.remove(&q);
+                    continue;
+                }
+                if let Some(src) = crate::provenance::Provenance::of(&m, &cfg.input.topic) {
+                    let in_range = wanted
+                        .get(&src.partition)
+                        .is_some_and(|(from, to)| (*from..*to).contains(&src.offset));
+                    let mut reason = None;
+                    m.for_each_header(crate::provenance::REASON_HEADER.as_bytes(), &mut |v| {
+                        reason = Some(v.map_or_else(String::new, |v| String::from_utf8_lossy(v).into_owned()));
+                    });
+                    let reason = reason.filter(|r| !r.is_empty()).unwrap_or_else(|| "?".to_string());
+                    if in_range && reason != "duplicate" {
+                        found
+                            .entry(src.partition)
+                            .or_default()
+                            .entry(src.offset)
+                            .or_insert(DeadLetter {
+                                reason,
+                                partition: q,
+                                offset: m.offset(),
+                            });
+                    }
+                }
+                if m.offset() + 1 >= end {
+                    open.remove(&q);
+                } else {
+                    open.insert(q, (m.offset() + 1, end));
+                }
+            }
+            Some(Ok(_)) => {}
+            Some(Err(KafkaError::PartitionEOF(q))) => {
+                open.remove(&q);
+            }
+            Some(Err(e)) => {
+                errors += 1;
+                if errors > MAX_ERRORS {
+                    return Err(e.into());
+                }
+            }
+            None => {
+                if last.elapsed() > STALL_TIMEOUT {
+                    return Err(AuditError::Stalled {
+                        topic: topic.to_string(),
+                        partition: q,
+                        offset: next,
+                        seconds: STALL_TIMEOUT.as_secs(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// The input partitions to audit, ascending: `requested` (`--partition`, deduplicated), or every

@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::core::{
-    Duplicate, DuplicateRule, Horizon, Lost, OutOfOrder, PartitionAudit, Repeat, Unexpected, UnexpectedReason,
-    REPEATS_WITHIN,
+    DeadLettered, Duplicate, DuplicateRule, Horizon, Lost, OutOfOrder, PartitionAudit, Repeat, Skipped, Unexpected,
+    UnexpectedReason, REPEATS_WITHIN,
 };
 use crate::config::Config;
 
@@ -22,6 +22,12 @@ pub struct Report {
     pub fingerprint_source: String,
     /// `fingerprint.on_missing`.
     pub on_missing: String,
+    /// `fingerprint.dead_letter_topic`, read for the records put aside there; `None` when not set.
+    #[serde(default)]
+    pub dead_letter_topic: Option<String>,
+    /// `input.skip`, as configured (empty: none): the records let past on purpose.
+    #[serde(default)]
+    pub input_skip: String,
     /// The horizon measured with: H_min and H_max in ms.
     pub horizon: Horizon,
     /// True when no partition has a finding (exit code 0).
@@ -43,6 +49,12 @@ pub struct Totals {
     pub replays: u64,
     /// ... without fingerprint that `on_missing` does not forward.
     pub not_forwardable: u64,
+    /// ... let past with `input.skip` (not a finding).
+    #[serde(default)]
+    pub skipped: u64,
+    /// ... put aside in the dead-letter topic (not a finding).
+    #[serde(default)]
+    pub dead_lettered: u64,
     /// Output records read.
     pub output_records: u64,
     /// ... of which carry provenance.
@@ -128,6 +140,8 @@ impl Report {
             output_topic: cfg.output.topic.clone(),
             fingerprint_source: cfg.fingerprint.identity().to_string(),
             on_missing: cfg.fingerprint.on_missing.as_str().to_string(),
+            dead_letter_topic: Some(cfg.fingerprint.dead_letter_topic.clone()).filter(|t| !t.is_empty()),
+            input_skip: cfg.input.skip.trim().to_string(),
             horizon,
             clean: true,
             totals: Totals::default(),
@@ -143,6 +157,8 @@ impl Report {
         t.forwarded += a.forwarded;
         t.replays += a.replays;
         t.not_forwardable += a.not_forwardable;
+        t.skipped += a.skipped.count;
+        t.dead_lettered += a.dead_lettered.count;
         t.output_records += a.output_records;
         t.output_with_provenance += a.output_with_provenance;
         t.duplicates += a.duplicates.count;
@@ -174,20 +190,37 @@ impl Report {
             duration(self.horizon.min_ms),
             duration(self.horizon.max_ms)
         )?;
+        if self.dead_letter_topic.is_some() || !self.input_skip.is_empty() {
+            writeln!(
+                out,
+                "let past on purpose, not lost: {}; {}",
+                self.dead_letter_topic.as_deref().map_or_else(
+                    || "no dead-letter topic".to_string(),
+                    |t| format!("what the dead-letter topic {t} holds")
+                ),
+                if self.input_skip.is_empty() {
+                    "no input.skip".to_string()
+                } else {
+                    format!("input.skip = \"{}\"", self.input_skip)
+                }
+            )?;
+        }
         for p in &self.partitions {
             write_partition(out, p)?;
         }
         let t = &self.totals;
         writeln!(
             out,
-            "{}: {} partition(s), {} input records judged ({} forwarded, {} replays, {} not forwardable), \
-             {} output records; {} duplicate(s), {} lost, {} out of order, {} unexpected",
+            "{}: {} partition(s), {} input records judged ({} forwarded, {} replays, {} not forwardable, \
+             {} skipped, {} dead-lettered), {} output records; {} duplicate(s), {} lost, {} out of order, {} unexpected",
             if self.clean { "CLEAN" } else { "NOT CLEAN" },
             self.partitions.len(),
             t.input_records,
             t.forwarded,
             t.replays,
             t.not_forwardable,
+            t.skipped,
+            t.dead_lettered,
             t.output_records,
             t.duplicates,
             t.lost,
@@ -250,10 +283,12 @@ fn write_partition(out: &mut impl Write, p: &PartitionReport) -> io::Result<()> 
     )?;
     writeln!(
         out,
-        "  {} forwarded, {} replays, {} not forwardable; {}{}",
+        "  {} forwarded, {} replays, {} not forwardable, {} skipped, {} dead-lettered; {}{}",
         a.forwarded,
         a.replays,
         a.not_forwardable,
+        a.skipped.count,
+        a.dead_lettered.count,
         if a.clean() { "clean" } else { "NOT CLEAN" },
         match a.repeats_outside_horizon.count {
             0 => String::new(),
@@ -292,6 +327,19 @@ fn write_partition(out: &mut impl Write, p: &PartitionReport) -> io::Result<()> 
         a.unexpected.count,
         a.unexpected.examples.len(),
         "unexpected records",
+    )?;
+    for s in &a.skipped.examples {
+        write_skipped(out, s)?;
+    }
+    more(out, a.skipped.count, a.skipped.examples.len(), "skipped records")?;
+    for d in &a.dead_lettered.examples {
+        write_dead_lettered(out, d)?;
+    }
+    more(
+        out,
+        a.dead_lettered.count,
+        a.dead_lettered.examples.len(),
+        "dead-lettered records",
     )?;
     for r in &a.repeats_outside_horizon.examples {
         write_repeat(out, r)?;
@@ -353,6 +401,23 @@ fn write_lost(out: &mut impl Write, l: &Lost) -> io::Result<()> {
         l.input_offset,
         fingerprint(&l.fingerprint),
         time(l.clock_ms)
+    )
+}
+
+fn write_skipped(out: &mut impl Write, s: &Skipped) -> io::Result<()> {
+    writeln!(
+        out,
+        "  SKIPPED input offset {} (input clock {}): named in input.skip, let past on purpose (not lost)",
+        s.input_offset,
+        time(s.clock_ms)
+    )
+}
+
+fn write_dead_lettered(out: &mut impl Write, d: &DeadLettered) -> io::Result<()> {
+    writeln!(
+        out,
+        "  DEAD-LETTERED input offset {} ({}): in the dead-letter topic, partition {} offset {} (not lost)",
+        d.input_offset, d.reason, d.dead_letter_partition, d.dead_letter_offset
     )
 }
 

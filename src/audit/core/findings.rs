@@ -94,6 +94,30 @@ pub struct Lost {
     pub clock_ms: i64,
 }
 
+/// An input record `input.skip` names that is not in the output: let past on purpose, not lost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// Its input offset.
+    pub input_offset: i64,
+    /// The input clock at it, ms since the Unix epoch.
+    pub clock_ms: i64,
+}
+
+/// An input record that is not in the output but in `fingerprint.dead_letter_topic` (found by
+/// its `kafka-dedup.source` header): put aside on purpose, not lost.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLettered {
+    /// Its input offset.
+    pub input_offset: i64,
+    /// Why, its copy's `kafka-dedup.reason` (`too_large`, `timestamp_out_of_range`, `skipped`,
+    /// `not_json`, `no_id`, ...).
+    pub reason: String,
+    /// The copy's partition in the dead-letter topic.
+    pub dead_letter_partition: i32,
+    /// ... and its offset there.
+    pub dead_letter_offset: i64,
+}
+
 /// An output record whose source comes before the source of an earlier output record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutOfOrder {
@@ -148,7 +172,8 @@ pub struct PartitionAudit {
     pub partition: i32,
     /// Input records read before (or after) the range: context only.
     pub input_context_records: u64,
-    /// Input records in the range: `forwarded + replays + lost + not_forwardable`.
+    /// Input records in the range: `forwarded + replays + lost + not_forwardable + skipped +
+    /// dead_lettered`.
     pub input_records: u64,
     /// First input offset in the range read.
     pub first_input_offset: Option<i64>,
@@ -158,8 +183,15 @@ pub struct PartitionAudit {
     pub forwarded: u64,
     /// Input records of the range not in the output because they are replays (see the rules).
     pub replays: u64,
-    /// Input records of the range without fingerprint that `on_missing` does not forward.
+    /// Input records of the range without fingerprint that `on_missing` does not forward (and,
+    /// `dead_letter`, not found in the dead-letter topic).
     pub not_forwardable: u64,
+    /// Input records of the range `input.skip` names, not in the output: not a failure.
+    #[serde(default)]
+    pub skipped: Finding<Skipped>,
+    /// Input records of the range not in the output but in the dead-letter topic: not a failure.
+    #[serde(default)]
+    pub dead_lettered: Finding<DeadLettered>,
     /// Output records read.
     pub output_records: u64,
     /// ... of which carry provenance naming the input topic.

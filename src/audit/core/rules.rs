@@ -1,6 +1,8 @@
 //! What the audit of one partition is told: which input records are judged ([`Bounds`]) and
 //! the settings it judges them by ([`Rules`]).
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde::{Deserialize, Serialize};
 
 use super::record::Horizon;
@@ -47,4 +49,30 @@ pub struct Rules {
     pub bounds: Bounds,
     /// The wall clock, ms since the Unix epoch: later timestamps count as this.
     pub now_ms: i64,
+    /// The input records the filter let past on purpose: not expected in the output.
+    pub diverted: Diverted,
+}
+
+/// The input records of one partition the filter does not forward on purpose, by input offset:
+/// those `input.skip` names, and those found in `fingerprint.dead_letter_topic` (by their
+/// `kafka-dedup.source` header). One not in the output is counted as skipped or dead-lettered
+/// instead of lost (a dead-lettered one first: that is where it went).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Diverted {
+    /// Input offsets `input.skip` names in this partition.
+    pub skips: BTreeSet<i64>,
+    /// Input offsets found in the dead-letter topic, each with its copy there.
+    pub dead_letters: BTreeMap<i64, DeadLetter>,
+}
+
+/// A copy of an input record in the dead-letter topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// Its `kafka-dedup.reason` header (`too_large`, `timestamp_out_of_range`, `skipped`, or why
+    /// the record has no fingerprint: `not_json`, `no_id`, ...); `"?"` when it has none.
+    pub reason: String,
+    /// Its partition in the dead-letter topic.
+    pub partition: i32,
+    /// Its offset there.
+    pub offset: i64,
 }

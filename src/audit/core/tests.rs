@@ -68,6 +68,7 @@ fn rules(bounds: Bounds, on_missing: OnMissing) -> Rules {
         on_missing,
         bounds,
         now_ms: T0 + 1_000_000_000,
+        diverted: Diverted::default(),
     }
 }
 
@@ -143,7 +144,7 @@ fn check(rows: Vec<Row>, rules: &Rules) {
             assert_eq!(found(&a), want, "{case}: {a:#?}");
             assert_eq!(
                 a.input_records,
-                a.forwarded + a.replays + a.lost.count + a.not_forwardable,
+                a.forwarded + a.replays + a.lost.count + a.not_forwardable + a.skipped.count + a.dead_lettered.count,
                 "{case}: every input record of the range is accounted for once: {a:#?}"
             );
             assert_eq!(
@@ -348,6 +349,112 @@ fn records_without_fingerprint_follow_on_missing() {
         output(&[("a", 0, Some(0)), ("b", 20, Some(2))], true),
     );
     assert_eq!((a.input_records, a.not_forwardable, a.forwarded), (4, 2, 2));
+}
+
+/// Records the filter let past on purpose (`input.skip`, the dead-letter topic) are counted as
+/// skipped or dead-lettered, not lost, and the partition stays clean; one in neither, nor in the
+/// output, stays lost. A diverted record that is in the output anyway is forwarded; a replay of
+/// a diverted record is no replay (the filter learned no fingerprint of it) and is lost when
+/// missing. Records without fingerprint (`on_missing = "dead_letter"`) found in the dead-letter
+/// topic are dead-lettered, not "not forwardable".
+#[test]
+fn records_let_past_on_purpose_are_not_lost() {
+    let dead = |reason: &str, offset| DeadLetter {
+        reason: reason.into(),
+        partition: 0,
+        offset,
+    };
+    let mut r = rules(Bounds::ALL, OnMissing::DeadLetter);
+    r.diverted.skips = [1, 5].into_iter().collect();
+    r.diverted.dead_letters = [
+        (3, dead("too_large", 0)),
+        (6, dead("not_json", 1)),
+        (5, dead("skipped", 2)),
+    ]
+    .into_iter()
+    .collect();
+    // Offsets: 0 a, 1 b (skipped), 2 c, 3 d (dead-lettered), 4 e (lost), 5 f (skipped, in the
+    // dead-letter topic), 6 U1 (no fingerprint, dead-lettered), 7 U2 (no fingerprint, not there),
+    // 8 g (named by input.skip? no: forwarded), 9 b again (a replay of the skipped b: lost).
+    let input = self::input(&[
+        ("a", 0),
+        ("b", 10),
+        ("c", 20),
+        ("d", 30),
+        ("e", 40),
+        ("f", 50),
+        ("U1", 60),
+        ("U2", 70),
+        ("g", 80),
+        ("b", 90),
+    ]);
+    for provenance in [false, true] {
+        let out = output(&[("a", 0, Some(0)), ("c", 20, Some(2)), ("g", 80, Some(8))], provenance);
+        let a = run(&r, input.clone(), out);
+        assert_eq!(a.forwarded, 3, "{a:#?}");
+        assert_eq!(a.skipped.count, 1, "{a:#?}");
+        assert_eq!(a.skipped.examples[0].input_offset, 1);
+        // In the order settled: the one without fingerprint at once, the others as they settle.
+        let mut dl: Vec<(i64, &str, i64)> = a
+            .dead_lettered
+            .examples
+            .iter()
+            .map(|d| (d.input_offset, d.reason.as_str(), d.dead_letter_offset))
+            .collect();
+        dl.sort_unstable();
+        assert_eq!(
+            dl,
+            [(3, "too_large", 0), (5, "skipped", 2), (6, "not_json", 1)],
+            "{a:#?}"
+        );
+        let lost: Vec<i64> = a.lost.examples.iter().map(|l| l.input_offset).collect();
+        assert_eq!(lost, [4, 9], "{a:#?}");
+        assert_eq!((a.not_forwardable, a.replays), (1, 0), "{a:#?}");
+        assert_eq!(
+            a.input_records,
+            a.forwarded + a.replays + a.lost.count + a.not_forwardable + a.skipped.count + a.dead_lettered.count
+        );
+        assert!(!a.clean());
+    }
+
+    // Only the diverted ones missing: clean. A skipped record forwarded anyway: forwarded.
+    let mut r = rules(Bounds::ALL, OnMissing::Drop);
+    r.diverted.skips = [1, 2].into_iter().collect();
+    r.diverted.dead_letters = [(3, dead("timestamp_out_of_range", 0))].into_iter().collect();
+    let input = self::input(&[("a", 0), ("b", 10), ("c", 20), ("d", 30), ("e", 40)]);
+    for provenance in [false, true] {
+        let out = output(&[("a", 0, Some(0)), ("c", 20, Some(2)), ("e", 40, Some(4))], provenance);
+        let a = run(&r, input.clone(), out);
+        assert!(a.clean(), "{a:#?}");
+        assert_eq!(
+            (a.forwarded, a.skipped.count, a.dead_lettered.count),
+            (3, 1, 1),
+            "{a:#?}"
+        );
+    }
+    // Outside the range: not judged.
+    let mut r = rules(
+        Bounds {
+            from_offset: 2,
+            ..Bounds::ALL
+        },
+        OnMissing::Drop,
+    );
+    r.diverted.skips = [1].into_iter().collect();
+    let a = run(
+        &r,
+        input.clone(),
+        output(
+            &[
+                ("a", 0, Some(0)),
+                ("c", 20, Some(2)),
+                ("d", 30, Some(3)),
+                ("e", 40, Some(4)),
+            ],
+            true,
+        ),
+    );
+    assert_eq!((a.skipped.count, a.lost.count), (0, 0), "{a:#?}");
 }
 
 /// Bounds: the records before the range (the lead-in) inform, and are never judged.

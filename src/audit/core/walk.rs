@@ -5,7 +5,8 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::findings::{
-    Duplicate, DuplicateRule, Finding, Lost, OutOfOrder, PartitionAudit, Repeat, Unexpected, UnexpectedReason,
+    DeadLettered, Duplicate, DuplicateRule, Finding, Lost, OutOfOrder, PartitionAudit, Repeat, Skipped, Unexpected,
+    UnexpectedReason,
 };
 use super::record::{AuditRecord, Identity};
 use super::rules::Rules;
@@ -181,7 +182,7 @@ impl<'r> Auditor<'r> {
         }
         let expected = matches!(r.identity, Identity::Fingerprint(_)) || self.rules.on_missing == OnMissing::Forward;
         if !expected {
-            if audited {
+            if audited && !self.divert(r.offset, clock) {
                 self.report.not_forwardable += 1;
             }
             return;
@@ -488,8 +489,43 @@ impl<'r> Auditor<'r> {
         }
     }
 
-    /// An input record no output record was matched to.
+    /// Counts the input record at `offset` (in the range, not in the output) as dead-lettered or
+    /// skipped when the filter let it past on purpose ([`super::rules::Diverted`]); false when
+    /// it did not.
+    fn divert(&mut self, offset: i64, clock: i64) -> bool {
+        let diverted = &self.rules.diverted;
+        if let Some(d) = diverted.dead_letters.get(&offset) {
+            self.report.dead_lettered.add(DeadLettered {
+                input_offset: offset,
+                reason: d.reason.clone(),
+                dead_letter_partition: d.partition,
+                dead_letter_offset: d.offset,
+            });
+            true
+        } else if diverted.skips.contains(&offset) {
+            self.report.skipped.add(Skipped {
+                input_offset: offset,
+                clock_ms: clock,
+            });
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether the filter let the input record at `offset` past on purpose.
+    fn diverted(&self, offset: i64) -> bool {
+        let diverted = &self.rules.diverted;
+        diverted.dead_letters.contains_key(&offset) || diverted.skips.contains(&offset)
+    }
+
+    /// An input record no output record was matched to. One let past on purpose is counted so
+    /// and is no copy of its event (the filter learns no fingerprint of it: a replay of it is
+    /// forwarded).
     fn finalize(&mut self, e: Entry) {
+        if e.audited && self.divert(e.offset, e.clock) {
+            return;
+        }
         let Identity::Fingerprint(fp) = e.identity else {
             if e.audited {
                 self.report.lost.add(Lost {
@@ -544,6 +580,7 @@ impl<'r> Auditor<'r> {
             && self.window.iter().all(|e| {
                 e.matched.is_some()
                     || !e.audited
+                    || self.diverted(e.offset)
                     || (matches!(e.identity, Identity::Fingerprint(_))
                         && self.copies.get(&e.identity).is_some_and(|list| {
                             list.iter()
