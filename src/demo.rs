@@ -63,6 +63,9 @@ pub struct DemoReport {
     pub checkpoints: u64,
     /// Comparison of output and input.
     pub verdict: Verdict,
+    /// The filter's horizon in words ([`crate::config::CheckpointConfig::horizon_in_words`]):
+    /// `checkpoint.interval` = the demo's, `checkpoint.generations` the default.
+    pub horizon: String,
 }
 
 /// Why the demo could not run.
@@ -105,6 +108,7 @@ pub fn run_demo(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
     cfg.store.path = store.path().join("store");
     cfg.http.listen = String::new();
     cfg.output.fence_wait = Duration::from_millis(500);
+    let horizon = cfg.checkpoint.horizon_in_words();
 
     let status = Status::new();
     let shutdown = Shutdown::new();
@@ -154,12 +158,14 @@ pub fn run_demo(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
         dropped: Totals::get(&totals.duplicates),
         checkpoints: Totals::get(&totals.checkpoints),
         verdict,
+        horizon,
     })
 }
 
 impl std::fmt::Display for DemoReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let v = &self.verdict;
+        writeln!(f, "horizon        {}", self.horizon)?;
         writeln!(
             f,
             "written        {:>7} records: {} distinct integers + {} replays from {} upstream crashes",
