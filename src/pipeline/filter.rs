@@ -716,7 +716,7 @@ fn destination<'c>(
         Route::DropReplay { copy_to_side, .. } => {
             copy_to_side.then(|| (side(&cfg.output.duplicates_topic, "duplicate"), None))
         }
-        Route::DropUnfingerprintable { .. } => None,
+        Route::DropRetaken | Route::DropUnfingerprintable { .. } => None,
         Route::DeadLetter { why } => Some((side(&cfg.fingerprint.dead_letter_topic, why.reason()), None)),
         Route::Fail { why } => {
             return Err(Fatal::Unfingerprintable {
