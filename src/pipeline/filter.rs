@@ -665,9 +665,13 @@ fn consumed(run: &mut Running, msg: &BorrowedMessage<'_>, input_partitions: usiz
     }
 }
 
-/// Counts a routed record: replays by age and distance, records without fingerprint by action
-/// and reason.
+/// Counts a routed record: replays by age and distance, records taken again (not replays:
+/// neither in the duplicates counter nor in the distance histogram), records without fingerprint
+/// by action and reason.
 fn count(run: &Running, decided: &Route, totals: &Totals) {
+    if let Route::DropRetaken = decided {
+        run.metrics.retaken.increment(1);
+    }
     if let Route::DropReplay { age, distance, .. } = decided {
         if let Some(c) = run.metrics.duplicates.get(*age) {
             c.increment(1);
