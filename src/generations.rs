@@ -122,7 +122,9 @@ pub struct Hit {
     pub age: usize,
     /// The epoch of the generation that matched.
     pub epoch: u64,
-    /// Input offset where the fingerprint was first seen, when known.
+    /// Input offset where the fingerprint was first seen, when known: the record's own when it
+    /// was forwarded by this process or a store snapshot holds it, the one the output record's
+    /// provenance names when recovery re-learned it; `None` without provenance.
     pub first_offset: Option<i64>,
 }
 

@@ -58,7 +58,8 @@ pub enum Route {
         /// Age of the generation that matched: 0 the current one, 1 the previous, ...
         age: usize,
         /// Input offsets from this record back to its first copy, when that offset is known
-        /// (not for fingerprints re-learned from the output topic).
+        /// (not for fingerprints re-learned from an output record without provenance, or
+        /// from another input partition's records).
         distance: Option<i64>,
         /// True when a copy goes to `output.duplicates_topic`.
         copy_to_side: bool,
@@ -120,7 +121,8 @@ impl Route {
 /// why it has none), its `stand_in` when it has none (the hash of its provenance; not used unless
 /// `on_missing = "forward"`), and `hit`, what
 /// the partition's generations hold of the fingerprint, or else of the stand-in (`None` when not
-/// held or neither is known).
+/// held or neither is known). A hit whose first offset is `offset` itself is
+/// [`Route::DropRetaken`]; any other hit a replay.
 pub fn route(
     policy: &Policy,
     partition: i32,
