@@ -47,7 +47,7 @@ fn relearn(c: &mut Criterion) {
                         let v = record.value.as_mut().expect("value");
                         v[..8].copy_from_slice(&o.to_le_bytes());
                         let fp = f.fingerprint(&record).expect("value present");
-                        black_box(gens.relearn(fp.0, 0, o as i64));
+                        black_box(gens.relearn(fp.0, 0, o as i64, Some(o as i64)));
                     }
                     total += start.elapsed();
                     assert_eq!(gens.total_len() as u64, RECORDS);

@@ -122,7 +122,9 @@ pub struct Hit {
     pub age: usize,
     /// The epoch of the generation that matched.
     pub epoch: u64,
-    /// Input offset where the fingerprint was first seen, when known.
+    /// Input offset where the fingerprint was first seen, when known: the record's own when it
+    /// was forwarded by this process or a store snapshot holds it, the one the output record's
+    /// provenance names when recovery re-learned it; `None` without provenance.
     pub first_offset: Option<i64>,
 }
 
@@ -283,19 +285,26 @@ impl Generations {
     }
 
     /// Inserts a fingerprint re-learned from the output topic at output `(partition, offset)`
-    /// into the newest generation whose `out_start` for that partition is at or before it.
-    /// Returns false if it lies before every generation (then it is outside the horizon).
-    pub fn relearn(&mut self, fp: u128, out_partition: i32, out_offset: i64) -> bool {
+    /// into the newest generation whose `out_start` for that partition is at or before it, with
+    /// `in_offset` as its first input offset: the input offset of the recovering partition that
+    /// the output record's provenance names (`None` without provenance, or when it names another
+    /// partition; kept as unknown when it lies before the generation's `in_start` or 2^32 - 1
+    /// offsets or more after it). A lookup then tells the same input record taken again (its
+    /// own offset) from a replay ([`crate::pipeline::route::Route::DropRetaken`]). Returns false
+    /// if it lies before every generation (then it is outside the horizon).
+    pub fn relearn(&mut self, fp: u128, out_partition: i32, out_offset: i64, in_offset: Option<i64>) -> bool {
         let starts_at_or_before = |g: &Generation| g.out_start.get(&out_partition).is_none_or(|s| *s <= out_offset);
         if starts_at_or_before(&self.current) {
-            self.current.table.insert(fp, UNKNOWN_OFFSET);
+            let rel = self.current.relative_offset(in_offset);
+            self.current.table.insert(fp, rel);
             return true;
         }
         // Frozen generations are immutable behind Arc; during recovery nothing else holds them.
         for g in self.frozen.iter_mut().rev() {
             if starts_at_or_before(g) {
                 if let Some(g) = Arc::get_mut(g) {
-                    g.table.insert(fp, UNKNOWN_OFFSET);
+                    let rel = g.relative_offset(in_offset);
+                    g.table.insert(fp, rel);
                     return true;
                 }
             }
@@ -418,11 +427,29 @@ mod tests {
             Generation::new(5, 50, pos(0, 200), 0),
         ];
         let mut g = Generations::from_parts(gens, 3);
-        assert!(g.relearn(1, 0, 150));
-        assert!(g.relearn(2, 0, 250));
-        assert!(!g.relearn(3, 0, 99));
+        assert!(g.relearn(1, 0, 150, None));
+        assert!(g.relearn(2, 0, 250, None));
+        assert!(!g.relearn(3, 0, 99, None));
         assert_eq!(g.lookup(1).map(|h| (h.age, h.first_offset)), Some((1, None)));
         assert_eq!(g.lookup(2).map(|h| h.age), Some(0));
         assert_eq!(g.lookup(3), None);
+    }
+
+    /// A fingerprint re-learned with the input offset its provenance names keeps it as its first
+    /// offset, in whichever generation it lands; one before the generation's input start is
+    /// unknown, as without provenance.
+    #[test]
+    fn relearn_keeps_the_input_offset_of_the_provenance() {
+        let gens = vec![
+            Generation::new(4, 0, pos(0, 100), 0),
+            Generation::new(5, 50, pos(0, 200), 0),
+        ];
+        let mut g = Generations::from_parts(gens, 3);
+        assert!(g.relearn(1, 0, 150, Some(30)));
+        assert!(g.relearn(2, 0, 250, Some(70)));
+        assert!(g.relearn(3, 0, 260, Some(20)));
+        assert_eq!(g.lookup(1).map(|h| (h.age, h.first_offset)), Some((1, Some(30))));
+        assert_eq!(g.lookup(2).map(|h| (h.age, h.first_offset)), Some((0, Some(70))));
+        assert_eq!(g.lookup(3).map(|h| (h.age, h.first_offset)), Some((0, None)));
     }
 }

@@ -158,6 +158,15 @@ pub const SKIPPED: &str = "kafka_dedup_records_skipped_total";
 /// partition's next offset with no seek of kafka-dedup's to explain it (the input partition was
 /// truncated, or its position reset to `earliest`): not taken, and lost unless replays.
 pub const INPUT_REWOUND: &str = "kafka_dedup_input_rewound_records_total";
+/// `kafka_dedup_input_retaken_records_total{partition}`: input records taken a second time, not
+/// replays: the generations held their fingerprint (or stand-in) with the record's own input
+/// offset as its first offset ([`crate::pipeline::route::Route::DropRetaken`]), so it was
+/// forwarded before (by a process killed before its checkpoint committed it, or an owner whose
+/// hand-over did not commit) and re-learned from the output's provenance. Dropped without a copy
+/// to `output.duplicates_topic`; not in [`DUPLICATES_DROPPED`]. A burst after a crash is expected
+/// (up to the records forwarded since the last checkpoint); without provenance such records count
+/// as replays.
+pub const INPUT_RETAKEN: &str = "kafka_dedup_input_retaken_records_total";
 /// `kafka_dedup_recovery_panics_total{partition}`: recovery workers that panicked (a bug); the
 /// recovery is retried with back-off.
 pub const RECOVERY_PANICS: &str = "kafka_dedup_recovery_panics_total";
@@ -174,9 +183,10 @@ pub const OLDEST_GENERATION: &str = "kafka_dedup_oldest_generation_info";
 
 /// Every counter (every name above ending in `_total`; a unit test checks the list against this
 /// file). Each is in the first scrape, at 0, with all its known label values.
-pub const COUNTERS: [&str; 19] = [
+pub const COUNTERS: [&str; 20] = [
     SIDE_REFUSED,
     INPUT_REWOUND,
+    INPUT_RETAKEN,
     REGISTRY_UNAVAILABLE,
     OUTPUT_REFUSED,
     SKIPPED,
@@ -321,6 +331,11 @@ pub fn describe() {
         "Records the consumer returned below the next offset without a seek (input truncated or reset): not taken."
     );
     describe_counter!(
+        INPUT_RETAKEN,
+        Unit::Count,
+        "Input records taken a second time (forwarded before a crash, re-learned with their own offset): dropped, not replays."
+    );
+    describe_counter!(
         RECOVERY_PANICS,
         Unit::Count,
         "Recovery workers that panicked; the recovery is retried with back-off."
@@ -405,6 +420,8 @@ pub struct PartitionMetrics {
     pub forwarded: Counter,
     /// Duplicates by generation age; index = age.
     pub duplicates: Vec<Counter>,
+    /// Input records taken a second time ([`INPUT_RETAKEN`]).
+    pub retaken: Counter,
     /// Offset distance of replays.
     pub distance: Histogram,
     /// Fingerprints held by generation age; index = age.
@@ -442,6 +459,7 @@ impl PartitionMetrics {
             duplicates: (0..generations)
                 .map(|age| counter!(DUPLICATES_DROPPED, "partition" => p.clone(), "generation" => age.to_string()))
                 .collect(),
+            retaken: counter!(INPUT_RETAKEN, "partition" => p.clone()),
             distance: histogram!(DUPLICATE_DISTANCE),
             held: (0..generations)
                 .map(|age| gauge!(FINGERPRINTS_HELD, "partition" => p.clone(), "generation" => age.to_string()))
@@ -789,6 +807,7 @@ mod tests {
             ),
             (SKIPPED, product(std::slice::from_ref(&partition))),
             (INPUT_REWOUND, product(std::slice::from_ref(&partition))),
+            (INPUT_RETAKEN, product(std::slice::from_ref(&partition))),
             (REGISTRY_UNAVAILABLE, product(std::slice::from_ref(&partition))),
             (RECOVERY_PANICS, product(std::slice::from_ref(&partition))),
             (STORE_WRITE_FAILURES, product(&[])),

@@ -23,6 +23,7 @@ const FORWARDED: &str = "kafka_dedup_records_forwarded_total";
 const DROPPED: &str = "kafka_dedup_duplicates_dropped_total";
 const REBUILDS: &str = "kafka_dedup_store_rebuilds_total";
 const SCANNED: &str = "kafka_dedup_recovery_records_scanned_total";
+const RETAKEN: &str = "kafka_dedup_input_retaken_records_total";
 
 /// Case 1: chaos. 50,000 integers with upstream replays over 3 partitions, while kafka-dedup is
 /// killed with SIGKILL at random moments at least 15 times and restarted.
@@ -124,13 +125,90 @@ fn killed_between_forwarding_and_checkpoint() {
     let mut filter = s.start();
     filter.wait_metric(CONSUMED, &[], 1500.0, Duration::from_secs(60));
     filter.wait_metric(FORWARDED, &[], (1500 - before) as f64, Duration::from_secs(60));
+    let scrape = filter.scrape();
     assert_eq!(
-        metric(&filter.scrape(), DROPPED, &[]),
+        metric(&scrape, RETAKEN, &[]),
         before as f64,
-        "exactly the forwarded ones were replays"
+        "exactly the forwarded ones were taken again:\n{scrape}"
+    );
+    assert_eq!(
+        metric(&scrape, DROPPED, &[]),
+        0.0,
+        "none of them is a replay:\n{scrape}"
     );
     assert!(filter.terminate().success());
     s.then_once_in_order(1500);
+}
+
+/// Rule: a record taken again after a crash (the restart resumes below what the killed process
+/// forwarded, and recovery re-learns the fingerprints, with their input offsets, from the output's
+/// provenance) is not a replay: it is dropped without a copy to `output.duplicates_topic` and
+/// counted in `kafka_dedup_input_retaken_records_total`, not in the duplicates counter. Run 1
+/// forwards 0..1000 and copies 50 upstream replays aside, commits nothing (no checkpoint) and is
+/// killed (SIGKILL); run 2 takes all 1050 again (1000 re-takes, 50 replays), then meets 100 new replays and 100 new records.
+/// The duplicates topic holds the upstream replays only: run 1's 50 twice (taken again, copied
+/// again: the side topic is at-least-once), run 2's 100 once; none names a record of the output.
+#[test]
+fn records_taken_again_after_a_crash_are_not_replays() {
+    let mut s = Scenario::new("retake", 1).killable();
+    let dups = s.side_topic("retake-dups");
+    s.spec
+        .env
+        .push(("KAFKA_DEDUP__OUTPUT__DUPLICATES_TOPIC".into(), dups.clone()));
+    s.spec.interval = "1h"; // no checkpoint: only the commit made when the partition starts
+    s.produce(0..1000);
+    s.replay(0..50); // input offsets 1000..1050
+    let mut filter = s.spec.start(s.path()); // to be killed: the killable session timeout
+    filter.wait_metric(CONSUMED, &[], 1050.0, Duration::from_secs(60));
+    filter.wait_metric(FORWARDED, &[], 1000.0, Duration::from_secs(60));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while kafka().end_offsets(&dups, 1)[&0] < 50 {
+        assert!(Instant::now() < deadline, "run 1's side copies:\n{}", filter.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    filter.kill9();
+    assert_eq!(s.committed(0), Some(0), "nothing was checkpointed");
+
+    let mut filter = s.start();
+    let replays = s.replay(100..200); // input offsets 1050..1150
+    s.produce(1000..1100); // input offsets 1150..1250
+    filter.wait_metric(CONSUMED, &[], 1250.0, Duration::from_secs(90));
+    filter.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(60));
+    let scrape = filter.scrape();
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    assert_eq!(replays.len(), 100);
+    assert_eq!(
+        metric(&scrape, RETAKEN, &[]),
+        1000.0,
+        "run 1's forwarded records taken again:\n{scrape}"
+    );
+    assert_eq!(
+        metric(&scrape, DROPPED, &[]),
+        150.0,
+        "the upstream replays run 2 met, run 1's 50 again and its own 100:\n{scrape}"
+    );
+    s.then_once_in_order(1100);
+
+    let source = |r: &Raw| {
+        r.headers
+            .iter()
+            .filter(|(k, _)| k.as_slice() == kafka_dedup::provenance::HEADER.as_bytes())
+            .filter_map(|(_, v)| v.as_deref().and_then(kafka_dedup::provenance::Provenance::parse))
+            .rfind(|p| p.topic == s.input)
+            .map(|p| p.offset)
+            .unwrap_or_else(|| panic!("without provenance: {r:?}"))
+    };
+    let output: std::collections::BTreeSet<i64> = s.output_records()[&0].iter().map(source).collect();
+    let mut copied: Vec<i64> = kafka().read_records(&dups, 1)[&0].iter().map(source).collect();
+    copied.sort_unstable();
+    let named_in_output: Vec<&i64> = copied.iter().filter(|o| output.contains(o)).collect();
+    assert!(
+        named_in_output.is_empty(),
+        "copies of forwarded records: {named_in_output:?}"
+    );
+    let mut want: Vec<i64> = (1000..1050).flat_map(|o| [o, o]).chain(1050..1150).collect();
+    want.sort_unstable();
+    assert_eq!(copied, want, "the upstream replays: run 1's twice, run 2's once");
 }
 
 /// Case 2b: killed after a checkpoint wrote the store but before the offsets were committed →
@@ -395,7 +473,12 @@ fn records_forwarded_after_the_snapshot_are_relearned() {
         forwarded as f64,
         "exactly run 2's records were re-read:\n{scrape}"
     );
-    assert_eq!(metric(&scrape, DROPPED, &[]), (forwarded + 300) as f64, "{scrape}");
+    assert_eq!(
+        metric(&scrape, RETAKEN, &[]),
+        forwarded as f64,
+        "run 2's records taken again:\n{scrape}"
+    );
+    assert_eq!(metric(&scrape, DROPPED, &[]), 300.0, "the upstream replays:\n{scrape}");
     assert!(filter.terminate().success());
     s.then_once_in_order(1100);
 }
@@ -499,11 +582,8 @@ fn records_forwarded_across_buckets_before_a_crash_stay_inside_the_horizon() {
         .map(|r| String::from_utf8(r.value.clone().unwrap_or_default()).unwrap())
         .collect();
     assert_eq!(out, ["x", "a", "b", "c", "d"], "{scrape}");
-    assert_eq!(
-        metric(&scrape, DROPPED, &[]),
-        3.0,
-        "b and c re-taken, c's replay\n{scrape}"
-    );
+    assert_eq!(metric(&scrape, RETAKEN, &[]), 2.0, "b and c re-taken\n{scrape}");
+    assert_eq!(metric(&scrape, DROPPED, &[]), 1.0, "c's replay\n{scrape}");
 }
 
 /// Issue 22 (low): a store snapshot that names the committed checkpoint but lists no generation

@@ -564,8 +564,8 @@ fn dump_of_a_million_fingerprints_runs_in_bounded_memory() {
 }
 
 /// What the fixture stores hold: per partition, its generations as (epoch, first input offset,
-/// values with their first-seen offsets; `None`: re-learned from the output topic). Fingerprint
-/// source `value`.
+/// values with their first-seen offsets; `None`: not known, re-learned from an output record
+/// without provenance). Fingerprint source `value`.
 type FixtureGeneration = (u64, i64, Vec<(String, Option<i64>)>);
 
 fn fixture_content() -> Vec<(i32, Vec<FixtureGeneration>)> {

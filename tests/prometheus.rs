@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use kafka_dedup::telemetry::{
-    CHECKPOINTS, CHECKPOINT_RESULTS, COUNTERS, DUPLICATES_DROPPED, INPUT_REWOUND, OUTPUT_REFUSED,
+    CHECKPOINTS, CHECKPOINT_RESULTS, COUNTERS, DUPLICATES_DROPPED, INPUT_RETAKEN, INPUT_REWOUND, OUTPUT_REFUSED,
     OUTPUT_REFUSED_ACTIONS, OUT_OF_SCOPE, OUT_OF_SCOPE_REASONS, POSITIONS_FROM_OUTPUT, POSITION_FROM_OUTPUT_REASONS,
     RECORDS_CONSUMED, RECORDS_FORWARDED, RECOVERY_PANICS, RECOVERY_SCANNED, REGISTRY_UNAVAILABLE, SIDES, SIDE_REFUSED,
     SKIPPED, STORE_REBUILDS, STORE_REBUILD_REASONS, STORE_WRITE_FAILURES, UNFINGERPRINTABLE, UNFINGERPRINTABLE_REASONS,
@@ -538,6 +538,7 @@ fn expected_counters(partitions: &[i32]) -> BTreeMap<&'static str, BTreeSet<BTre
         ),
         (SKIPPED, product(std::slice::from_ref(&p))),
         (INPUT_REWOUND, product(std::slice::from_ref(&p))),
+        (INPUT_RETAKEN, product(std::slice::from_ref(&p))),
         (REGISTRY_UNAVAILABLE, product(std::slice::from_ref(&p))),
         (
             DUPLICATES_DROPPED,
@@ -574,8 +575,9 @@ fn expected_counters(partitions: &[i32]) -> BTreeMap<&'static str, BTreeSet<BTre
 }
 
 /// The counters that stay 0 while no record is written (the test below writes none).
-const RECORD_COUNTERS: [&str; 12] = [
+const RECORD_COUNTERS: [&str; 13] = [
     INPUT_REWOUND,
+    INPUT_RETAKEN,
     RECOVERY_PANICS,
     REGISTRY_UNAVAILABLE,
     SIDE_REFUSED,

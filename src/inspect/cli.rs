@@ -275,9 +275,10 @@ fn print_lookup(out: &mut impl Write, l: &Lookup) -> std::io::Result<()> {
                 1 => "the previous generation".to_string(),
                 a => format!("{a} generations old"),
             },
-            h.first_seen_offset
-                .map_or("unknown (re-learned from the output topic)".to_string(), |o| o
-                    .to_string())
+            h.first_seen_offset.map_or(
+                "unknown (re-learned from an output record without provenance)".to_string(),
+                |o| o.to_string()
+            )
         )?;
     }
     for i in &l.incomplete {

@@ -183,8 +183,8 @@ pub fn lookup(scan: &mut Scan, fp: Fingerprint) -> Result<Lookup, StoreError> {
 
 /// Writes the fingerprints of `partition` (all live generations, or only epoch `generation`)
 /// to `out` as JSON lines `{"partition":P,"generation":E,"fingerprint":"HEX","first_seen_offset":O}`
-/// (`null` when re-learned from the output topic), in bounded memory ([`Scan`]). A closed
-/// output (`| head`) ends it quietly. Errors: no such partition or generation (usage), a chunk
+/// (`null` when not known: re-learned from an output record without provenance), in bounded
+/// memory ([`Scan`]). A closed output (`| head`) ends it quietly. Errors: no such partition or generation (usage), a chunk
 /// that fails its checks, other write errors.
 pub fn dump(
     scan: &mut Scan,

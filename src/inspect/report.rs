@@ -96,7 +96,8 @@ pub struct Holding {
     pub generation: u64,
     /// Age: 0 current, 1 previous, ...
     pub age: usize,
-    /// Input offset where it was first seen; `None` when re-learned from the output topic.
+    /// Input offset where it was first seen; `None` when not known (re-learned from an output
+    /// record without provenance, or before its generation's input start).
     pub first_seen_offset: Option<i64>,
 }
 

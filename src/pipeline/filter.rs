@@ -665,9 +665,13 @@ fn consumed(run: &mut Running, msg: &BorrowedMessage<'_>, input_partitions: usiz
     }
 }
 
-/// Counts a routed record: replays by age and distance, records without fingerprint by action
-/// and reason.
+/// Counts a routed record: replays by age and distance, records taken again (not replays:
+/// neither in the duplicates counter nor in the distance histogram), records without fingerprint
+/// by action and reason.
 fn count(run: &Running, decided: &Route, totals: &Totals) {
+    if let Route::DropRetaken = decided {
+        run.metrics.retaken.increment(1);
+    }
     if let Route::DropReplay { age, distance, .. } = decided {
         if let Some(c) = run.metrics.duplicates.get(*age) {
             c.increment(1);
@@ -716,7 +720,7 @@ fn destination<'c>(
         Route::DropReplay { copy_to_side, .. } => {
             copy_to_side.then(|| (side(&cfg.output.duplicates_topic, "duplicate"), None))
         }
-        Route::DropUnfingerprintable { .. } => None,
+        Route::DropRetaken | Route::DropUnfingerprintable { .. } => None,
         Route::DeadLetter { why } => Some((side(&cfg.fingerprint.dead_letter_topic, why.reason()), None)),
         Route::Fail { why } => {
             return Err(Fatal::Unfingerprintable {

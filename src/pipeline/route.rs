@@ -7,8 +7,10 @@
 //! |-------------------------------------|---------------------------------------------------|
 //! | fingerprint not held                | [`Route::Forward`] (and learn the fingerprint)     |
 //! | fingerprint held (a replay)         | [`Route::DropReplay`] (copied to `output.duplicates_topic` if set) |
+//! | fingerprint held, first taken at this record's own offset | [`Route::DropRetaken`]: the same input record taken again (after a crash or a hand-over that did not commit it), not a replay: no copy, not counted as one |
 //! | no fingerprint, `on_missing = forward`     | [`Route::ForwardUnfingerprintable`]        |
-//! | the same, stand-in held                    | [`Route::DropReplay`]: the same input record again (re-taken after a crash, or a second routed copy) |
+//! | the same, stand-in held at this offset     | [`Route::DropRetaken`]: the same input record re-taken after a crash |
+//! | the same, stand-in held otherwise          | [`Route::DropReplay`]: a second routed copy (global scope), or the offset not known |
 //! | no fingerprint, `on_missing = drop`        | [`Route::DropUnfingerprintable`]           |
 //! | no fingerprint, `on_missing = dead_letter` | [`Route::DeadLetter`]                      |
 //! | no fingerprint, `on_missing = fail`        | [`Route::Fail`]: the pipeline stops        |
@@ -56,11 +58,19 @@ pub enum Route {
         /// Age of the generation that matched: 0 the current one, 1 the previous, ...
         age: usize,
         /// Input offsets from this record back to its first copy, when that offset is known
-        /// (not for fingerprints re-learned from the output topic).
+        /// (not for fingerprints re-learned from an output record without provenance, or
+        /// from another input partition's records).
         distance: Option<i64>,
         /// True when a copy goes to `output.duplicates_topic`.
         copy_to_side: bool,
     },
+    /// The same input record taken a second time, not a replay: the fingerprint (or stand-in) is
+    /// held with this record's own input offset as its first offset, so it was learned from this
+    /// very record (forwarded before a crash, a hand-over that did not commit it, and re-learned
+    /// by recovery from the output's provenance). Dropped without a copy to
+    /// `output.duplicates_topic`, counted in `kafka_dedup_input_retaken_records_total`, not as a
+    /// replay.
+    DropRetaken,
     /// No fingerprint, `on_missing = "forward"`: produced to the output topic, and its stand-in
     /// learned (the hash of its provenance, [`stand_in_at`](crate::fingerprint::stand_in_at)),
     /// so that the same input record met again is dropped: re-taken after a crash (recovery
@@ -98,7 +108,7 @@ impl Route {
     /// `kafka_dedup_unfingerprintable_records_total`). `None` for a fingerprinted record.
     pub fn unfingerprintable(&self) -> Option<(OnMissing, &Unfingerprintable)> {
         match self {
-            Route::Forward { .. } | Route::DropReplay { .. } => None,
+            Route::Forward { .. } | Route::DropReplay { .. } | Route::DropRetaken => None,
             Route::ForwardUnfingerprintable { why, .. } => Some((OnMissing::Forward, why)),
             Route::DropUnfingerprintable { why } => Some((OnMissing::Drop, why)),
             Route::DeadLetter { why } => Some((OnMissing::DeadLetter, why)),
@@ -111,7 +121,8 @@ impl Route {
 /// why it has none), its `stand_in` when it has none (the hash of its provenance; not used unless
 /// `on_missing = "forward"`), and `hit`, what
 /// the partition's generations hold of the fingerprint, or else of the stand-in (`None` when not
-/// held or neither is known).
+/// held or neither is known). A hit whose first offset is `offset` itself is
+/// [`Route::DropRetaken`]; any other hit a replay.
 pub fn route(
     policy: &Policy,
     partition: i32,
@@ -127,11 +138,7 @@ pub fn route(
     let why = match fingerprint {
         Ok(fingerprint) => {
             return match hit {
-                Some(hit) => Route::DropReplay {
-                    age: hit.age,
-                    distance: hit.first_offset.map(|first| offset - first),
-                    copy_to_side: policy.copy_replays,
-                },
+                Some(hit) => dropped(policy, offset, hit),
                 None => Route::Forward {
                     fingerprint,
                     partition: out_partition,
@@ -144,11 +151,7 @@ pub fn route(
         OnMissing::Forward => match (stand_in, hit) {
             // The same input record again: re-taken after a crash, or copied again by the route
             // stage (global scope).
-            (Some(_), Some(hit)) => Route::DropReplay {
-                age: hit.age,
-                distance: hit.first_offset.map(|first| offset - first),
-                copy_to_side: policy.copy_replays,
-            },
+            (Some(_), Some(hit)) => dropped(policy, offset, hit),
             (learn, _) => Route::ForwardUnfingerprintable {
                 why,
                 partition: out_partition,
@@ -158,6 +161,21 @@ pub fn route(
         OnMissing::Drop => Route::DropUnfingerprintable { why },
         OnMissing::DeadLetter => Route::DeadLetter { why },
         OnMissing::Fail => Route::Fail { why },
+    }
+}
+
+/// The route of the record at input `offset` whose fingerprint (or stand-in) the generations hold
+/// (`hit`): [`Route::DropRetaken`] when it was first taken at this very offset (the same input
+/// record again), else [`Route::DropReplay`] (another offset, or none known: provenance off,
+/// a snapshot from before input offsets were kept).
+fn dropped(policy: &Policy, offset: i64, hit: Hit) -> Route {
+    match hit.first_offset {
+        Some(first) if first == offset => Route::DropRetaken,
+        first => Route::DropReplay {
+            age: hit.age,
+            distance: first.map(|first| offset - first),
+            copy_to_side: policy.copy_replays,
+        },
     }
 }
 
@@ -219,8 +237,14 @@ mod tests {
                 Route::DropReplay { age: 0, distance: Some(10), copy_to_side: false }),
             ("replay in an older generation, copied aside", policy(Forward, true, Key), Ok(FP), None, hit(1, Some(40)),
                 Route::DropReplay { age: 1, distance: Some(60), copy_to_side: true }),
-            ("replay of a re-learned fingerprint", policy(Drop, false, Preserve), Ok(FP), None, hit(1, None),
-                Route::DropReplay { age: 1, distance: None, copy_to_side: false }),
+            ("replay of a fingerprint re-learned without its input offset", policy(Drop, false, Preserve), Ok(FP), None,
+                hit(1, None), Route::DropReplay { age: 1, distance: None, copy_to_side: false }),
+            ("the same record taken again (first offset = its own), not copied aside", policy(Forward, true, Preserve),
+                Ok(FP), None, hit(0, Some(100)), Route::DropRetaken),
+            ("the same record taken again, from an older generation", policy(Drop, false, Key), Ok(FP), None,
+                hit(2, Some(100)), Route::DropRetaken),
+            ("replay of a record re-learned with its input offset, copied aside", policy(Forward, true, Preserve),
+                Ok(FP), None, hit(0, Some(99)), Route::DropReplay { age: 0, distance: Some(1), copy_to_side: true }),
             ("no fingerprint, forward, preserve", policy(Forward, true, Preserve), null(), None, None,
                 Route::ForwardUnfingerprintable { why: why.clone(), partition: Some(3), learn: None }),
             ("no fingerprint, forward, key", policy(Forward, false, Key), null(), None, None,
@@ -229,6 +253,10 @@ mod tests {
                 Route::ForwardUnfingerprintable { why: why.clone(), partition: Some(3), learn: Some(SI) }),
             ("global: no fingerprint, forward, stand-in held", policy(Forward, true, Preserve), null(), Some(SI),
                 hit(0, Some(97)), Route::DropReplay { age: 0, distance: Some(3), copy_to_side: true }),
+            ("no fingerprint, forward, stand-in held at its own offset: taken again", policy(Forward, true, Preserve),
+                null(), Some(SI), hit(1, Some(100)), Route::DropRetaken),
+            ("global: no fingerprint, forward, stand-in held, offset not known", policy(Forward, true, Preserve),
+                null(), Some(SI), hit(0, None), Route::DropReplay { age: 0, distance: None, copy_to_side: true }),
             ("global: no fingerprint, drop, stand-in held", policy(Drop, false, Preserve), null(), Some(SI),
                 hit(0, Some(97)), Route::DropUnfingerprintable { why: why.clone() }),
             ("global: no fingerprint, dead letter, stand-in new", policy(DeadLetter, false, Key), null(), Some(SI),
@@ -275,6 +303,7 @@ mod tests {
                 },
                 None,
             ),
+            (Route::DropRetaken, None),
         ];
         for (r, action) in cases {
             assert_eq!(r.unfingerprintable().map(|(a, _)| a), action, "{r:?}");

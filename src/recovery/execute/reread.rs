@@ -321,11 +321,12 @@ impl Progress<'_> {
         );
         if own {
             let t = horizon::reread_ms(m.timestamp().to_millis(), now_ms());
+            // The input offset of this partition the record was forwarded from (provenance).
+            let source = named
+                .as_ref()
+                .filter(|s| s.partition == req.partition)
+                .map(|s| s.offset);
             if let Some(r) = self.rotation.as_mut() {
-                let source = named
-                    .as_ref()
-                    .filter(|s| s.partition == req.partition)
-                    .map(|s| s.offset);
                 r.take(gens, q, o, t, source);
             }
             // A record forwarded without fingerprint is known by its stand-in (the input record
@@ -349,7 +350,9 @@ impl Progress<'_> {
             };
             let known = fp.ok().or_else(|| env.fingerprinter.stand_in(m));
             if let Some(fp) = known {
-                gens.relearn(fp.0, q, o);
+                // With its input offset: meeting that input record again after the restart is
+                // a re-take, not a replay (`route::Route::DropRetaken`).
+                gens.relearn(fp.0, q, o, source);
             }
             self.clock_ms = horizon::recovered(self.clock_ms, t);
         }
@@ -491,7 +494,7 @@ mod tests {
             };
             for (o, t, source) in records {
                 rotation.take(&mut gens, 0, *o, *t, *source);
-                gens.relearn(*o as u128 + 1, 0, *o);
+                gens.relearn(*o as u128 + 1, 0, *o, None);
             }
             // As `finish` does: the current generation takes the clock's bucket.
             gens.set_current_bucket(crate::horizon::bucket_of(rotation.clock.unwrap(), 1_000));
@@ -516,10 +519,10 @@ mod tests {
         gens.set_current_bucket(0);
         let mut rotation = Rotation::new(Some(500), 1_000, 3, Some(20), &gens);
         rotation.take(&mut gens, 0, 5, Some(100), Some(5));
-        gens.relearn(e, 0, 5);
+        gens.relearn(e, 0, 5, None);
         for (o, t, src) in [(6, 1_100, 21), (7, 2_100, 22), (8, 3_100, 23)] {
             rotation.take(&mut gens, 0, o, Some(t), Some(src));
-            gens.relearn(1000 + o as u128, 0, o);
+            gens.relearn(1000 + o as u128, 0, o, None);
         }
         assert!(
             gens.lookup(e).is_some(),
@@ -543,9 +546,9 @@ mod tests {
         gens.set_current_bucket(crate::horizon::bucket_of(backlog, interval));
         let mut rotation = Rotation::new(Some(backlog), interval, 3, Some(10), &gens);
         rotation.take(&mut gens, 0, 5, crate::horizon::reread_ms(Some(backlog), now), Some(5));
-        gens.relearn(0xE, 0, 5);
+        gens.relearn(0xE, 0, 5, None);
         rotation.take(&mut gens, 0, 6, crate::horizon::reread_ms(Some(now - 1), now), Some(6));
-        gens.relearn(0xF, 0, 6);
+        gens.relearn(0xF, 0, 6, None);
         assert!(
             gens.lookup(0xE).is_some(),
             "E, forwarded just before on the partition clock, forgotten"
