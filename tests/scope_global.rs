@@ -645,7 +645,12 @@ fn a_route_hand_over_that_times_out_purges_and_exits() {
     let mut b = replica("b").start(dir.path());
     let status = a.wait_exit(Duration::from_secs(60));
     let logs = a.logs();
-    assert_eq!(status.code(), Some(1), "{logs}");
+    // Exit 1; or, when a second rebalance is under way as the stage stops, librdkafka 2.12.1
+    // aborts the consumer's close (`rd_kafka_cgrp_terminated: assert:
+    // !rd_kafka_assignment_in_progress`, the class of librdkafka issue #5573): a crash after the
+    // purge, which crash safety covers (the rest of the test checks it). Any other end fails.
+    let aborted = status.code().is_none() && logs.contains("rd_kafka_assignment_in_progress");
+    assert!(status.code() == Some(1) || aborted, "{status:?}\n{logs}");
     assert!(
         logs.contains("route stage: hand-over with copies not acknowledged; dropping them from the producer"),
         "{logs}"
