@@ -351,10 +351,36 @@ pub fn wall_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// Runs a request of the test's own (not the filter's) to the broker; an error fails the test,
-/// naming `what`.
+/// Runs a request of the test's own (not the filter's) to the broker, again for up to 30 s while
+/// the broker answers with an error a client retries (a group coordinator moving or loading, a
+/// leader not elected yet, a request timed out: the suite's broker is started seconds before);
+/// any other error, or one still there after 30 s, fails the test, naming `what`.
 fn patiently<T>(what: &str, mut request: impl FnMut() -> rdkafka::error::KafkaResult<T>) -> T {
-    request().unwrap_or_else(|e| panic!("{what}: {e}"))
+    use rdkafka::types::RDKafkaErrorCode as C;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match request() {
+            Ok(v) => return v,
+            Err(e)
+                if std::time::Instant::now() < deadline
+                    && matches!(
+                        e.rdkafka_error_code(),
+                        Some(
+                            C::NotCoordinator
+                                | C::CoordinatorLoadInProgress
+                                | C::CoordinatorNotAvailable
+                                | C::LeaderNotAvailable
+                                | C::NotLeaderForPartition
+                                | C::RequestTimedOut
+                                | C::OperationTimedOut
+                        )
+                    ) =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
 }
 
 /// A unique name for a topic or group: `prefix-<random>`.
