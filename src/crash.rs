@@ -9,7 +9,9 @@
 //! the consumer's commit callback; after a periodic checkpoint's, the store holds exactly the
 //! committed checkpoint), `handover-before-commit` (revocation or shutdown:
 //! store written, offsets not committed). Route stage of the global scope: `route-after-produce`
-//! (a copy was handed to the producer), `route-committed` (input offsets committed).
+//! (a copy was handed to the producer), `route-before-commit` (a periodic or hand-over commit
+//! about to move input offsets past acknowledged copies: they are made again after the crash),
+//! `route-committed` (input offsets committed).
 //!
 //! Panic points ([`panic_point`]) panic instead of aborting, to test that a panic is caught:
 //! `recovery` (a recovery worker, before it reads anything; `recovery:2` the second attempt,

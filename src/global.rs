@@ -40,6 +40,14 @@ pub const RECORDS_ROUTED: &str = "kafka_dedup_records_routed_total";
 /// Only in the global scope. Also counted in `records_consumed`, not in `duplicates_dropped`.
 pub const ROUTE_COPIES_DROPPED: &str = "kafka_dedup_route_copies_dropped_total";
 
+/// `kafka_dedup_route_restamped_total`: copies the route stage of the global scope stamped now
+/// because the route topic does not take the record's own timestamp
+/// (`message.timestamp.before.max.ms` / `after.max.ms`, as the filter checks its output's): the
+/// copy carries the record's timestamp in the header `kafka-dedup.timestamp`, and is forwarded
+/// so. Without it, the broker's refusal is fatal to the gapless producer and met again at every
+/// start. Only in the global scope.
+pub const ROUTE_RESTAMPED: &str = "kafka_dedup_route_restamped_total";
+
 /// The filter stage's high-water marks of one route partition: per input partition (of
 /// `input.topic`), the highest input offset whose copy it took (forwarded, dropped or copied
 /// aside), by the copy's provenance header. Kept in the checkpoint (offset metadata, `hw`) and
@@ -94,6 +102,78 @@ pub fn merge_high_water(into: &mut HighWater, from: &HighWater) {
     }
 }
 
+/// The marks of one running route partition of the filter stage: those of every copy taken,
+/// which [`copy_fate`] checks, and what a commit may carry of them.
+///
+/// A commit at route offset `c` must carry the marks of the copies taken below `c` only: a
+/// copy taken at or after `c` is read again by the next owner, which must not find its own
+/// input offset marked already (it would drop the copy as a re-copy). Such copies exist when a
+/// commit stops short of what was taken: a halted partition commits up to its refused record
+/// (the halt is the record, which stays unacknowledged until it is taken), a hand-over up to the
+/// first unacknowledged copy. So the copies taken since the last settled point are kept, with
+/// their route offsets, until every record before them is done ([`Marks::settle`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Marks {
+    /// Of every copy taken.
+    taken: HighWater,
+    /// Of the copies below the settled point.
+    settled: HighWater,
+    /// The copies taken at or after the settled point: (route offset, input partition, input
+    /// offset), in route offset order.
+    pending: std::collections::VecDeque<(i64, i32, i64)>,
+}
+
+impl Marks {
+    /// The marks a partition resumes with (the checkpoint's and the re-read's), all below its
+    /// resume offset.
+    pub fn resumed(marks: HighWater) -> Self {
+        Marks {
+            taken: marks.clone(),
+            settled: marks,
+            pending: Default::default(),
+        }
+    }
+
+    /// The fate of a copy whose provenance is `source` ([`copy_fate`] with every copy taken).
+    pub fn fate(&self, source: Option<(i32, i64)>) -> CopyFate {
+        copy_fate(&self.taken, source)
+    }
+
+    /// Notes the copy at route offset `offset`, whose provenance is `source`, taken; `done` is
+    /// the partition's watermark (every record below it done), settled first, so that only the
+    /// copies not done yet stay pending.
+    pub fn take(&mut self, offset: i64, source: Option<(i32, i64)>, done: i64) {
+        self.settle(done);
+        if let Some((p, o)) = source {
+            note_taken(&mut self.taken, source);
+            self.pending.push_back((offset, p, o));
+        }
+    }
+
+    /// Every record below route offset `done` is done (acknowledged or dropped: the
+    /// partition's watermark): their marks settle.
+    pub fn settle(&mut self, done: i64) {
+        while let Some(&(_, p, o)) = self.pending.front().filter(|(offset, ..)| *offset < done) {
+            note_taken(&mut self.settled, Some((p, o)));
+            self.pending.pop_front();
+        }
+    }
+
+    /// The marks of the copies taken below route offset `commit`: what a commit there carries.
+    pub fn below(&self, commit: i64) -> HighWater {
+        let mut marks = self.settled.clone();
+        for (_, p, o) in self.pending.iter().take_while(|(offset, ..)| *offset < commit) {
+            note_taken(&mut marks, Some((*p, *o)));
+        }
+        marks
+    }
+
+    /// The marks of every copy taken (shown by `inspect`, tests).
+    pub fn taken(&self) -> &HighWater {
+        &self.taken
+    }
+}
+
 /// `kafka_dedup_route_lag_records{partition}`: the route stage's lag on an input partition (global
 /// scope): its high watermark (last stable offset) minus the route stage's committed offset, from
 /// librdkafka statistics, as [`crate::telemetry::CONSUMER_LAG`] is the filter stage's on the
@@ -120,6 +200,68 @@ pub use self::route::run_route;
 mod tests {
     use super::*;
     use crate::fingerprint::Fingerprinter;
+
+    /// What a commit carries of the marks, one row per case: copies taken (route offset, input
+    /// partition, input offset), the watermark settled, the commit's route offset, the marks
+    /// committed, and the fate of a copy of input offset 12 of partition 0 while running.
+    #[test]
+    fn a_commit_carries_the_marks_of_the_copies_below_it() {
+        let hw = |v: &[(i32, i64)]| v.iter().copied().collect::<HighWater>();
+        type Row = (&'static str, &'static [(i64, i32, i64)], i64, i64, HighWater, CopyFate);
+        #[rustfmt::skip]
+        let rows: [Row; 6] = [
+            ("everything taken is below the commit", &[(5, 0, 10), (6, 1, 3), (7, 0, 12)], 0, 8,
+                hw(&[(0, 12), (1, 3)]), CopyFate::Recopy),
+            ("a halted copy at 7: the commit stops before it, its input offset is not marked",
+                &[(5, 0, 10), (6, 1, 3), (7, 0, 12)], 7, 7, hw(&[(0, 10), (1, 3)]), CopyFate::Recopy),
+            ("a hand-over at the watermark 6, copies in flight from 6 on",
+                &[(5, 0, 10), (6, 1, 3), (7, 0, 12)], 6, 6, hw(&[(0, 10)]), CopyFate::Recopy),
+            ("settled past everything: the commit below the settled point still carries them",
+                &[(5, 0, 10)], 9, 9, hw(&[(0, 10)]), CopyFate::New),
+            ("nothing taken: the resumed marks", &[], 0, 4, hw(&[(2, 8)]), CopyFate::New),
+            ("records without provenance are not marks", &[], 3, 3, hw(&[(2, 8)]), CopyFate::New),
+        ];
+        for (why, taken, settled, commit, want, fate) in rows {
+            let mut m = Marks::resumed(if taken.is_empty() {
+                hw(&[(2, 8)])
+            } else {
+                HighWater::new()
+            });
+            for (offset, p, o) in taken {
+                m.take(*offset, Some((*p, *o)), 0);
+            }
+            m.take(8, None, 0);
+            m.settle(settled);
+            assert_eq!(m.below(commit), want, "{why}");
+            assert_eq!(m.fate(Some((0, 12))), fate, "{why}");
+        }
+    }
+
+    /// When the route topic's retention may delete unread copies, one row per case: the input's
+    /// and the route topic's `retention.ms` (absent: not read), a risk said or not.
+    #[test]
+    fn a_route_topic_keeping_records_shorter_than_the_input_is_a_risk() {
+        let of = |v: Option<&str>| -> BTreeMap<String, String> {
+            v.map(|v| [("retention.ms".to_string(), v.to_string())].into())
+                .unwrap_or_default()
+        };
+        #[rustfmt::skip]
+        let rows: [(&str, Option<&str>, Option<&str>, bool); 7] = [
+            ("a day under a week", Some("604800000"), Some("86400000"), true),
+            ("the same", Some("604800000"), Some("604800000"), false),
+            ("a week and a day", Some("604800000"), Some("691200000"), false),
+            ("the input forever", Some("-1"), Some("691200000"), true),
+            ("both forever", Some("-1"), Some("-1"), false),
+            ("the route forever", Some("604800000"), Some("-1"), false),
+            ("not read", None, Some("86400000"), false),
+        ];
+        for (why, input, route, risk) in rows {
+            let said = route::route_retention_risk(&of(input), &of(route));
+            assert_eq!(said.is_some(), risk, "{why}: {said:?}");
+        }
+        let said = route::route_retention_risk(&of(Some("-1")), &of(Some("86400000"))).unwrap();
+        assert!(said.contains("86400000") && said.contains("-1 (forever)"), "{said}");
+    }
 
     /// The route partition, one row per case: fingerprint (or none), input partition, route
     /// partitions, the answer.

@@ -228,9 +228,9 @@ pub struct Running {
     pub ckpt: String,
     /// The partition clock: when generations rotate ([`crate::horizon`]).
     pub clock: Clock,
-    /// Global scope, filter stage: the highest input offset taken per input partition
-    /// ([`crate::global::copy_fate`]); empty otherwise.
-    pub high_water: crate::global::HighWater,
+    /// Global scope, filter stage: the highest input offset taken per input partition, and
+    /// what a commit carries of them ([`crate::global::Marks`]); empty otherwise.
+    pub high_water: crate::global::Marks,
     /// When the partition was assigned and how many output records its recovery re-read; logged
     /// with the first record this ownership forwards, then cleared.
     pub first_forward: Option<FirstForward>,

@@ -15,13 +15,14 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
-use super::{route_partition, RECORDS_ROUTED, ROUTE_COPIES_DROPPED, ROUTE_LAG};
+use super::{route_partition, RECORDS_ROUTED, ROUTE_COPIES_DROPPED, ROUTE_LAG, ROUTE_RESTAMPED};
 use crate::config::{Config, Delivery, Start};
 use crate::fingerprint::Fingerprinter;
 use crate::kafka::{self, TopicError};
 use crate::partition::{InFlight, Target, SEQ_BITS};
 use crate::pipeline::delivery::Throttle;
-use crate::pipeline::refused::{RETRY_FIRST, RETRY_MAX};
+use crate::pipeline::refused::{with_timestamp_header, RETRY_FIRST, RETRY_MAX};
+use crate::pipeline::TimestampLimits;
 use crate::pipeline::{Fatal, HandoverError, RunError, Shutdown};
 use crate::provenance::{Provenance, HEADER};
 use crate::status::Status;
@@ -105,6 +106,10 @@ struct Router {
     next_commit: Instant,
     /// Set when a copy could not be delivered: nothing is committed past it, the stage stops.
     failure: Option<Fatal>,
+    /// The record timestamps the route topic takes, read at start ([`route_topic_limits`]).
+    stamps: TimestampLimits,
+    /// Input partitions for which a copy stamped anew was logged (once per partition).
+    restamped: std::collections::BTreeSet<i32>,
     /// [`RECORDS_ROUTED`].
     routed: metrics::Counter,
     /// Since when the producer's queue has been full and every assigned input partition paused
@@ -192,6 +197,25 @@ impl Router {
                 .partition(to)
                 .headers(headers),
         );
+        // A copy the route topic would refuse for its timestamp (fatal to the gapless producer,
+        // and met again at every start): stamped now, its own timestamp in a header.
+        if let Some(limit) = self.stamps.refuses(record.timestamp, crate::generations::now_ms()) {
+            if let Some(ts) = record.timestamp.take() {
+                record.headers = Some(with_timestamp_header(record.headers.take(), ts));
+                metrics::counter!(ROUTE_RESTAMPED).increment(1);
+                if self.restamped.insert(p) {
+                    warn!(
+                        partition = p,
+                        offset,
+                        timestamp = ts,
+                        limit,
+                        "route stage: the route topic does not take this record's timestamp; its copy is stamped now, \
+                         its own timestamp in the header kafka-dedup.timestamp, and forwarded so (counted in \
+                         kafka_dedup_route_restamped_total; logged once per input partition)"
+                    );
+                }
+            }
+        }
         let mut full_since: Option<Instant> = None;
         loop {
             match self.producer.send(record) {
@@ -382,6 +406,8 @@ impl Router {
         if moved.is_empty() {
             return;
         }
+        // Copies acknowledged past the committed offsets: a crash here leaves them to be made again.
+        crate::crash::point("route-before-commit");
         match consumer.commit(&tpl, CommitMode::Sync) {
             Ok(()) => {
                 for (p, w) in moved {
@@ -598,6 +624,69 @@ fn start_at_the_end(consumer: &RouteConsumer, topic: &str, tpl: &TopicPartitionL
     }
 }
 
+/// Why the route topic's retention may delete copies the filter stage has not read, from the
+/// input's and the route topic's configurations (name → value, [`kafka::topic_configs`]), or
+/// `None`. Kafka deletes a topic's records by their timestamps (`retention.ms`, the newest
+/// timestamp of a segment), and the copies keep the input records' own: a route topic keeping
+/// records for less time than the input (`-1`: forever) deletes a copy of an old input record
+/// (a backlog on a first start) within minutes of its copy, read or not.
+pub fn route_retention_risk(input: &BTreeMap<String, String>, route: &BTreeMap<String, String>) -> Option<String> {
+    let retention = |c: &BTreeMap<String, String>| -> Option<i64> {
+        let ms: i64 = c.get("retention.ms")?.trim().parse().ok()?;
+        Some(if ms < 0 { i64::MAX } else { ms })
+    };
+    let (i, r) = (retention(input)?, retention(route)?);
+    let show = |ms: i64| {
+        if ms == i64::MAX {
+            "-1 (forever)".to_string()
+        } else {
+            ms.to_string()
+        }
+    };
+    (r < i).then(|| {
+        format!(
+            "retention.ms of the route topic is {}, shorter than the input's {}",
+            show(r),
+            show(i)
+        )
+    })
+}
+
+/// The route topic's configuration, read at start (DescribeConfigs, as the filter reads its
+/// output's): the record timestamps it takes, and a warning when its retention may delete copies
+/// before the filter stage reads them ([`route_retention_risk`]). A configuration that cannot be
+/// read (no `DESCRIBE_CONFIGS` permission) is said once and no limit is assumed: a copy the topic
+/// then refuses stops the process, as before.
+fn route_topic_limits(cfg: &Config) -> TimestampLimits {
+    let read = |topic: &str| kafka::topic_configs(cfg, topic, KAFKA_TIMEOUT);
+    let route = match read(&cfg.fingerprint.route_topic) {
+        Ok(route) => route,
+        Err(e) => {
+            warn!(
+                route = %cfg.fingerprint.route_topic, error = %e,
+                "route stage: the route topic's configuration could not be read (DescribeConfigs): its timestamp \
+                 limits and retention are not checked"
+            );
+            return TimestampLimits::default();
+        }
+    };
+    match read(&cfg.input.topic) {
+        Ok(input) => {
+            if let Some(why) = route_retention_risk(&input, &route) {
+                warn!(
+                    route = %cfg.fingerprint.route_topic, input = %cfg.input.topic,
+                    "fingerprint.route_topic: {why}: the copies keep the input records' timestamps, by which Kafka \
+                     deletes records, so a copy of an input record older than the route topic's retention is deleted \
+                     within minutes, read or not (lost); set the route topic's retention.ms to at least the input's \
+                     plus the longest the filter stage may lag"
+                );
+            }
+        }
+        Err(e) => debug!(error = %e, "route stage: the input topic's retention could not be read"),
+    }
+    TimestampLimits::of_configs(&route)
+}
+
 /// Runs the route stage until `shutdown` is triggered (then hands every partition over and
 /// returns `Ok`) or a fatal error (returns it; nothing committed past the record concerned).
 /// Blocking: call it from a dedicated thread. `cfg` is the whole configuration (global scope).
@@ -617,11 +706,18 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
         "Copies the filter stage dropped as the route stage's second copies of an input record (global scope)."
     );
     metrics::counter!(ROUTE_COPIES_DROPPED).increment(0);
+    metrics::describe_counter!(
+        ROUTE_RESTAMPED,
+        metrics::Unit::Count,
+        "Copies the route stage stamped now because the route topic does not take the record's timestamp (global scope)."
+    );
+    metrics::counter!(ROUTE_RESTAMPED).increment(0);
     status.set_route_partitions(&[], &[]);
     crate::crash::panic_point("route");
     let Some(route_partitions) = wait_for_topics(&cfg, &shutdown)? else {
         return Ok(());
     };
+    let stamps = route_topic_limits(&cfg);
     // The route stage always writes with the idempotent producer: it needs no transaction (it
     // keeps no state), and the gapless guarantee keeps a failed copy from being passed.
     let mut producer_cfg = (*cfg).clone();
@@ -642,6 +738,8 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
         partitions: BTreeMap::new(),
         next_commit: Instant::now() + cfg.checkpoint.interval,
         failure: None,
+        stamps,
+        restamped: Default::default(),
         routed,
         backpressure: None,
         resume_at: BTreeMap::new(),

@@ -19,7 +19,9 @@ pub enum TopicError {
         "topic \"{topic}\" (fingerprint.route_topic) does not exist; kafka-dedup does not create topics. Create it \
          with as many partitions as the input (never change the count afterwards: a replay is found in partition \
          fingerprint mod N), e.g. kafka-topics.sh --bootstrap-server <brokers> --create --topic {topic} \
-         --partitions {partitions} --config retention.ms=86400000"
+         --partitions {partitions} --config retention.ms=<the input's retention.ms plus the longest lag of the \
+         filter stage, e.g. 691200000 for a 7-day input> (the copies keep the input records' timestamps, by which \
+         Kafka deletes them)"
     )]
     MissingRoute {
         /// The topic.

@@ -292,10 +292,11 @@ impl Filter {
                 false => run.inflight.next_offset(),
             };
             run.ckpt = new_checkpoint_id();
-            // Everything taken so far is before the target: so are the marks.
+            // The marks of the copies taken before the target only (a halted one is not).
+            run.high_water.settle(run.inflight.watermark());
             let mut record =
                 CheckpointRecord::new(*p, target, &run.gens, run.clock.time(), run.ckpt.clone(), false, None)
-                    .with_high_water(run.high_water.clone());
+                    .with_high_water(run.high_water.below(target));
             record.changelog = run.changelog.clone();
             parts.insert(
                 *p,

@@ -83,6 +83,8 @@ impl CheckpointRecord {
     pub(super) fn of_running(p: i32, run: &mut Running, clean: bool, transactional: bool) -> Self {
         run.ckpt = new_checkpoint_id();
         let out_end = transactional.then(|| run.out_positions.clone());
+        let watermark = run.inflight.watermark();
+        run.high_water.settle(watermark);
         let mut record = Self::new(
             p,
             run.inflight.watermark(),
@@ -92,7 +94,7 @@ impl CheckpointRecord {
             clean,
             out_end,
         )
-        .with_high_water(run.high_water.clone());
+        .with_high_water(run.high_water.below(watermark));
         record.changelog = run.changelog.clone();
         record
     }

@@ -351,7 +351,7 @@ impl Filter {
             .as_deref()
             .and_then(|t| Provenance::of(msg, t))
             .map(|s| (s.partition, s.offset));
-        if global::copy_fate(&run.high_water, known.and(source)) == CopyFate::Recopy {
+        if run.high_water.fate(known.and(source)) == CopyFate::Recopy {
             metrics::counter!(global::ROUTE_COPIES_DROPPED).increment(1);
             run.inflight.take(offset, Target::None);
             return Ok(Handled::Done);
@@ -361,7 +361,7 @@ impl Filter {
         count(run, &decided, &self.totals);
         let Some((mut to, learn)) = destination(&self.cfg, p, offset, &decided)? else {
             run.inflight.take(offset, Target::None);
-            global::note_taken(&mut run.high_water, source);
+            run.high_water.take(offset, source, run.inflight.watermark());
             return Ok(Handled::Done);
         };
         let (topic, target) = (to.topic, to.target);
@@ -417,7 +417,7 @@ impl Filter {
                 // unacknowledged (nothing is committed past it) and the partition halts until the
                 // copy is taken. A record for the output carries its fingerprint, learned when the
                 // producer takes it on a resend (`halt`), as below.
-                global::note_taken(&mut run.high_water, source);
+                run.high_water.take(offset, source, run.inflight.watermark());
                 if target == Target::Output {
                     copy.learn = learn.map(|f| f.0);
                 }
@@ -435,7 +435,7 @@ impl Filter {
                 });
             }
         }
-        global::note_taken(&mut run.high_water, source);
+        run.high_water.take(offset, source, run.inflight.watermark());
         // Only once the producer accepted it: a refused record must not suppress itself.
         if let Some(fp) = learn {
             run.gens.insert(fp.0, Some(offset));

@@ -67,7 +67,7 @@ pub use context::{FilterConsumer, FilterContext};
 pub use delivery::DeliveryContext;
 pub use filter::{Filter, Handled};
 pub use ownership::HandoverError;
-pub(crate) use produce::copy_of;
+pub(crate) use produce::{copy_of, TimestampLimits};
 
 use context::StartupContext;
 use rdkafka::message::BorrowedMessage;

@@ -398,7 +398,7 @@ impl Filter {
             out_positions: rec.out_positions,
             ckpt: rec.ckpt,
             clock: Clock::resumed(rec.clock),
-            high_water: rec.high_water,
+            high_water: crate::global::Marks::resumed(rec.high_water),
             changelog: rec.changelog,
             first_forward: Some(FirstForward {
                 assigned: rec.since,

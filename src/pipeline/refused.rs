@@ -36,7 +36,7 @@ pub(super) struct SideCopy {
 
 /// `headers` (none: a new set) with [`TIMESTAMP_HEADER`](crate::provenance::TIMESTAMP_HEADER)
 /// added, holding `timestamp` (ms since the Unix epoch) in decimal.
-pub(super) fn with_timestamp_header(headers: Option<OwnedHeaders>, timestamp: i64) -> OwnedHeaders {
+pub(crate) fn with_timestamp_header(headers: Option<OwnedHeaders>, timestamp: i64) -> OwnedHeaders {
     let text = timestamp.to_string();
     headers
         .unwrap_or_else(|| OwnedHeaders::new_with_capacity(1))

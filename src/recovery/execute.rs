@@ -351,7 +351,11 @@ fn finish(
         None
     };
     let scanned = scan(env, reader, req, &out_parts, reread, &mut gens, (clock, Some(resume)))?;
-    merge_high_water(&mut high_water, &scanned.high_water);
+    // The marks of what it does not take again (below `resume`).
+    merge_high_water(
+        &mut high_water,
+        scanned.high_water_below.as_ref().unwrap_or(&scanned.high_water),
+    );
     info!(
         partition = req.partition,
         source,
@@ -462,7 +466,12 @@ fn from_output(
         scanned: scanned.records,
         since: req.since,
         clock,
-        high_water: scanned.high_water,
+        // The marks of what it does not take again: below the committed offset when it resumes
+        // there, all when it resumes after the output's records.
+        high_water: match scanned.high_water_below {
+            Some(below) if Some(resume) == committed => below,
+            _ => scanned.high_water,
+        },
         source: "output",
         changelog: None,
     })

@@ -87,6 +87,30 @@ impl Broker {
     }
 
     /// Creates a topic with topic configs (for example `max.message.bytes`).
+    /// Sets `configs` on topic `name` (Kafka's AlterConfigs: the topic's other settings return
+    /// to the broker's defaults).
+    pub fn alter_topic(&self, name: &str, configs: &[(&str, &str)]) {
+        use rdkafka::admin::{AlterConfig, ResourceSpecifier};
+        let admin: AdminClient<DefaultClientContext> = self.client().create().expect("admin client");
+        let mut alter = AlterConfig::new(ResourceSpecifier::Topic(name));
+        for (k, v) in configs {
+            alter = alter.set(k, v);
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let res = rt
+            .block_on(admin.alter_configs(
+                &[alter],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            ))
+            .expect("alter_configs request");
+        for r in res {
+            r.unwrap_or_else(|(t, e)| panic!("alter topic {t:?}: {e}"));
+        }
+    }
+
     pub fn create_topic_with(&self, name: &str, partitions: i32, configs: &[(&str, &str)]) {
         let admin: AdminClient<DefaultClientContext> = self.client().create().expect("admin client");
         let mut topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));

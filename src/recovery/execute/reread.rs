@@ -58,6 +58,9 @@ struct Progress<'a> {
     /// Global scope, filter stage, `preserve` partitioning: the high-water marks the records
     /// read prove ([`Progress::record`]).
     high_water: HighWater,
+    /// The committed route offset, if any, and the marks of the records forwarded from below it
+    /// ([`Scanned::high_water_below`]).
+    marks_below: Option<(i64, HighWater)>,
 }
 
 /// A re-read in output order (`partitioning = "preserve"`: the output partition holds its input
@@ -156,6 +159,12 @@ pub(super) struct Scanned {
     pub(super) clock_ms: Option<i64>,
     /// The high-water marks the records read prove (see [`Progress::high_water`]).
     pub(super) high_water: HighWater,
+    /// Those of the records forwarded from below the committed offset (`retake_from`), when
+    /// there is one: what a partition resuming there takes. The records from it on are taken
+    /// again on resume, which marks them in their turn; a mark made by a later one would drop an
+    /// earlier copy the crashed owner had not finished (a halted record, a side copy in flight)
+    /// as a re-copy.
+    pub(super) high_water_below: Option<HighWater>,
 }
 
 /// Re-reads output partitions `out_parts` from `reread.from` to their end (or `reread.to`),
@@ -174,6 +183,7 @@ pub(super) fn scan(
     (clock, retake_from): (Option<i64>, Option<i64>),
 ) -> Result<Scanned, RecoveryError> {
     let (tpl, mut progress) = ranges(env, reader, out_parts, reread)?;
+    progress.marks_below = retake_from.map(|c| (c, HighWater::new()));
     if env.cfg.output.partitioning == Partitioning::Preserve {
         let interval_ms = horizon::interval_ms(env.cfg.checkpoint.interval);
         if let Some(c) = clock {
@@ -233,6 +243,7 @@ fn ranges<'a>(
         clock_ms: None,
         rotation: None,
         high_water: HighWater::new(),
+        marks_below: None,
     };
     for q in out_parts {
         let (low, high) = reader.fetch_watermarks(topic, *q, REQUEST_TIMEOUT)?;
@@ -285,6 +296,7 @@ impl Progress<'_> {
             newest_digest: self.newest_digest,
             clock_ms: self.clock_ms,
             high_water: self.high_water,
+            high_water_below: self.marks_below.map(|(_, m)| m),
         }
     }
 
@@ -364,6 +376,15 @@ impl Progress<'_> {
         if let (Some(routed_from), Partitioning::Preserve) = (&env.cfg.input.routed_from, env.cfg.output.partitioning) {
             let source = Provenance::of(m, routed_from).map(|s| (s.partition, s.offset));
             note_taken(&mut self.high_water, source);
+            let own_offset = named
+                .as_ref()
+                .filter(|s| s.partition == req.partition)
+                .map(|s| s.offset);
+            if let Some((committed, below)) = self.marks_below.as_mut() {
+                if own_offset.is_some_and(|o| o < *committed) {
+                    note_taken(below, source);
+                }
+            }
         }
         if let Some(source) = named.filter(|s| s.partition == req.partition) {
             if self.newest.get(&q).is_none_or(|n| source.offset > *n) {
