@@ -335,7 +335,7 @@ fn bad_configs_exit_2_naming_the_key() {
     for (i, (text, key)) in cases.iter().enumerate() {
         let path = dir.join(format!("bad-{i}.toml"));
         std::fs::write(&path, text).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        let out = kafka_dedup_command()
             .args(["run", "--config"])
             .arg(&path)
             .output()
@@ -344,7 +344,7 @@ fn bad_configs_exit_2_naming_the_key() {
         assert_eq!(out.status.code(), Some(2), "case {key}: {stderr}");
         assert!(stderr.contains(&format!("`{key}`")), "case {key}: {stderr}");
         // check-config agrees.
-        let check = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        let check = kafka_dedup_command()
             .args(["check-config", "--config"])
             .arg(&path)
             .output()
@@ -361,7 +361,7 @@ fn bad_configs_exit_2_naming_the_key() {
     let missing = good.replace(&format!("topic = \"{output}\""), "topic = \"no-such-topic-kd\"");
     let path = dir.join("missing-topic.toml");
     std::fs::write(&path, missing).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+    let out = kafka_dedup_command()
         .args(["run", "--config"])
         .arg(&path)
         .output()
@@ -377,7 +377,7 @@ fn bad_configs_exit_2_naming_the_key() {
     // A good configuration passes check-config and prints the effective settings.
     let path = dir.join("good.toml");
     std::fs::write(&path, &good).unwrap();
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+    let check = kafka_dedup_command()
         .args(["check-config", "--config"])
         .arg(&path)
         .output()
@@ -399,7 +399,7 @@ fn bad_configs_exit_2_naming_the_key() {
     // Issue 23, item 6: a second `run` on a store in use is told what to do.
     let identity = kafka_dedup::pipeline::identity_of(&kafka_dedup::config::Config::load(&path).unwrap());
     let (held, _) = kafka_dedup::store::Store::open_for_run(&spec.store, &identity).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+    let out = kafka_dedup_command()
         .args(["run", "--config"])
         .arg(&path)
         .output()

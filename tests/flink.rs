@@ -112,7 +112,7 @@ fn flink_job_killed_three_times_replays_and_kafka_dedup_forwards_each_integer_on
     println!("{produced} integers; the job's output held {replays} replays; kafka-dedup's output each once, in order");
 
     // `kafka-dedup audit` agrees.
-    let audit = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+    let audit = kafka_dedup_command()
         .args(["audit", "--json", "--config"])
         .arg(dir.path().join("alo.dedup.toml"))
         .output()

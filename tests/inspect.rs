@@ -21,7 +21,7 @@ const DROPPED: &str = "kafka_dedup_duplicates_dropped_total";
 
 /// Runs the binary with `args`.
 fn kd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+    kafka_dedup_command()
         .args(args)
         .env("RUST_LOG", "warn")
         .output()
@@ -329,7 +329,7 @@ fn offline_config(dir: &Path, store: &Path) -> PathBuf {
 /// Runs `run --config` and expects it to stop by itself with exit 2 (a process that got past the
 /// store would keep retrying the missing broker: it is killed after 60 s and the test fails).
 fn run_refused(config: &Path) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+    let mut child = kafka_dedup_command()
         .args(["run", "--config"])
         .arg(config)
         .env("RUST_LOG", "warn")

@@ -669,13 +669,20 @@ fn a_long_output_outage_pauses_without_leaving_the_group() {
     assert!(filter.running(), "the filter waits out the outage:\n{}", filter.logs());
     m.cluster.broker_up(2).unwrap();
 
-    // Then: it paused instead of leaving the group, and every value is there once, in order.
+    // Then: it paused instead of leaving the group, and every value is there once, in order,
+    // each counted once (a record the full queue gave back is taken again when it resumes).
     given.wait_done(&filter);
+    let scrape = filter.scrape();
     let filter = given.stop(filter);
     let logs = filter.logs();
     assert!(!logs.contains("assignment lost"), "{logs}");
     assert!(logs.contains("partitions paused until it drains"), "{logs}");
     given.then_once_in_order(3000);
+    assert_eq!(
+        metric(&scrape, "kafka_dedup_records_consumed_total", &[]),
+        3000.0,
+        "{scrape}"
+    );
 }
 
 /// Issue 14, case 6: in `key` mode the commit's metadata names a position per output partition

@@ -35,7 +35,7 @@ fn spec_on(broker: &Broker, dir: &Path) -> FilterSpec {
 fn run_binary(args: &[&str], config: &str, dir: &Path, timeout: Duration) -> Output {
     let path = dir.join(format!("config-{}.toml", unique("c")));
     std::fs::write(&path, config).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+    let child = kafka_dedup_command()
         .args(args)
         .arg("--config")
         .arg(&path)
@@ -493,7 +493,7 @@ fn a_start_on_a_full_disk_runs_without_the_store_until_space_returns() {
     });
     assert!(spec.store.join("kafka-dedup.format").exists());
     assert!(filter.terminate().success(), "{}", filter.logs());
-    let out = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+    let out = kafka_dedup_command()
         .args(["inspect", "--store"])
         .arg(&spec.store)
         .arg("stats")

@@ -398,7 +398,7 @@ fn dashboard_and_provisioning_agree() {
 
 /// Runs `kafka-dedup ARGS --config FILE`; returns (exit code, stderr, stdout).
 fn run_binary(cmd: &str, config: &Path) -> (Option<i32>, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+    let out = kafka_dedup_command()
         .args([cmd, "--config"])
         .arg(config)
         .env("RUST_LOG", "info")
@@ -666,7 +666,7 @@ fn container_image_matches_the_binary() {
         "{compose_env:?}"
     );
     let check = |extra: &[(String, String)]| {
-        Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        kafka_dedup_command()
             .args(["check-config", "--config"])
             .arg(&source)
             .envs(env.iter().cloned())

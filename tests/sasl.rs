@@ -45,7 +45,7 @@ fn over_sasl(mut spec: FilterSpec, secret: &Path, ca: &Path) -> FilterSpec {
 fn run_command(spec: &FilterSpec, dir: &Path, cmd: &str, args: &[&str]) -> (Option<i32>, String, String) {
     let config = dir.join(format!("{cmd}.toml"));
     std::fs::write(&config, spec.toml(free_port())).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+    let out = kafka_dedup_command()
         .arg(cmd)
         .arg("--config")
         .arg(&config)

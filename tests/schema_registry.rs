@@ -315,7 +315,7 @@ fn protobuf_records_of_three_schema_versions_collapse_by_value_and_by_key() {
     assert!(body.contains("event_id"), "names the field it has: {body}");
     assert_eq!(filter.terminate().code(), Some(0), "{}", filter.logs());
     // `inspect lookup --field` reads the store the same way.
-    let out = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+    let out = kafka_dedup_command()
         .arg("inspect")
         .arg("--store")
         .arg(&spec.store)

@@ -110,7 +110,7 @@ fn a_route_topic_deleted_and_recreated_is_named() {
 fn check_connect(dir: &Path, toml: &str) -> (Option<i32>, String) {
     let path = dir.join("check.toml");
     std::fs::write(&path, toml).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+    let out = kafka_dedup_command()
         .args(["check-config", "--connect", "--config"])
         .arg(&path)
         .output()

@@ -123,6 +123,9 @@ pub struct Filter {
     /// The last record returned below the next offset with no seek to explain it, by input
     /// partition: a rewind is logged once, where it starts.
     pub(super) rewound: BTreeMap<i32, i64>,
+    /// The last record counted and then given back (the producer's queue full, a stop), by
+    /// input partition: taken again when its partition resumes, it is not counted twice.
+    pub(super) counted: BTreeMap<i32, i64>,
 }
 
 /// What became of a record handed to [`Filter::on_record`].
@@ -245,6 +248,7 @@ impl Filter {
             live,
             halts: BTreeMap::new(),
             registry_attempts: BTreeMap::new(),
+            counted: BTreeMap::new(),
             backpressure: None,
             producer_queue_messages: crate::kafka::producer_config(&cfg)
                 .get("queue.buffering.max.messages")
@@ -328,7 +332,12 @@ impl Filter {
             self.registry_attempts.remove(&p);
         }
         let routed = self.cfg.input.routed_from.is_some();
-        consumed(run, msg, self.topics.input, routed, &self.totals);
+        // Counted once: a record given back (`counted`) comes again when its partition resumes.
+        let recount = !self.counted.is_empty() && self.counted.get(&p).is_some_and(|o| offset <= *o);
+        if !recount {
+            self.counted.remove(&p);
+            consumed(run, msg, self.topics.input, routed, &self.totals);
+        }
         take_time(run, msg, &self.cfg, offset);
         if self.skips.contains(&(p, offset)) {
             return Ok(self.skip(msg, p, offset, "skipped"));
@@ -358,7 +367,9 @@ impl Filter {
         }
         let hit = known.and_then(|f| run.gens.lookup(f.0));
         let decided = route(&self.policy, p, offset, fp, stand_in, hit);
-        count(run, &decided, &self.totals);
+        if !recount {
+            count(run, &decided, &self.totals);
+        }
         let Some((mut to, learn)) = destination(&self.cfg, p, offset, &decided)? else {
             run.inflight.take(offset, Target::None);
             run.high_water.take(offset, source, run.inflight.watermark());
@@ -389,11 +400,13 @@ impl Filter {
             Err(Refused::Stopping) => {
                 // Not taken: nothing past it is committed, the next owner processes it.
                 run.inflight.untake(offset);
+                self.counted.insert(p, offset);
                 return Ok(Handled::Done);
             }
             Err(Refused::Full) => {
                 // Not taken: fetched again when the partitions resume.
                 run.inflight.untake(offset);
+                self.counted.insert(p, offset);
                 return Ok(Handled::ProducerFull);
             }
             Err(Refused::Kafka(error, Some(_)))
@@ -487,10 +500,12 @@ impl Filter {
             Ok(()) => Handled::Done,
             Err(Refused::Stopping) => {
                 run.inflight.untake(offset);
+                self.counted.insert(p, offset);
                 Handled::Done
             }
             Err(Refused::Full) => {
                 run.inflight.untake(offset);
+                self.counted.insert(p, offset);
                 Handled::ProducerFull
             }
             Err(Refused::Kafka(error, copy)) => {

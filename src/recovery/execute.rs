@@ -73,6 +73,9 @@ pub fn execute(
                         // kafka-dedup's own: never asked whether it is behind.
                         return finish(env, reader, req, start, &reread, false);
                     }
+                    // Closed meanwhile (a failed reopen after a page-cache release, a full
+                    // disk): nothing known, not something damaged, as when the snapshot is read.
+                    Err(crate::store::StoreError::Closed { .. }) => facts.snapshot = Snapshot::Missing,
                     Err(e) => facts.snapshot = Snapshot::Unreadable(e.to_string()),
                 }
             }

@@ -23,7 +23,6 @@
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -362,7 +361,7 @@ pub struct Audit {
 impl Audit {
     /// Runs `kafka-dedup audit --config CONFIG ARGS...`.
     pub fn run(config: &Path, args: &[&str]) -> Audit {
-        let out = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        let out = super::kafka_dedup_command()
             .arg("audit")
             .arg("--config")
             .arg(config)

@@ -367,6 +367,20 @@ impl Broker {
     }
 }
 
+/// A command running the kafka-dedup binary under test, without the `KAFKA_DEDUP__*` variables
+/// of the environment the tests run in (configuration overrides: a stray one in a developer's or
+/// CI's shell would change every test's configuration without a word). Tests set their own.
+pub fn kafka_dedup_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"));
+    let prefix = format!("{}__", kafka_dedup::config::ENV_PREFIX);
+    for (k, _) in std::env::vars_os() {
+        if k.to_str().is_some_and(|k| k.starts_with(&prefix)) {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
 /// The wall clock, ms since the Unix epoch: the timestamp a record produced now gets.
 pub fn wall_ms() -> i64 {
     std::time::SystemTime::now()
@@ -588,7 +602,7 @@ listen = "127.0.0.1:{port}"
         let config = dir.join(format!("config-{port}.toml"));
         std::fs::write(&config, self.toml(port)).unwrap();
         let log = dir.join(format!("filter-{port}.log"));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"));
+        let mut cmd = kafka_dedup_command();
         cmd.arg("run")
             .arg("--config")
             .arg(&config)
@@ -615,7 +629,7 @@ impl FilterSpec {
     pub fn audit_json(&self, dir: &Path) -> (Option<i32>, String, Option<serde_json::Value>) {
         let config = dir.join(format!("audit-{}.toml", free_port()));
         std::fs::write(&config, self.toml(free_port())).unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_kafka-dedup"))
+        let out = kafka_dedup_command()
             .args(["audit", "--json", "--config"])
             .arg(&config)
             .output()
