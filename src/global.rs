@@ -167,11 +167,6 @@ impl Marks {
         }
         marks
     }
-
-    /// The marks of every copy taken (shown by `inspect`, tests).
-    pub fn taken(&self) -> &HighWater {
-        &self.taken
-    }
 }
 
 /// `kafka_dedup_route_lag_records{partition}`: the route stage's lag on an input partition (global
