@@ -18,6 +18,7 @@ use super::produce::{self, refuse, send, timestamp_refusal, Added, Destination, 
 use super::recoveries::Recoveries;
 use super::refused::Halt;
 use super::route::{route, Policy, Route};
+use super::topic::TopicHandle;
 use super::{Fatal, RunError, Shutdown, TopicCounts};
 use crate::config::{Config, OnMissing};
 use crate::fingerprint::{stand_in_at, Fingerprint, Fingerprinter, Unfingerprintable};
@@ -58,7 +59,12 @@ pub struct Filter {
     pub(super) producer: Arc<ThreadedProducer<DeliveryContext>>,
     /// Idempotent mode with a side topic: the producer of the side copies, without the gapless
     /// guarantee (`kafka::side_producer_config`); otherwise side copies go through `producer`.
-    pub(super) side_producer: Option<ThreadedProducer<DeliveryContext>>,
+    pub(super) side_producer: Option<Arc<ThreadedProducer<DeliveryContext>>>,
+    /// The output topic's handle of `producer`, made once ([`TopicHandle`]).
+    output_handle: TopicHandle,
+    /// The side topics' handles (`output.duplicates_topic`, `fingerprint.dead_letter_topic`, those
+    /// set), of `side_producer` when there is one, of `producer` otherwise.
+    side_handles: Vec<TopicHandle>,
     /// Acknowledgements from the producer thread.
     pub(super) deliveries: Receiver<DeliveryEvent>,
     /// The local store: checkpoints write it, recoveries read it.
@@ -206,9 +212,9 @@ impl Filter {
         let mode = Mode::of(&cfg);
         let sides = !cfg.output.duplicates_topic.is_empty() || !cfg.fingerprint.dead_letter_topic.is_empty();
         let side_producer = match mode {
-            Mode::Idempotent { .. } if sides => {
-                Some(kafka::side_producer_config(&cfg).create_with_context(DeliveryContext::new(dtx, status.clone()))?)
-            }
+            Mode::Idempotent { .. } if sides => Some(Arc::new(
+                kafka::side_producer_config(&cfg).create_with_context(DeliveryContext::new(dtx, status.clone()))?,
+            )),
             _ => None,
         };
         if let Mode::Transactional { .. } = mode {
@@ -221,14 +227,24 @@ impl Filter {
         // The transaction began now, not when the mode was chosen.
         let mode = Mode::of(&cfg);
         let fingerprinter = Fingerprinter::of_config(&cfg.fingerprint)?;
+        let producer = Arc::new(producer);
+        let output_handle = TopicHandle::new(&producer, &cfg.output.topic)?;
+        let mut side_handles: Vec<TopicHandle> = Vec::new();
+        for topic in [&cfg.output.duplicates_topic, &cfg.fingerprint.dead_letter_topic] {
+            if !topic.is_empty() && side_handles.iter().all(|h| h.name() != topic.as_str()) {
+                side_handles.push(TopicHandle::new(side_producer.as_ref().unwrap_or(&producer), topic)?);
+            }
+        }
         Ok(Some(Filter {
             policy: Policy::of(&cfg),
             fingerprinter: match &cfg.input.routed_from {
                 Some(topic) => fingerprinter.with_stand_in(topic),
                 None => fingerprinter.with_stand_in(&cfg.input.topic),
             },
-            producer: Arc::new(producer),
+            producer,
             side_producer,
+            output_handle,
+            side_handles,
             deliveries,
             store,
             partitions: BTreeMap::new(),
@@ -372,9 +388,9 @@ impl Filter {
             .inflight
             .take(offset, to.target)
             .expect("produced records are tracked");
-        let producer = match (&self.side_producer, to.target) {
-            (Some(side), Target::Side) => side,
-            _ => &*self.producer,
+        let handle = match to.target {
+            Target::Side => side_handle(&self.side_handles, topic),
+            _ => &self.output_handle,
         };
         let opaque = encode_opaque(p, seq);
         let stamp = msg.timestamp().to_millis();
@@ -382,7 +398,7 @@ impl Filter {
             // The broker would refuse its batch (`INVALID_TIMESTAMP`), fatal to the producer under
             // the gapless guarantee: refused here instead, as a record too large.
             true => Err(refuse(to, msg, opaque, timestamp_refusal())),
-            false => send(producer, &self.shutdown, to, msg, opaque),
+            false => send(handle, &self.shutdown, to, msg, opaque),
         };
         match sent {
             Ok(()) => {}
@@ -469,6 +485,7 @@ impl Filter {
         }
         let to = Destination {
             topic: dead_letter,
+            input: &self.cfg.input.topic,
             partition: None,
             added: Added::ReasonAndSource(why),
             target: Target::Side,
@@ -482,8 +499,8 @@ impl Filter {
             .inflight
             .take(offset, Target::Side)
             .expect("produced records are tracked");
-        let producer = self.side_producer.as_ref().unwrap_or(&*self.producer);
-        match send(producer, &self.shutdown, to, msg, encode_opaque(p, seq)) {
+        let handle = side_handle(&self.side_handles, dead_letter);
+        match send(handle, &self.shutdown, to, msg, encode_opaque(p, seq)) {
             Ok(()) => Handled::Done,
             Err(Refused::Stopping) => {
                 run.inflight.untake(offset);
@@ -698,6 +715,7 @@ fn destination<'c>(
 ) -> Result<Option<(Destination<'c>, Option<Fingerprint>)>, Fatal> {
     let side = |topic: &'c str, reason: &'static str| Destination {
         topic,
+        input: &cfg.input.topic,
         partition: None,
         added: Added::ReasonAndSource(reason),
         target: Target::Side,
@@ -705,6 +723,7 @@ fn destination<'c>(
     };
     let output = |partition: Option<i32>| Destination {
         topic: &cfg.output.topic,
+        input: &cfg.input.topic,
         partition,
         added: if cfg.output.provenance {
             Added::Source
@@ -730,6 +749,15 @@ fn destination<'c>(
             })
         }
     })
+}
+
+/// The handle of side topic `topic` among `handles` ([`Filter::start`] makes one for each side
+/// topic set, the only topics a side copy goes to).
+fn side_handle<'h>(handles: &'h [TopicHandle], topic: &str) -> &'h TopicHandle {
+    handles
+        .iter()
+        .find(|h| h.name() == topic)
+        .expect("a handle for every side topic set (Filter::start)")
 }
 
 /// The timestamp limits of the side topics of `cfg` (`output.duplicates_topic`,

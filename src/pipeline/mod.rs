@@ -15,6 +15,8 @@
 //! - `refused`: what a halted partition holds (the refused copies, the retry back-off);
 //! - [`delivery`]: the producer's context, whose callback sends `DeliveryEvent`s
 //!   into a channel, and the delivery opaque;
+//! - `topic`: a producer's handle of one topic, made once, through which `produce` sends (no
+//!   topic name per record);
 //! - `produce`: producing a record (destination, headers, what a refused send gives back);
 //! - `recoveries`: the recovery workers' results, as data;
 //! - `checkpoint_state`: a checkpoint's state as data (`CheckpointRecord`, the checkpoint in
@@ -46,6 +48,7 @@ mod recoveries;
 pub(crate) mod refused;
 pub mod route;
 mod tick;
+mod topic;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
