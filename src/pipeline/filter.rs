@@ -22,7 +22,7 @@ use super::topic::TopicHandle;
 use super::{Fatal, RunError, Shutdown, TopicCounts};
 use crate::config::{Config, OnMissing};
 use crate::fingerprint::{stand_in_at, Fingerprint, Fingerprinter, Unfingerprintable};
-use crate::generations::{now_ms, Generation};
+use crate::generations::Generation;
 use crate::global::{self, CopyFate};
 use crate::horizon;
 use crate::inspect::live::{LiveRequest, PartitionView};
@@ -293,12 +293,15 @@ impl Filter {
     }
 
     /// Handles one consumed record, [admitted](Self::admit) with its fingerprint `fp`: decides
-    /// its [`Route`], counts it, and produces it (or not). Errors stop the pipeline (see
-    /// [`Fatal`]).
+    /// its [`Route`], counts it, and produces it (or not). `now` is the wall clock (ms since the
+    /// Unix epoch) the record is taken at: read once per batch by the poll loop, whose records
+    /// are handled within microseconds of each other, and read again by [`send`] after each wait
+    /// for room in the producer's queue. Errors stop the pipeline (see [`Fatal`]).
     pub fn on_record(
         &mut self,
         msg: &BorrowedMessage<'_>,
         fp: Result<Fingerprint, Unfingerprintable>,
+        now: &mut i64,
     ) -> Result<Handled, Fatal> {
         let (p, offset) = (msg.partition(), msg.offset());
         let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
@@ -345,9 +348,9 @@ impl Filter {
         }
         let routed = self.cfg.input.routed_from.is_some();
         consumed(run, msg, self.topics.input, routed, &self.totals);
-        take_time(run, msg, &self.cfg, offset);
+        take_time(run, msg, &self.cfg, offset, *now);
         if self.skips.contains(&(p, offset)) {
-            return Ok(self.skip(msg, p, offset, "skipped"));
+            return Ok(self.skip(msg, p, offset, "skipped", now));
         }
         // A record without fingerprint is known by its provenance: its own coordinates, or, in
         // the filter stage of the global scope, the input record its routed copy names.
@@ -394,11 +397,11 @@ impl Filter {
         };
         let opaque = encode_opaque(p, seq);
         let stamp = msg.timestamp().to_millis();
-        let sent = match target == Target::Output && self.output_timestamps.refuses(stamp, now_ms()).is_some() {
+        let sent = match target == Target::Output && self.output_timestamps.refuses(stamp, *now).is_some() {
             // The broker would refuse its batch (`INVALID_TIMESTAMP`), fatal to the producer under
             // the gapless guarantee: refused here instead, as a record too large.
             true => Err(refuse(to, msg, opaque, timestamp_refusal())),
-            false => send(handle, &self.shutdown, to, msg, opaque),
+            false => send(handle, &self.shutdown, to, msg, opaque, now),
         };
         match sent {
             Ok(()) => {}
@@ -425,7 +428,7 @@ impl Filter {
                      is out of the range the topic takes); sent to fingerprint.dead_letter_topic instead"
                 );
                 telemetry::output_refused(p, "dead_letter");
-                return Ok(self.skip(msg, p, offset, reason));
+                return Ok(self.skip(msg, p, offset, reason, now));
             }
             Err(Refused::Kafka(error, Some(mut copy))) => {
                 // A side copy, or a record the output refused (too large, stamped out of its range):
@@ -465,7 +468,7 @@ impl Filter {
     /// output refused it for its size or its timestamp): copied to `fingerprint.dead_letter_topic` with the reason `why` when one is set
     /// (a refusal there halts the partition, as for any dead-letter copy), else dropped. Logged
     /// and, when skipped, counted (`kafka_dedup_records_skipped_total`).
-    fn skip(&mut self, msg: &BorrowedMessage<'_>, p: i32, offset: i64, why: &'static str) -> Handled {
+    fn skip(&mut self, msg: &BorrowedMessage<'_>, p: i32, offset: i64, why: &'static str, now: &mut i64) -> Handled {
         let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
             return Handled::Done;
         };
@@ -500,7 +503,7 @@ impl Filter {
             .take(offset, Target::Side)
             .expect("produced records are tracked");
         let handle = side_handle(&self.side_handles, dead_letter);
-        match send(handle, &self.shutdown, to, msg, encode_opaque(p, seq)) {
+        match send(handle, &self.shutdown, to, msg, encode_opaque(p, seq), now) {
             Ok(()) => Handled::Done,
             Err(Refused::Stopping) => {
                 run.inflight.untake(offset);
@@ -635,16 +638,10 @@ impl Filter {
 /// rotating the generations when the clock enters a later bucket ([`horizon::advance`]); the new
 /// generations start at `offset` and at the output positions acknowledged so far (a lower bound
 /// of where their records will lie).
-fn take_time(run: &mut Running, msg: &BorrowedMessage<'_>, cfg: &Config, offset: i64) {
+fn take_time(run: &mut Running, msg: &BorrowedMessage<'_>, cfg: &Config, offset: i64, now: i64) {
     let interval = horizon::interval_ms(cfg.checkpoint.interval);
     let generations = cfg.checkpoint.generations;
-    let rotations = horizon::advance(
-        &mut run.clock,
-        msg.timestamp().to_millis(),
-        now_ms(),
-        interval,
-        generations,
-    );
+    let rotations = horizon::advance(&mut run.clock, msg.timestamp().to_millis(), now, interval, generations);
     let Some(bucket) = run.clock.bucket(interval) else {
         return;
     };

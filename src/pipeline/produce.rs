@@ -147,13 +147,16 @@ impl TimestampLimits {
 
 /// Produces a copy of `msg` (key, value, headers, timestamp) to `to`, through `topic`, the
 /// handle of `to.topic` of the producer it goes through. Waits while librdkafka's queue is full,
-/// unless a stop is requested; any other refusal is returned.
+/// unless a stop is requested, and then reads the wall clock again into `now` (ms since the Unix
+/// epoch, the caller's reading for its batch: [`Filter::on_record`](super::Filter::on_record));
+/// any other refusal is returned.
 pub(super) fn send(
     topic: &TopicHandle,
     shutdown: &Shutdown,
     to: Destination<'_>,
     msg: &BorrowedMessage<'_>,
     opaque: usize,
+    now: &mut i64,
 ) -> Result<(), Refused> {
     let mut record = record_of(&to, msg, opaque);
     let mut full_since: Option<Instant> = None;
@@ -169,6 +172,7 @@ pub(super) fn send(
                 }
                 record = r;
                 std::thread::sleep(Duration::from_millis(2));
+                *now = crate::generations::now_ms();
             }
             Err((e, r)) => {
                 let keep = to.target == Target::Side || too_large(&e);
