@@ -19,7 +19,7 @@ use std::sync::Arc;
 use rdkafka::bindings as rdsys;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedHeaders, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::{RDKafkaHeaders, RDKafkaRespErr, RDKafkaTopic};
 use rdkafka::util::IntoOpaque;
 
@@ -29,32 +29,30 @@ use super::delivery::DeliveryContext;
 /// [`DeliveryContext`] (`encode_opaque`).
 pub(super) type Record<'a> = BaseRecord<'a, [u8], [u8], usize>;
 
-/// A producer's handle of one topic (librdkafka's `rd_kafka_topic_t`). It holds its producer, so
-/// the handle is destroyed before the producer is (librdkafka requires every topic handle
-/// destroyed before its client).
-pub(super) struct TopicHandle {
+/// A producer's handle of one topic (librdkafka's `rd_kafka_topic_t`), for a producer whose
+/// delivery opaque is a `usize` (`C`: [`DeliveryContext`]; the tests' own). It holds its
+/// producer, so the handle is destroyed before the producer is (librdkafka requires every topic
+/// handle destroyed before its client).
+pub(super) struct TopicHandle<C: ProducerContext<DeliveryOpaque = usize> + 'static = DeliveryContext> {
     /// The handle, one application reference of librdkafka's topic object; never null.
     rkt: NonNull<RDKafkaTopic>,
     /// The topic's name, as given to [`TopicHandle::new`].
     name: String,
     /// The producer the handle belongs to; dropped after the handle ([`Drop`]).
-    producer: Arc<ThreadedProducer<DeliveryContext>>,
+    producer: Arc<ThreadedProducer<C>>,
 }
 
 // SAFETY: librdkafka's topic objects are reference counted and locked internally;
 // `rd_kafka_producev` and `rd_kafka_topic_destroy` may be called from any thread.
-unsafe impl Send for TopicHandle {}
+unsafe impl<C: ProducerContext<DeliveryOpaque = usize> + 'static> Send for TopicHandle<C> {}
 // SAFETY: as above: `send` takes `&self` and only calls `rd_kafka_producev`, which is thread-safe.
-unsafe impl Sync for TopicHandle {}
+unsafe impl<C: ProducerContext<DeliveryOpaque = usize> + 'static> Sync for TopicHandle<C> {}
 
-impl TopicHandle {
+impl<C: ProducerContext<DeliveryOpaque = usize> + 'static> TopicHandle<C> {
     /// The handle of topic `name` for `producer`. Errors: `name` holds a NUL byte
     /// ([`KafkaError::Nul`]), or librdkafka refuses it (longer than 512 bytes:
     /// [`KafkaError::Global`] with its error).
-    pub(super) fn new(
-        producer: &Arc<ThreadedProducer<DeliveryContext>>,
-        name: &str,
-    ) -> Result<TopicHandle, KafkaError> {
+    pub(super) fn new(producer: &Arc<ThreadedProducer<C>>, name: &str) -> Result<TopicHandle<C>, KafkaError> {
         let c_name = CString::new(name)?;
         // SAFETY: the client pointer is valid while `producer` lives; a null topic configuration
         // makes librdkafka use the producer's default one.
@@ -140,7 +138,7 @@ fn headers_ptr(headers: &OwnedHeaders) -> *mut RDKafkaHeaders {
     headers.as_borrowed() as *const BorrowedHeaders as *mut RDKafkaHeaders
 }
 
-impl Drop for TopicHandle {
+impl<C: ProducerContext<DeliveryOpaque = usize> + 'static> Drop for TopicHandle<C> {
     fn drop(&mut self) {
         // SAFETY: the handle's own application reference, released once; the producer it
         // belongs to is dropped after this (a field).
@@ -150,32 +148,55 @@ impl Drop for TopicHandle {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::mpsc;
+    use std::sync::Mutex;
     use std::time::Duration;
 
+    use rdkafka::client::ClientContext;
     use rdkafka::message::{Header, Headers};
-    use rdkafka::producer::PurgeConfig;
-    use rdkafka::ClientConfig;
+    use rdkafka::producer::{DeliveryResult, PurgeConfig};
+    use rdkafka::{ClientConfig, Message};
 
     use super::*;
-    use crate::pipeline::delivery::DeliveryEvent;
-    use crate::status::Status;
 
     const TOPIC: &str = "kd-topic-handle";
 
-    /// A producer of no reachable broker (records are queued, never delivered) and the channel of
-    /// its delivery reports.
-    fn producer(queue_messages: usize) -> (Arc<ThreadedProducer<DeliveryContext>>, mpsc::Receiver<DeliveryEvent>) {
-        let (tx, rx) = mpsc::channel();
-        let p: ThreadedProducer<DeliveryContext> = ClientConfig::new()
+    /// Every delivery report, as (opaque, what librdkafka held of the record).
+    #[derive(Default)]
+    struct Reports(Mutex<Vec<(usize, Held)>>);
+
+    impl ClientContext for Reports {}
+
+    impl ProducerContext for Reports {
+        type DeliveryOpaque = usize;
+
+        fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+            let m = match result {
+                Ok(m) | Err((_, m)) => m,
+            };
+            let held = (
+                m.topic().to_string(),
+                Some(m.partition()),
+                m.key().map(<[u8]>::to_vec),
+                m.payload().map(<[u8]>::to_vec),
+                m.timestamp().to_millis(),
+                m.headers().map(|h| header_pairs(&h.detach())),
+            );
+            self.0.lock().unwrap().push((opaque, held));
+        }
+    }
+
+    /// A producer of no reachable broker: records are queued, never delivered (a purge reports
+    /// them).
+    fn producer(queue_messages: usize) -> Arc<ThreadedProducer<Reports>> {
+        let p: ThreadedProducer<Reports> = ClientConfig::new()
             .set("bootstrap.servers", "127.0.0.1:9")
             .set("message.max.bytes", "2000")
             .set("queue.buffering.max.messages", queue_messages.to_string())
             .set("message.timeout.ms", "600000")
             .set("log_level", "0")
-            .create_with_context(DeliveryContext::new(tx, Status::new()))
+            .create_with_context(Reports::default())
             .expect("producer");
-        (Arc::new(p), rx)
+        Arc::new(p)
     }
 
     fn headers() -> OwnedHeaders {
@@ -189,6 +210,9 @@ mod tests {
                 value: Some(&[1u8, 2, 3][..]),
             })
     }
+
+    /// A case of the table: name, value, partition, the error wanted.
+    type Case<'a> = (&'a str, &'a [u8], Option<i32>, Option<RDKafkaErrorCode>);
 
     /// What librdkafka holds of a queued record: topic, partition, key, value, timestamp, headers.
     type Held = (
@@ -211,7 +235,7 @@ mod tests {
     #[test]
     fn a_send_through_the_handle_is_rust_rdkafkas_send() {
         let big = vec![7u8; 5_000];
-        let cases: &[(&str, &[u8], Option<i32>, Option<RDKafkaErrorCode>)] = &[
+        let cases: &[Case<'_>] = &[
             ("taken", b"v", None, None),
             ("taken, partition given", b"v", Some(2), None),
             ("too large", &big, None, Some(RDKafkaErrorCode::MessageSizeTooLarge)),
@@ -219,7 +243,7 @@ mod tests {
         ];
         for &(name, value, partition, want) in cases {
             let full = want == Some(RDKafkaErrorCode::QueueFull);
-            let (p, reports) = producer(if full { 1 } else { 100 });
+            let p = producer(if full { 1 } else { 100 });
             let handle = TopicHandle::new(&p, TOPIC).expect("handle");
             assert_eq!(handle.name(), TOPIC);
             let record = |opaque: usize| {
@@ -253,15 +277,8 @@ mod tests {
             // What librdkafka holds of each queued record, from its purge's delivery reports.
             p.purge(PurgeConfig::default().queue().inflight());
             p.flush(Duration::from_secs(5)).expect("purged");
-            let mut queued: Vec<(usize, Held)> = reports
-                .try_iter()
-                .filter(|r| r.opaque != 1)
-                .map(|r| {
-                    let c = r.result.err().expect("purged, not delivered").copy;
-                    let headers = c.headers.as_ref().map(header_pairs);
-                    (r.opaque, (c.topic, c.partition, c.key, c.payload, c.timestamp, headers))
-                })
-                .collect();
+            let mut queued: Vec<(usize, Held)> = std::mem::take(&mut *p.context().0.lock().unwrap());
+            queued.retain(|(opaque, _)| *opaque != 1);
             queued.sort();
             if want.is_none() {
                 assert_eq!(queued.len(), 2, "{name}: both records queued");
@@ -270,6 +287,9 @@ mod tests {
                 assert_eq!(ours.0, TOPIC, "{name}");
                 assert_eq!(ours.3.as_deref(), Some(value), "{name}");
                 assert_eq!(ours.5, Some(header_pairs(&headers())), "{name}");
+                if let Some(given) = partition {
+                    assert_eq!(ours.1, Some(given), "{name}: the partition given");
+                }
                 assert_eq!(ours, theirs, "{name}: the same record as rust-rdkafka's send queues");
             } else {
                 assert_eq!(queued, vec![], "{name}: nothing queued");
@@ -280,7 +300,7 @@ mod tests {
 
     #[test]
     fn a_topic_name_with_a_nul_byte_has_no_handle() {
-        let (p, _) = producer(10);
+        let p = producer(10);
         assert!(matches!(TopicHandle::new(&p, "a\0b"), Err(KafkaError::Nul(_))));
         assert!(TopicHandle::new(&p, &"t".repeat(513)).is_err());
     }
