@@ -18,10 +18,11 @@ use super::produce::{self, refuse, send, timestamp_refusal, Added, Destination, 
 use super::recoveries::Recoveries;
 use super::refused::Halt;
 use super::route::{route, Policy, Route};
+use super::topic::TopicHandle;
 use super::{Fatal, RunError, Shutdown, TopicCounts};
 use crate::config::{Config, OnMissing};
 use crate::fingerprint::{stand_in_at, Fingerprint, Fingerprinter, Unfingerprintable};
-use crate::generations::{now_ms, Generation};
+use crate::generations::Generation;
 use crate::global::{self, CopyFate};
 use crate::horizon;
 use crate::inspect::live::{LiveRequest, PartitionView};
@@ -58,7 +59,12 @@ pub struct Filter {
     pub(super) producer: Arc<ThreadedProducer<DeliveryContext>>,
     /// Idempotent mode with a side topic: the producer of the side copies, without the gapless
     /// guarantee (`kafka::side_producer_config`); otherwise side copies go through `producer`.
-    pub(super) side_producer: Option<ThreadedProducer<DeliveryContext>>,
+    pub(super) side_producer: Option<Arc<ThreadedProducer<DeliveryContext>>>,
+    /// The output topic's handle of `producer`, made once ([`TopicHandle`]).
+    output_handle: TopicHandle,
+    /// The side topics' handles (`output.duplicates_topic`, `fingerprint.dead_letter_topic`, those
+    /// set), of `side_producer` when there is one, of `producer` otherwise.
+    side_handles: Vec<TopicHandle>,
     /// Acknowledgements from the producer thread.
     pub(super) deliveries: Receiver<DeliveryEvent>,
     /// The local store: checkpoints write it, recoveries read it.
@@ -209,9 +215,9 @@ impl Filter {
         let mode = Mode::of(&cfg);
         let sides = !cfg.output.duplicates_topic.is_empty() || !cfg.fingerprint.dead_letter_topic.is_empty();
         let side_producer = match mode {
-            Mode::Idempotent { .. } if sides => {
-                Some(kafka::side_producer_config(&cfg).create_with_context(DeliveryContext::new(dtx, status.clone()))?)
-            }
+            Mode::Idempotent { .. } if sides => Some(Arc::new(
+                kafka::side_producer_config(&cfg).create_with_context(DeliveryContext::new(dtx, status.clone()))?,
+            )),
             _ => None,
         };
         if let Mode::Transactional { .. } = mode {
@@ -224,14 +230,24 @@ impl Filter {
         // The transaction began now, not when the mode was chosen.
         let mode = Mode::of(&cfg);
         let fingerprinter = Fingerprinter::of_config(&cfg.fingerprint)?;
+        let producer = Arc::new(producer);
+        let output_handle = TopicHandle::new(&producer, &cfg.output.topic)?;
+        let mut side_handles: Vec<TopicHandle> = Vec::new();
+        for topic in [&cfg.output.duplicates_topic, &cfg.fingerprint.dead_letter_topic] {
+            if !topic.is_empty() && side_handles.iter().all(|h| h.name() != topic.as_str()) {
+                side_handles.push(TopicHandle::new(side_producer.as_ref().unwrap_or(&producer), topic)?);
+            }
+        }
         Ok(Some(Filter {
             policy: Policy::of(&cfg),
             fingerprinter: match &cfg.input.routed_from {
                 Some(topic) => fingerprinter.with_stand_in(topic),
                 None => fingerprinter.with_stand_in(&cfg.input.topic),
             },
-            producer: Arc::new(producer),
+            producer,
             side_producer,
+            output_handle,
+            side_handles,
             deliveries,
             store,
             partitions: BTreeMap::new(),
@@ -281,12 +297,15 @@ impl Filter {
     }
 
     /// Handles one consumed record, [admitted](Self::admit) with its fingerprint `fp`: decides
-    /// its [`Route`], counts it, and produces it (or not). Errors stop the pipeline (see
-    /// [`Fatal`]).
+    /// its [`Route`], counts it, and produces it (or not). `now` is the wall clock (ms since the
+    /// Unix epoch) the record is taken at: read once per batch by the poll loop, whose records
+    /// are handled within microseconds of each other, and read again by [`send`] after each wait
+    /// for room in the producer's queue. Errors stop the pipeline (see [`Fatal`]).
     pub fn on_record(
         &mut self,
         msg: &BorrowedMessage<'_>,
         fp: Result<Fingerprint, Unfingerprintable>,
+        now: &mut i64,
     ) -> Result<Handled, Fatal> {
         let (p, offset) = (msg.partition(), msg.offset());
         let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
@@ -338,9 +357,9 @@ impl Filter {
             self.counted.remove(&p);
             consumed(run, msg, self.topics.input, routed, &self.totals);
         }
-        take_time(run, msg, &self.cfg, offset);
+        take_time(run, msg, &self.cfg, offset, *now);
         if self.skips.contains(&(p, offset)) {
-            return Ok(self.skip(msg, p, offset, "skipped"));
+            return Ok(self.skip(msg, p, offset, "skipped", now));
         }
         // A record without fingerprint is known by its provenance: its own coordinates, or, in
         // the filter stage of the global scope, the input record its routed copy names.
@@ -383,17 +402,17 @@ impl Filter {
             .inflight
             .take(offset, to.target)
             .expect("produced records are tracked");
-        let producer = match (&self.side_producer, to.target) {
-            (Some(side), Target::Side) => side,
-            _ => &*self.producer,
+        let handle = match to.target {
+            Target::Side => side_handle(&self.side_handles, topic),
+            _ => &self.output_handle,
         };
         let opaque = encode_opaque(p, seq);
         let stamp = msg.timestamp().to_millis();
-        let sent = match target == Target::Output && self.output_timestamps.refuses(stamp, now_ms()).is_some() {
+        let sent = match target == Target::Output && self.output_timestamps.refuses(stamp, *now).is_some() {
             // The broker would refuse its batch (`INVALID_TIMESTAMP`), fatal to the producer under
             // the gapless guarantee: refused here instead, as a record too large.
             true => Err(refuse(to, msg, opaque, timestamp_refusal())),
-            false => send(producer, &self.shutdown, to, msg, opaque),
+            false => send(handle, &self.shutdown, to, msg, opaque, now),
         };
         match sent {
             Ok(()) => {}
@@ -422,7 +441,7 @@ impl Filter {
                      is out of the range the topic takes); sent to fingerprint.dead_letter_topic instead"
                 );
                 telemetry::output_refused(p, "dead_letter");
-                return Ok(self.skip(msg, p, offset, reason));
+                return Ok(self.skip(msg, p, offset, reason, now));
             }
             Err(Refused::Kafka(error, Some(mut copy))) => {
                 // A side copy, or a record the output refused (too large, stamped out of its range):
@@ -462,7 +481,7 @@ impl Filter {
     /// output refused it for its size or its timestamp): copied to `fingerprint.dead_letter_topic` with the reason `why` when one is set
     /// (a refusal there halts the partition, as for any dead-letter copy), else dropped. Logged
     /// and, when skipped, counted (`kafka_dedup_records_skipped_total`).
-    fn skip(&mut self, msg: &BorrowedMessage<'_>, p: i32, offset: i64, why: &'static str) -> Handled {
+    fn skip(&mut self, msg: &BorrowedMessage<'_>, p: i32, offset: i64, why: &'static str, now: &mut i64) -> Handled {
         let Some(Partition::Running(run)) = self.partitions.get_mut(&p) else {
             return Handled::Done;
         };
@@ -482,6 +501,7 @@ impl Filter {
         }
         let to = Destination {
             topic: dead_letter,
+            input: &self.cfg.input.topic,
             partition: None,
             added: Added::ReasonAndSource(why),
             target: Target::Side,
@@ -495,8 +515,8 @@ impl Filter {
             .inflight
             .take(offset, Target::Side)
             .expect("produced records are tracked");
-        let producer = self.side_producer.as_ref().unwrap_or(&*self.producer);
-        match send(producer, &self.shutdown, to, msg, encode_opaque(p, seq)) {
+        let handle = side_handle(&self.side_handles, dead_letter);
+        match send(handle, &self.shutdown, to, msg, encode_opaque(p, seq), now) {
             Ok(()) => Handled::Done,
             Err(Refused::Stopping) => {
                 run.inflight.untake(offset);
@@ -633,16 +653,10 @@ impl Filter {
 /// rotating the generations when the clock enters a later bucket ([`horizon::advance`]); the new
 /// generations start at `offset` and at the output positions acknowledged so far (a lower bound
 /// of where their records will lie).
-fn take_time(run: &mut Running, msg: &BorrowedMessage<'_>, cfg: &Config, offset: i64) {
+fn take_time(run: &mut Running, msg: &BorrowedMessage<'_>, cfg: &Config, offset: i64, now: i64) {
     let interval = horizon::interval_ms(cfg.checkpoint.interval);
     let generations = cfg.checkpoint.generations;
-    let rotations = horizon::advance(
-        &mut run.clock,
-        msg.timestamp().to_millis(),
-        now_ms(),
-        interval,
-        generations,
-    );
+    let rotations = horizon::advance(&mut run.clock, msg.timestamp().to_millis(), now, interval, generations);
     let Some(bucket) = run.clock.bucket(interval) else {
         return;
     };
@@ -713,6 +727,7 @@ fn destination<'c>(
 ) -> Result<Option<(Destination<'c>, Option<Fingerprint>)>, Fatal> {
     let side = |topic: &'c str, reason: &'static str| Destination {
         topic,
+        input: &cfg.input.topic,
         partition: None,
         added: Added::ReasonAndSource(reason),
         target: Target::Side,
@@ -720,6 +735,7 @@ fn destination<'c>(
     };
     let output = |partition: Option<i32>| Destination {
         topic: &cfg.output.topic,
+        input: &cfg.input.topic,
         partition,
         added: if cfg.output.provenance {
             Added::Source
@@ -745,6 +761,15 @@ fn destination<'c>(
             })
         }
     })
+}
+
+/// The handle of side topic `topic` among `handles` ([`Filter::start`] makes one for each side
+/// topic set, the only topics a side copy goes to).
+fn side_handle<'h>(handles: &'h [TopicHandle], topic: &str) -> &'h TopicHandle {
+    handles
+        .iter()
+        .find(|h| h.name() == topic)
+        .expect("a handle for every side topic set (Filter::start)")
 }
 
 /// The timestamp limits of the side topics of `cfg` (`output.duplicates_topic`,

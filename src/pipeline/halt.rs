@@ -256,7 +256,7 @@ impl Filter {
             // A record for the output goes through the output's producer (its order and gapless
             // guarantee; nothing after it was taken).
             let producer = match &self.side_producer {
-                Some(side) if copy.topic != self.cfg.output.topic => side,
+                Some(side) if copy.topic != self.cfg.output.topic => &**side,
                 _ => &*self.producer,
             };
             match producer.send(record) {

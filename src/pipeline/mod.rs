@@ -15,6 +15,8 @@
 //! - `refused`: what a halted partition holds (the refused copies, the retry back-off);
 //! - [`delivery`]: the producer's context, whose callback sends `DeliveryEvent`s
 //!   into a channel, and the delivery opaque;
+//! - `topic`: a producer's handle of one topic, made once, through which `produce` sends (no
+//!   topic name per record);
 //! - `produce`: producing a record (destination, headers, what a refused send gives back);
 //! - `recoveries`: the recovery workers' results, as data;
 //! - `checkpoint_state`: a checkpoint's state as data (`CheckpointRecord`, the checkpoint in
@@ -46,6 +48,7 @@ mod recoveries;
 pub(crate) mod refused;
 pub mod route;
 mod tick;
+mod topic;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -432,6 +435,11 @@ fn handle_batch(
     batch: &mut Vec<Admitted<'_>>,
     shutdown: &Shutdown,
 ) -> Result<(), Fatal> {
+    // One reading of the wall clock for the batch (the partition clock's `now`, the output's
+    // timestamp check): read after the batch was polled, so no record of it was stamped later by
+    // this host's clock; its records are handled within microseconds, and `produce::send` reads
+    // it again after each wait for room in the producer's queue.
+    let mut now = crate::generations::now_ms();
     for (msg, fp) in batch.drain(..) {
         // Once stopping, nothing more is taken: the producer refuses records then
         // (`Refused::Stopping`), and taking a later record of the same partition would let
@@ -439,7 +447,7 @@ fn handle_batch(
         if shutdown.is_triggered() {
             break;
         }
-        if f.on_record(&msg, fp)? == Handled::ProducerFull {
+        if f.on_record(&msg, fp, &mut now)? == Handled::ProducerFull {
             // The rest of the batch is not taken either: every running partition pauses and
             // resumes, at its first record not taken, once the producer's queue drains.
             f.back_off(consumer);

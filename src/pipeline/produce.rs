@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, ThreadedProducer};
+use rdkafka::producer::BaseRecord;
 use rdkafka::Message;
 
-use super::delivery::DeliveryContext;
 use super::refused::{with_timestamp_header, SideCopy};
+use super::topic::TopicHandle;
 use super::Shutdown;
 use crate::partition::Target;
 use crate::provenance::{Provenance, ENCODED_MAX, HEADER, REASON_HEADER};
@@ -19,6 +19,9 @@ use crate::provenance::{Provenance, ENCODED_MAX, HEADER, REASON_HEADER};
 pub(super) struct Destination<'a> {
     /// The topic.
     pub topic: &'a str,
+    /// The topic the record was consumed from (the filter stage's `input.topic`, the only topic
+    /// its consumer subscribes to): the topic of the provenance header `kafka-dedup.source`.
+    pub input: &'a str,
     /// The partition; `None` for the producer's partitioner.
     pub partition: Option<i32>,
     /// Headers added to the record's own.
@@ -142,19 +145,23 @@ impl TimestampLimits {
     }
 }
 
-/// Produces a copy of `msg` (key, value, headers, timestamp) to `to`. Waits while librdkafka's
-/// queue is full, unless a stop is requested; any other refusal is returned.
+/// Produces a copy of `msg` (key, value, headers, timestamp) to `to`, through `topic`, the
+/// handle of `to.topic` of the producer it goes through. Waits while librdkafka's queue is full,
+/// unless a stop is requested, and then reads the wall clock again into `now` (ms since the Unix
+/// epoch, the caller's reading for its batch: [`Filter::on_record`](super::Filter::on_record));
+/// any other refusal is returned.
 pub(super) fn send(
-    producer: &ThreadedProducer<DeliveryContext>,
+    topic: &TopicHandle,
     shutdown: &Shutdown,
     to: Destination<'_>,
     msg: &BorrowedMessage<'_>,
     opaque: usize,
+    now: &mut i64,
 ) -> Result<(), Refused> {
     let mut record = record_of(&to, msg, opaque);
     let mut full_since: Option<Instant> = None;
     loop {
-        match producer.send(record) {
+        match topic.send(record) {
             Ok(()) => return Ok(()),
             Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
                 if shutdown.is_triggered() {
@@ -165,6 +172,7 @@ pub(super) fn send(
                 }
                 record = r;
                 std::thread::sleep(Duration::from_millis(2));
+                *now = crate::generations::now_ms();
             }
             Err((e, r)) => {
                 let keep = to.target == Target::Side || too_large(&e);
@@ -193,7 +201,7 @@ fn record_of<'a>(
     if let Some(p) = to.partition {
         record = record.partition(p);
     }
-    if let Some(h) = headers(msg, to.added) {
+    if let Some(h) = headers(msg, to.input, to.added) {
         record = record.headers(h);
     }
     // A side copy is for inspection: its timestamp is not the record's identity, and a copy
@@ -241,9 +249,10 @@ pub(super) enum Added<'a> {
     ReasonAndSource(&'a str),
 }
 
-/// The record's own headers followed by the `added` ones. The source is the record's own topic,
-/// partition and offset (it is an input record).
-fn headers(msg: &BorrowedMessage<'_>, added: Added<'_>) -> Option<OwnedHeaders> {
+/// The record's own headers followed by the `added` ones. The source is the record's own topic
+/// (`input`, the one topic the consumer subscribes to: not asked of each record), partition and
+/// offset (it is an input record).
+fn headers(msg: &BorrowedMessage<'_>, input: &str, added: Added<'_>) -> Option<OwnedHeaders> {
     let own = msg.headers().map(|h| h.detach());
     let reason = match added {
         Added::Nothing => return own,
@@ -258,7 +267,8 @@ fn headers(msg: &BorrowedMessage<'_>, added: Added<'_>) -> Option<OwnedHeaders> 
         });
     }
     let mut buf = [0u8; ENCODED_MAX];
-    let (topic, partition, offset) = (msg.topic(), msg.partition(), msg.offset());
+    debug_assert_eq!(msg.topic(), input, "a record of another topic than input.topic");
+    let (topic, partition, offset) = (input, msg.partition(), msg.offset());
     Some(
         match Provenance::encode_parts_into(&mut buf, topic, partition, offset) {
             Some(source) => all.insert(Header {
