@@ -124,19 +124,25 @@ pub fn judge(cfg: &Config, facts: &[TopicFacts]) -> (Vec<String>, Vec<String>) {
         }
     }
     let count = |key: &str| facts.iter().find(|f| f.key == key).and_then(|f| f.partitions);
+    // The topic the output mirrors partition by partition: the input, or in the global scope the
+    // route topic (the filter stage's input; the input's count does not matter there).
+    let (from_key, from_topic) = match cfg.fingerprint.scope {
+        Scope::Global => ("fingerprint.route_topic", &cfg.fingerprint.route_topic),
+        _ => ("input.topic", &cfg.input.topic),
+    };
     if cfg.output.partitioning == Partitioning::Preserve {
-        if let (Some(i), Some(o)) = (count("input.topic"), count("output.topic")) {
+        if let (Some(i), Some(o)) = (count(from_key), count("output.topic")) {
             if o < i {
                 problems.push(format!(
-                    "output.topic \"{}\" has {o} partitions, input.topic \"{}\" {i}: with output.partitioning = \
-                     \"preserve\" input partitions {o} and above would be held; add partitions to the output",
-                    cfg.output.topic, cfg.input.topic
+                    "output.topic \"{}\" has {o} partitions, {from_key} \"{from_topic}\" {i}: with output.partitioning = \
+                     \"preserve\" partitions {o} and above of {from_key} would be held; add partitions to the output",
+                    cfg.output.topic
                 ));
             } else if o > i {
                 warnings.push(format!(
-                    "output.topic \"{}\" has {o} partitions, input.topic \"{}\" {i}: partitions {i} and above of the \
-                     output stay empty (output.partitioning = \"preserve\")",
-                    cfg.output.topic, cfg.input.topic
+                    "output.topic \"{}\" has {o} partitions, {from_key} \"{from_topic}\" {i}: partitions {i} and above \
+                     of the output stay empty (output.partitioning = \"preserve\")",
+                    cfg.output.topic
                 ));
             }
         }
@@ -454,6 +460,28 @@ mod tests {
             }
             assert_eq!(w.len(), warnings, "{name}: {w:?}");
         }
+        // The global scope: the output mirrors the route topic, whatever the input's count.
+        let g = cfg("[fingerprint]\nscope = \"global\"\nroute_topic = \"r\"\n");
+        let global = |i: usize, r: usize, o: usize| {
+            judge(
+                &g,
+                &[
+                    fact("input.topic", "in", Some(i), Some(rw)),
+                    fact("fingerprint.route_topic", "r", Some(r), Some(rw)),
+                    fact("output.topic", "out", Some(o), Some(rw)),
+                ],
+            )
+        };
+        let (p, w) = global(4, 3, 3);
+        assert!(p.is_empty() && w.is_empty(), "input 4, route 3, output 3: {p:?} {w:?}");
+        let (p, _) = global(3, 4, 3);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].contains("output.topic \"out\" has 3 partitions, fingerprint.route_topic \"r\" 4"),
+            "{p:?}"
+        );
+        let (p, w) = global(3, 3, 4);
+        assert!(p.is_empty() && w.len() == 1, "{p:?} {w:?}");
         let mut err = fact("input.topic", "in", None, None);
         err.error = Some("Broker: Topic authorization failed".into());
         let (p, _) = judge(&c, &[err, fact("output.topic", "out", Some(3), Some(rw))]);

@@ -199,10 +199,11 @@ impl Router {
         );
         // A copy the route topic would refuse for its timestamp (fatal to the gapless producer,
         // and met again at every start): stamped now, its own timestamp in a header.
+        let mut restamped = false;
         if let Some(limit) = self.stamps.refuses(record.timestamp, crate::generations::now_ms()) {
             if let Some(ts) = record.timestamp.take() {
                 record.headers = Some(with_timestamp_header(record.headers.take(), ts));
-                metrics::counter!(ROUTE_RESTAMPED).increment(1);
+                restamped = true;
                 if self.restamped.insert(p) {
                     warn!(
                         partition = p,
@@ -245,6 +246,10 @@ impl Router {
                     });
                 }
             }
+        }
+        if restamped {
+            // Counted once taken: a copy given back is stamped again when its record comes again.
+            metrics::counter!(ROUTE_RESTAMPED).increment(1);
         }
         crate::crash::point("route-after-produce");
         Ok(Copied::Done)

@@ -208,8 +208,10 @@ impl Filter {
                         return false;
                     }
                     if halts.contains_key(p) {
-                        // Halted meanwhile (`halt`): committed up to its first refused record.
+                        // Halted meanwhile (`halt`): committed up to its first refused record,
+                        // with the marks of the copies before it only.
                         part.record.offset = part.record.offset.min(r.inflight.watermark());
+                        part.record.high_water = r.high_water.below(part.record.offset);
                         part.lowered = true;
                     }
                     let done = r.inflight.watermark() >= part.record.offset;

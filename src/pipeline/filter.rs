@@ -486,6 +486,15 @@ impl Filter {
             return Handled::Done;
         };
         let dead_letter = &self.cfg.fingerprint.dead_letter_topic;
+        // Global scope, filter stage: a record let past is taken like any other, so its input
+        // record's mark rises (a second copy of it is then dropped as one).
+        let source = self
+            .cfg
+            .input
+            .routed_from
+            .as_deref()
+            .and_then(|t| Provenance::of(msg, t))
+            .map(|s| (s.partition, s.offset));
         if why == "skipped" {
             telemetry::skipped(p);
             warn!(
@@ -497,6 +506,7 @@ impl Filter {
         }
         if dead_letter.is_empty() {
             run.inflight.take(offset, Target::None);
+            run.high_water.take(offset, source, run.inflight.watermark());
             return Handled::Done;
         }
         let to = Destination {
@@ -517,7 +527,10 @@ impl Filter {
             .expect("produced records are tracked");
         let handle = side_handle(&self.side_handles, dead_letter);
         match send(handle, &self.shutdown, to, msg, encode_opaque(p, seq), now) {
-            Ok(()) => Handled::Done,
+            Ok(()) => {
+                run.high_water.take(offset, source, run.inflight.watermark());
+                Handled::Done
+            }
             Err(Refused::Stopping) => {
                 run.inflight.untake(offset);
                 self.counted.insert(p, offset);
@@ -530,7 +543,10 @@ impl Filter {
             }
             Err(Refused::Kafka(error, copy)) => {
                 match copy {
-                    Some(copy) => self.halt(p, seq, offset, *copy, &error),
+                    Some(copy) => {
+                        run.high_water.take(offset, source, run.inflight.watermark());
+                        self.halt(p, seq, offset, *copy, &error)
+                    }
                     None => run.inflight.untake(offset),
                 }
                 Handled::Done

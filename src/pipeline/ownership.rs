@@ -375,6 +375,8 @@ impl Filter {
     /// Installs recovered partition `p` (ownership `inc`) as running.
     fn run(&mut self, p: i32, inc: u64, rec: Recovered) {
         self.recoveries.panics.remove(&p);
+        // A record given back by a former ownership was never taken: counted again from here.
+        self.counted.remove(&p);
         let metrics = PartitionMetrics::new(p, &self.cfg);
         metrics.set_state(crate::state::PartitionState::Running);
         let took = rec.since.elapsed();

@@ -354,11 +354,7 @@ fn finish(
         None
     };
     let scanned = scan(env, reader, req, &out_parts, reread, &mut gens, (clock, Some(resume)))?;
-    // The marks of what it does not take again (below `resume`).
-    merge_high_water(
-        &mut high_water,
-        scanned.high_water_below.as_ref().unwrap_or(&scanned.high_water),
-    );
+    let committed = resume;
     info!(
         partition = req.partition,
         source,
@@ -394,9 +390,17 @@ fn finish(
         telemetry::position_from_output("behind_output");
         resume = after;
     }
+    let resume = within_retention(env, reader, req.partition, resume)?;
+    // The marks of what it does not take again: below the committed offset when it resumes there,
+    // all the re-read found when it resumes later.
+    let found = match scanned.high_water_below {
+        Some(below) if resume == committed => below,
+        _ => scanned.high_water,
+    };
+    merge_high_water(&mut high_water, &found);
     Ok(Recovered {
         gens,
-        resume: within_retention(env, reader, req.partition, resume)?,
+        resume,
         out_positions: scanned.ends,
         ckpt,
         fresh: false,

@@ -160,7 +160,8 @@ pub(super) struct Scanned {
     /// The high-water marks the records read prove (see [`Progress::high_water`]).
     pub(super) high_water: HighWater,
     /// Those of the records forwarded from below the committed offset (`retake_from`), when
-    /// there is one: what a partition resuming there takes. The records from it on are taken
+    /// there is one and the records name their route offset (`output.provenance`; without it,
+    /// `None`: all are taken, as they were before): what a partition resuming there takes. The records from it on are taken
     /// again on resume, which marks them in their turn; a mark made by a later one would drop an
     /// earlier copy the crashed owner had not finished (a halted record, a side copy in flight)
     /// as a re-copy.
@@ -183,7 +184,10 @@ pub(super) fn scan(
     (clock, retake_from): (Option<i64>, Option<i64>),
 ) -> Result<Scanned, RecoveryError> {
     let (tpl, mut progress) = ranges(env, reader, out_parts, reread)?;
-    progress.marks_below = retake_from.map(|c| (c, HighWater::new()));
+    // Only the filter stage's own provenance (`output.provenance`) names a record's route offset.
+    progress.marks_below = retake_from
+        .filter(|_| env.cfg.output.provenance)
+        .map(|c| (c, HighWater::new()));
     if env.cfg.output.partitioning == Partitioning::Preserve {
         let interval_ms = horizon::interval_ms(env.cfg.checkpoint.interval);
         if let Some(c) = clock {
