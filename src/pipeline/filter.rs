@@ -372,13 +372,7 @@ impl Filter {
         // Global scope, filter stage: the input record the route stage copied, by provenance. A
         // copy it made again (after a crash, a late copy of a previous owner) is dropped whatever
         // its age; a record without identity follows `on_missing` as before.
-        let source = self
-            .cfg
-            .input
-            .routed_from
-            .as_deref()
-            .and_then(|t| Provenance::of(msg, t))
-            .map(|s| (s.partition, s.offset));
+        let source = routed_source(&self.cfg, msg);
         if run.high_water.fate(known.and(source)) == CopyFate::Recopy {
             metrics::counter!(global::ROUTE_COPIES_DROPPED).increment(1);
             run.inflight.take(offset, Target::None);
@@ -488,13 +482,7 @@ impl Filter {
         let dead_letter = &self.cfg.fingerprint.dead_letter_topic;
         // Global scope, filter stage: a record let past is taken like any other, so its input
         // record's mark rises (a second copy of it is then dropped as one).
-        let source = self
-            .cfg
-            .input
-            .routed_from
-            .as_deref()
-            .and_then(|t| Provenance::of(msg, t))
-            .map(|s| (s.partition, s.offset));
+        let source = routed_source(&self.cfg, msg);
         if why == "skipped" {
             telemetry::skipped(p);
             warn!(
@@ -689,6 +677,13 @@ fn take_time(run: &mut Running, msg: &BorrowedMessage<'_>, cfg: &Config, offset:
     } else if run.gens.current().bucket.is_none() {
         run.gens.set_current_bucket(bucket);
     }
+}
+
+/// Global scope, filter stage: the input record (partition, offset) the route stage copied
+/// `msg` from, by its provenance header naming `input.routed_from`; `None` otherwise.
+fn routed_source(cfg: &Config, msg: &BorrowedMessage<'_>) -> Option<(i32, i64)> {
+    let topic = cfg.input.routed_from.as_deref()?;
+    Provenance::of(msg, topic).map(|s| (s.partition, s.offset))
 }
 
 /// Counts a record taken from the consumer, and whether its replays could land in another
