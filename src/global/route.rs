@@ -663,7 +663,9 @@ pub fn route_retention_risk(input: &BTreeMap<String, String>, route: &BTreeMap<S
 /// read (no `DESCRIBE_CONFIGS` permission) is said once and no limit is assumed: a copy the topic
 /// then refuses stops the process, as before.
 fn route_topic_limits(cfg: &Config) -> TimestampLimits {
-    let read = |topic: &str| kafka::topic_configs(cfg, topic, KAFKA_TIMEOUT);
+    // As the filter asks for its output's (a broker that does not implement DescribeConfigs,
+    // librdkafka's mock cluster, never answers: the start must not wait long for it).
+    let read = |topic: &str| kafka::topic_configs(cfg, topic, crate::pipeline::DESCRIBE_CONFIGS_TIMEOUT);
     let route = match read(&cfg.fingerprint.route_topic) {
         Ok(route) => route,
         Err(e) => {

@@ -39,7 +39,7 @@ pub(super) const GAUGE_EVERY: Duration = Duration::from_secs(1);
 /// timestamp limits: [`kafka::topic_configs`]): a broker answers DescribeConfigs in milliseconds; one
 /// that does not implement it (librdkafka's mock cluster) never answers, and the producer then
 /// keeps its default limit and no timestamp is checked.
-const DESCRIBE_CONFIGS_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const DESCRIBE_CONFIGS_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long an instance owns no partition before it says so, and how often it repeats it.
 const IDLE_WARN_AFTER: Duration = Duration::from_secs(60);
 /// See [`IDLE_WARN_AFTER`].

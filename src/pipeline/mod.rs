@@ -68,6 +68,7 @@ use crate::telemetry;
 pub use checkpoint::TransactionError;
 pub use context::{FilterConsumer, FilterContext};
 pub use delivery::DeliveryContext;
+pub(crate) use filter::DESCRIBE_CONFIGS_TIMEOUT;
 pub use filter::{Filter, Handled};
 pub use ownership::HandoverError;
 pub(crate) use produce::{copy_of, TimestampLimits};
