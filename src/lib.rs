@@ -42,9 +42,10 @@
 //! [`status`] (`/readyz`), [`topics`] (topics deleted or recreated while running), [`inspect`]
 //! and [`migrate`] (store tools), [`audit`] (did it work: duplicates, lost records and order,
 //! read from the topics), [`demo`] and [`scenario`]
-//! (the seed scenario), [`connect`] (`check-config --connect`: what the brokers say). The
-//! design: `docs/ARCHITECTURE.md`.
+//! (the seed scenario), [`connect`] (`check-config --connect`: what the brokers say), [`alloc`]
+//! (the process's allocator, mimalloc, also librdkafka's). The design: `docs/ARCHITECTURE.md`.
 
+pub mod alloc;
 pub mod audit;
 pub mod changelog;
 pub mod config;

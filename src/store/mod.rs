@@ -424,10 +424,10 @@ impl Store {
     /// Releases sled's page cache of `run`'s store once the chunks read since the database was
     /// opened reach [`Store::release_after`] bytes (a quarter of the cache, 16 MiB): closes and opens it
     /// again, then hands the freed memory back to the system
-    /// (`malloc_trim`). sled 0.34 keeps every page a one-pass read brings in (its LRU evicts
-    /// only after 64 accesses to one of its 256 shards), so without this a recovery that loads
-    /// 10M fingerprints (200 MB of chunks) keeps them all in the cache: about 20 bytes of RSS per
-    /// fingerprint on top of the tables'. Readers of other threads wait on the handle's lock
+    /// ([`crate::alloc::return_free_memory`]). sled 0.34 keeps every page a one-pass read brings
+    /// in (its LRU evicts only after 64 accesses to one of its 256 shards), so without this a
+    /// recovery that loads 10M fingerprints (200 MB of chunks) keeps them all in the cache: about
+    /// 20 bytes of RSS per fingerprint on top of the tables'. Readers of other threads wait on the handle's lock
     /// meanwhile and go on with the new database. Nothing for the tools' stores (`inspect`
     /// reopens between its scans itself, [`Store::reopened`]).
     ///
@@ -460,11 +460,7 @@ impl Store {
         match reopened {
             Ok(()) => {
                 self.releases.fetch_add(1, Ordering::SeqCst);
-                #[cfg(all(target_os = "linux", target_env = "gnu"))]
-                // SAFETY: malloc_trim only returns free memory of the allocator's heaps.
-                unsafe {
-                    libc::malloc_trim(0);
-                }
+                crate::alloc::return_free_memory();
                 tracing::debug!(
                     path = %self.path.display(),
                     read_bytes = read,
