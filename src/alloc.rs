@@ -8,7 +8,7 @@
 //! `malloc_consolidate`) made them about a fifth of the CPU per record at 100-byte values.
 //! Measured side by side in one run on Apache Kafka (BENCHMARKS.md, "Fifth sitting"): at 100 B
 //! kafka-dedup forwards 1.13-1.57x the records a second of the same build on glibc, at 0.67-1.00x
-//! its CPU per record; at 1 KB the rate moves within the runs' noise (0.82-1.28x).
+//! its CPU per record; at 1 KB the rate moves within the runs' noise (0.80-1.28x, 6 runs).
 //!
 //! The cost is memory: mimalloc keeps freed pages per thread for reuse and purges them after a
 //! delay (`MIMALLOC_PURGE_DELAY`, milliseconds, 1000 by default in mimalloc 3), so the resident
