@@ -14,18 +14,53 @@ use rdkafka::producer::BaseProducer;
 
 use crate::config::{Config, ConfigError, Delivery, GroupProtocol};
 
-/// Properties kafka-dedup sets itself, whatever `[kafka.properties]` says, and why.
-pub const ENFORCED: &[(&str, &str)] = &[
+/// Properties kafka-dedup sets itself on its clients, after `[kafka.properties]`: (name, the
+/// value it sets, why). `[kafka.properties]` may name one only with that value; any other value
+/// is refused when the configuration is loaded (exit 2 naming the key, [`refused_override`]),
+/// since it would be silently overridden. Idempotent mode's producer settings are checked with
+/// the delivery mode ([`IDEMPOTENT_FIXED`]).
+pub const ENFORCED: &[(&str, &str, &str)] = &[
     (
         "enable.auto.commit",
+        "false",
         "offsets are committed only at checkpoints, after delivery",
     ),
-    ("enable.auto.offset.store", "same"),
+    (
+        "auto.commit.enable",
+        "false",
+        "offsets are committed only at checkpoints, after delivery",
+    ),
+    (
+        "enable.auto.offset.store",
+        "false",
+        "offsets are stored only at checkpoints, after delivery",
+    ),
     (
         "enable.idempotence",
+        "true",
         "no duplicates or reordering from producer retries",
     ),
+    (
+        "auto.offset.reset",
+        "earliest",
+        "a committed offset that retention deleted resumes at the oldest record left, never at the \
+         end; where a partition without a committed offset starts is `input.start`",
+    ),
 ];
+
+/// Why `[kafka.properties]` may not set `name` to `value`: `Some` when `name` is one of
+/// [`ENFORCED`] and `value` is not the value kafka-dedup sets (any case; `auto.offset.reset`'s
+/// synonyms `smallest` and `beginning` are its `earliest`), `None` otherwise. The text names the
+/// value kafka-dedup sets and the reason.
+pub fn refused_override(name: &str, value: &str) -> Option<String> {
+    let (_, fixed, why) = ENFORCED.iter().find(|(n, _, _)| *n == name)?;
+    let v = value.trim().to_ascii_lowercase();
+    let same = match *fixed {
+        "earliest" => matches!(v.as_str(), "earliest" | "smallest" | "beginning"),
+        other => v == other,
+    };
+    (!same).then(|| format!("kafka-dedup sets it to {fixed} whatever is written here ({why}); remove it"))
+}
 
 /// Properties that concern only consumers ("C" in the C/P column of librdkafka 2.12.1's
 /// CONFIGURATION.md, global and topic tables).

@@ -18,6 +18,43 @@ fn key_of(text: &str, env: &[(&str, &str)]) -> String {
     err.key_name().unwrap_or("").to_string()
 }
 
+/// A property kafka-dedup sets itself (`kafka::ENFORCED`) is refused under `[kafka.properties]`
+/// with any other value, naming the key (it would be overridden without a word); its own value
+/// is accepted.
+#[test]
+fn properties_kafka_dedup_sets_itself_are_refused_with_another_value() {
+    let cases: &[(&str, bool)] = &[
+        ("\"enable.auto.commit\" = \"true\"", false),
+        ("\"enable.auto.commit\" = true", false),
+        ("\"enable.auto.commit\" = \"false\"", true),
+        ("\"auto.commit.enable\" = \"true\"", false),
+        ("\"enable.auto.offset.store\" = \"true\"", false),
+        ("\"enable.idempotence\" = \"false\"", false),
+        ("\"enable.idempotence\" = true", true),
+        ("\"auto.offset.reset\" = \"latest\"", false),
+        ("\"auto.offset.reset\" = \"error\"", false),
+        ("\"auto.offset.reset\" = \"earliest\"", true),
+        ("\"auto.offset.reset\" = \"smallest\"", true),
+        ("\"linger.ms\" = \"20\"", true),
+    ];
+    for (props, ok) in cases {
+        let text = format!("{MINIMAL}\n[kafka.properties]\n{props}\n");
+        match Config::from_toml_str(&text, Some(HashMap::new())) {
+            Ok(_) => assert!(ok, "{props}: accepted"),
+            Err(e) => {
+                assert!(!ok, "{props}: refused: {e}");
+                let name = props.split('"').nth(1).unwrap();
+                assert_eq!(
+                    e.key_name(),
+                    Some(format!("kafka.properties.{name}").as_str()),
+                    "{props}"
+                );
+                assert!(e.to_string().contains("kafka-dedup sets it to"), "{props}: {e}");
+            }
+        }
+    }
+}
+
 /// The producer settings that keep a partition's output gap-free (idempotent mode) and a
 /// transaction alive for a checkpoint interval (transactional mode) cannot be undone under
 /// `[kafka.properties]`; each refusal names the key.

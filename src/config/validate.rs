@@ -53,6 +53,11 @@ impl Config {
                 ));
             }
         }
+        for (name, value) in &props {
+            if let Some(why) = crate::kafka::refused_override(name, value) {
+                return Err(ConfigError::key(format!("kafka.properties.{name}"), why));
+            }
+        }
         security::validate(&props)?;
         if let Some((name, why)) = GroupProtocol::of(&props).refused(&props) {
             return Err(ConfigError::key(format!("kafka.properties.{name}"), why));

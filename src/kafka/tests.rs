@@ -78,7 +78,7 @@ fn properties_go_to_the_clients_they_concern() {
         "session.timeout.ms" = "6000"
         "linger.ms" = "20"
         "socket.timeout.ms" = "30000"
-        "enable.auto.commit" = "true"
+        "enable.auto.commit" = "false"
         [input]
         topic = "in"
         group_id = "g"
