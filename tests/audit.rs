@@ -313,6 +313,61 @@ fn agrees_with_a_filter_run_then_finds_a_duplicate_appended_by_hand() {
     assert_eq!(r.totals.forwarded, 3000);
 }
 
+/// A new user's first hour: an audit run before the filter's first checkpoint judged nothing
+/// and said CLEAN (the filter commits only where it starts until then), and a copy written into
+/// the output by hand, without provenance, more than H_max after its original, was counted in no
+/// category. Now the first says NOTHING JUDGED and which input is past the range, and the second
+/// is unexpected once the range reaches the input's end.
+#[test]
+fn nothing_judged_is_said_and_a_late_foreign_copy_is_unexpected() {
+    // Given: a filter checkpointing every hour (H_min 1 h, H_max 2 h), and 40 records stamped
+    // 3 h ago (a backfill: the copy below is stamped later than H_max after them, yet not in
+    // the future).
+    let mut given = Scenario::new("audit-first", 1);
+    given.spec.interval = "1h";
+    given.spec.generations = 2;
+    let filter = given.start_ready();
+    let t0 = now_ms() - 3 * 3_600_000;
+    let records: Vec<(i64, Raw)> = (0..40)
+        .map(|i| {
+            (
+                t0 + i * 100,
+                raw(Some(&format!("k{i}")), Some(&(1000 + i).to_string()), &[]),
+            )
+        })
+        .collect();
+    given.produce_timed(0, &records);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while given.output_len() < 40 {
+        assert!(std::time::Instant::now() < deadline, "{}", filter.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // When: the audit runs before the first checkpoint; then: nothing judged, and it says so.
+    assert_eq!(given.committed(0), Some(0), "only the start-of-ownership commit");
+    let a = given.audit(&[]);
+    assert_eq!(a.code, 0, "{}\n{}", a.stdout, a.stderr);
+    for needle in [
+        "input offsets [0, 40) are past the range, not judged: the filter has not checkpointed them yet",
+        "NOTHING JUDGED (nothing found, but no input record was in the range): 1 partition(s), 0 input records judged",
+    ] {
+        assert!(a.stdout.contains(needle), "{needle:?} in:\n{}", a.stdout);
+    }
+
+    // When: the filter stops (its last checkpoint commits the end) and a copy of record 5, without
+    // provenance, is written into the output 2 h 10 s after it; then: one unexpected record.
+    given.stop(filter);
+    assert_eq!(given.committed(0), Some(40));
+    given.write_output_timed(0, &[(t0 + 500 + 7_810_000, records[5].1.clone())]);
+    let a = given.audit(&["--json"]);
+    assert_eq!(a.code, 1, "{}\n{}", a.stdout, a.stderr);
+    let r = a.report();
+    assert_eq!(findings(partition(&r, 0)), (0, 0, 0, 1), "{r:#?}");
+    assert_eq!(partition(&r, 0).audit.unexpected.examples[0].output_offset, 40);
+    assert_eq!(partition(&r, 0).range.input_end, 40);
+    assert_eq!(r.totals.forwarded, 40);
+}
+
 /// What the audit cannot check exits 2, naming why.
 #[test]
 fn refusals_exit_2() {

@@ -70,7 +70,9 @@
 //! read before them (the *lead-in*, H_max of input clock) only inform. An output record is judged
 //! when its source is in the range (provenance, or a match); without provenance, a duplicate or
 //! unexpected record is judged when it comes after the first output record matched to the range
-//! (and, unexpected ones, before the last: records after it may copy input past the range).
+//! (and, unexpected ones, before the last when the input goes on past the range: records after
+//! it may copy that input, and are counted as not judged; when the range reaches the input's end,
+//! [`Rules::input_end`], they are judged).
 
 mod findings;
 mod record;

@@ -17,8 +17,10 @@
 //! - The lead-in: the input is read from H_max (of record time) before the range, the output
 //!   from 2 x H_max before it (ListOffsets by timestamp, each answer checked against the records
 //!   there: a broker that answers wrongly costs a read from the log start, never a record).
-//! - The output is read to its end as of the start of the audit, or, once every input record of
-//!   the range is accounted for, until its clock is H_max past the range ([`audit_partition`]).
+//! - The output is read to its end as of the start of the audit (read before the input's end,
+//!   so every output record read copies input before that end), or, when the input goes on past
+//!   the range and once every input record of the range is accounted for, until its clock is
+//!   H_max past the range ([`audit_partition`]).
 //!
 //! Every partition's range is resolved first; then `fingerprint.dead_letter_topic`, when set, is
 //! read once, whole (`dead_letters`), for the copies of input records of those ranges, and
@@ -130,6 +132,7 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
             on_missing: cfg.fingerprint.on_missing,
             bounds: plan.bounds,
             now_ms: request.now_ms,
+            input_end: plan.range.input_end,
             diverted: Diverted {
                 skips: skips.iter().filter(|(q, _)| *q == p).map(|(_, o)| *o).collect(),
                 dead_letters: dead_letters.remove(&p).unwrap_or_default(),
@@ -364,8 +367,10 @@ fn plan(
     committed: Option<i64>,
 ) -> Result<Plan, AuditError> {
     let (input, output) = (cfg.input.topic.as_str(), cfg.output.topic.as_str());
-    let (in_low, in_high) = meta.fetch_watermarks(input, p, REQUEST_TIMEOUT)?;
+    // The output's end first: whatever the filter forwarded before it copies input before the
+    // input's end read after it (the walk's `Rules::input_end`).
     let (out_low, out_high) = meta.fetch_watermarks(output, p, REQUEST_TIMEOUT)?;
+    let (in_low, in_high) = meta.fetch_watermarks(input, p, REQUEST_TIMEOUT)?;
     let (to_offset, to) = match (request.to_offset, committed) {
         (Some(o), _) => (o, UpperBound::ToOffset),
         (None, Some(c)) => (c, UpperBound::Committed),
@@ -436,6 +441,7 @@ fn plan(
             until_ms: request.until_ms,
             output_read_from,
             output_end: out_high,
+            input_end: in_high,
         },
     })
 }

@@ -106,6 +106,10 @@ pub struct Range {
     pub output_read_from: i64,
     /// The output's end (high watermark) when the partition's audit began.
     pub output_end: i64,
+    /// The input's end (high watermark) when the partition's audit began, read after the
+    /// output's: input records from `to_offset` to here are past the range, not judged.
+    #[serde(default)]
+    pub input_end: i64,
 }
 
 /// Where the upper offset bound comes from.
@@ -206,14 +210,18 @@ impl Report {
             )?;
         }
         for p in &self.partitions {
-            write_partition(out, p)?;
+            write_partition(out, p, self.horizon)?;
         }
         let t = &self.totals;
         writeln!(
             out,
             "{}: {} partition(s), {} input records judged ({} forwarded, {} replays, {} not forwardable, \
              {} skipped, {} dead-lettered), {} output records; {} duplicate(s), {} lost, {} out of order, {} unexpected",
-            if self.clean { "CLEAN" } else { "NOT CLEAN" },
+            match (self.clean, t.input_records) {
+                (false, _) => "NOT CLEAN",
+                (true, 0) => "NOTHING JUDGED (nothing found, but no input record was in the range)",
+                (true, _) => "CLEAN",
+            },
             self.partitions.len(),
             t.input_records,
             t.forwarded,
@@ -252,7 +260,7 @@ fn time(ms: i64) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
-fn write_partition(out: &mut impl Write, p: &PartitionReport) -> io::Result<()> {
+fn write_partition(out: &mut impl Write, p: &PartitionReport, horizon: Horizon) -> io::Result<()> {
     let (a, r) = (&p.audit, &p.range);
     let to = match r.to {
         UpperBound::ToOffset => "--to-offset",
@@ -295,6 +303,26 @@ fn write_partition(out: &mut impl Write, p: &PartitionReport) -> io::Result<()> 
             n => format!("; {n} repeats outside the horizon"),
         }
     )?;
+    if r.to == UpperBound::Committed && r.to_offset < r.input_end {
+        writeln!(
+            out,
+            "  input offsets [{}, {}) are past the range, not judged: the filter has not checkpointed them yet \
+             (it commits at each checkpoint, every {} = checkpoint.interval); audit again after the next one, or, \
+             with the filter stopped, with --to-offset {}",
+            r.to_offset,
+            r.input_end,
+            duration(horizon.max_ms.saturating_sub(horizon.min_ms)),
+            r.input_end
+        )?;
+    }
+    if a.not_judged_after_range > 0 {
+        writeln!(
+            out,
+            "  {} output records after the last one matched to the range copy no input record read: not judged \
+             (they may copy input past the range)",
+            a.not_judged_after_range
+        )?;
+    }
     if p.output_log_append_time {
         writeln!(
             out,

@@ -207,6 +207,12 @@ pub struct PartitionAudit {
     /// Output records identical to one forwarded H_max or more before them: the filter's rule,
     /// not a finding that makes the partition unclean.
     pub repeats_outside_horizon: Finding<Repeat>,
+    /// Output records after the last one matched to the range that copy no input record read,
+    /// while the input holds records past the range: they may copy those, so they are not
+    /// judged (audit a range reaching further to judge them). When the range reaches the
+    /// input's end they are unexpected instead.
+    #[serde(default)]
+    pub not_judged_after_range: u64,
     /// The most input records held in the window at once (the memory bound at work).
     pub peak_window_records: u64,
 }

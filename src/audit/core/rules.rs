@@ -49,6 +49,14 @@ pub struct Rules {
     pub bounds: Bounds,
     /// The wall clock, ms since the Unix epoch: later timestamps count as this.
     pub now_ms: i64,
+    /// The input partition's end (its high watermark) when the audit began, read after the
+    /// output's end: an output record read copies, if anything, an input record before it. When
+    /// the range reaches it (and `until_ms` cut nothing), nothing past the range can have a copy
+    /// in the output, so an output record after the last one matched to the range that copies
+    /// no input record read is unexpected, and the output is read to its end; otherwise such a
+    /// record may copy input past the range and is counted as not judged
+    /// ([`PartitionAudit::not_judged_after_range`](super::PartitionAudit::not_judged_after_range)).
+    pub input_end: i64,
     /// The input records the filter let past on purpose: not expected in the output.
     pub diverted: Diverted,
 }

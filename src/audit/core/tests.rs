@@ -68,6 +68,7 @@ fn rules(bounds: Bounds, on_missing: OnMissing) -> Rules {
         on_missing,
         bounds,
         now_ms: T0 + 1_000_000_000,
+        input_end: i64::MAX,
         diverted: Diverted::default(),
     }
 }
@@ -234,10 +235,11 @@ fn findings_in_a_table() {
             &abcd,
             &[("a", 0, Some(0)), ("b", 10, Some(1)), ("x", 15, None), ("c", 20, Some(2)), ("d", 30, Some(3))],
             want(0, 0, 0, 1, 0), want(0, 0, 0, 1, 0)),
-        row("records after the last one of the range are not judged",
+        // The input ends with the range here (records_after_the_last_match_... has the rest).
+        row("a record after the last one of the range copying nothing is unexpected",
             &abcd,
             &[("a", 0, Some(0)), ("b", 10, Some(1)), ("c", 20, Some(2)), ("d", 30, Some(3)), ("x", 40, None)],
-            CLEAN, CLEAN),
+            want(0, 0, 0, 1, 0), want(0, 0, 0, 1, 0)),
         row("a gap longer than the horizon",
             &[("a", 0), ("b", 1000), ("c", 2500), ("d", 5000), ("e", 5010)],
             &[("a", 0, Some(0)), ("d", 5000, Some(3)), ("e", 5010, Some(4))],
@@ -503,6 +505,51 @@ fn bounds_judge_only_the_range() {
             want(0, 1, 0, 0, 1), want(0, 1, 0, 0, 1)),
     ];
     check(rows, &rules(until, OnMissing::Forward));
+}
+
+/// An output record after the last one matched to the range that copies no input record read:
+/// when the range reaches the input's end it copies nothing at all and is unexpected (a copy
+/// written into the output H_max after the original, without provenance, was counted in no
+/// category); while the input goes on past the range it may copy that input and is counted as
+/// not judged.
+#[test]
+fn records_after_the_last_match_are_judged_when_nothing_is_past_the_range() {
+    let inp = [("a", 0), ("b", 10), ("c", 3000)];
+    /// Name, output, to_offset, until (ms after T0), input_end, unexpected, not judged.
+    type AfterRow = (&'static str, Vec<Out>, i64, Option<i64>, i64, u64, u64);
+    #[rustfmt::skip]
+    let rows: Vec<AfterRow> = vec![
+        ("a provenance-less copy H_max + 1 s after the original, the input ending with the range",
+            vec![("a", 0, Some(0)), ("b", 10, Some(1)), ("c", 3000, Some(2)), ("a", 3000, None)], 3, None, 3, 1, 0),
+        ("a record copying nothing, the input ending with the range",
+            vec![("a", 0, Some(0)), ("b", 10, Some(1)), ("c", 3000, Some(2)), ("x", 3010, None)], 3, None, 3, 1, 0),
+        ("the same, the input going on past the range",
+            vec![("a", 0, Some(0)), ("b", 10, Some(1)), ("c", 3000, Some(2)), ("x", 3010, None)], 3, None, 7, 0, 1),
+        ("the same, the range ending at --to-offset before the input's end",
+            vec![("a", 0, Some(0)), ("b", 10, Some(1)), ("x", 20, None)], 2, None, 3, 0, 1),
+        ("the same, the range ending at --until before the input's end",
+            vec![("a", 0, Some(0)), ("b", 10, Some(1)), ("x", 20, None)], 3, Some(1000), 3, 0, 1),
+        ("nothing after the last match",
+            vec![("a", 0, Some(0)), ("b", 10, Some(1)), ("c", 3000, Some(2))], 3, None, 3, 0, 0),
+    ];
+    for (name, out, to_offset, until, input_end, unexpected, not_judged) in rows {
+        let bounds = Bounds {
+            to_offset,
+            until_ms: until.map_or(i64::MAX, |u| T0 + u),
+            ..Bounds::ALL
+        };
+        let r = Rules {
+            input_end,
+            ..rules(bounds, OnMissing::Forward)
+        };
+        for provenance in [false, true] {
+            let a = run(&r, input(&inp), output(&out, provenance));
+            let case = format!("{name} ({provenance} provenance)");
+            assert_eq!(a.unexpected.count, unexpected, "{case}: {a:#?}");
+            assert_eq!(a.not_judged_after_range, not_judged, "{case}: {a:#?}");
+            assert_eq!((a.duplicates.count, a.lost.count), (0, 0), "{case}: {a:#?}");
+        }
+    }
 }
 
 /// Provenance makes matching exact: a record copied from another partition, or naming an input

@@ -84,6 +84,9 @@ pub(super) struct Auditor<'r> {
     in_next: i64,
     /// No more input is read (the end, or past the range).
     in_done: bool,
+    /// An input record past the range was read (by offset or by `until_ms`): input goes on
+    /// past the range.
+    past_range_read: bool,
     /// Output clock.
     out_clock: Option<i64>,
     /// The output has ended: every input record settles as it is read.
@@ -124,6 +127,7 @@ impl<'r> Auditor<'r> {
             read_start: None,
             in_next: i64::MIN,
             in_done: false,
+            past_range_read: false,
             out_clock: None,
             out_done: false,
             window: VecDeque::new(),
@@ -169,6 +173,7 @@ impl<'r> Auditor<'r> {
         if r.offset >= bounds.to_offset || clock >= bounds.until_ms {
             // Past the range: read no further, and this record is context.
             self.in_done = true;
+            self.past_range_read = true;
         } else if r.offset.saturating_add(1) >= bounds.to_offset {
             self.in_done = true;
         }
@@ -278,7 +283,7 @@ impl<'r> Auditor<'r> {
             }
         }
         if self.in_done {
-            self.since_check += 1;
+            self.since_check = self.since_check.saturating_add(1);
         }
         Ok(())
     }
@@ -565,12 +570,18 @@ impl<'r> Auditor<'r> {
         })
     }
 
+    /// Once the input has ended: true when the input holds nothing past the range (no output
+    /// record can copy input the walk did not read).
+    fn nothing_past_range(&self) -> bool {
+        self.in_done && !self.past_range_read && self.rules.bounds.to_offset >= self.rules.input_end
+    }
+
     /// Once the input has ended: true when the rest of the output is past the range: every
     /// unsettled input record is matched or a replay of an earlier copy, and the output clock is
     /// H_max past the input's (no copy of a record of the range is expected so late). Checked
     /// every 256 output records.
     fn output_can_stop(&mut self) -> bool {
-        if !self.in_done || self.since_check < 256 {
+        if !self.in_done || self.since_check < 256 || self.nothing_past_range() {
             return false;
         }
         self.since_check = 0;
@@ -591,8 +602,14 @@ impl<'r> Auditor<'r> {
 
     fn finish(mut self) -> PartitionAudit {
         self.settle(i64::MAX);
-        // `pending`: unexpected records after the last one matched to the range, which may copy
-        // input past it: not judged.
+        // `pending`: unexpected records after the last one matched to the range. They may copy
+        // input past it, unless there is none.
+        let pending = std::mem::take(&mut self.pending);
+        if self.nothing_past_range() {
+            self.report.unexpected.absorb(pending);
+        } else {
+            self.report.not_judged_after_range = pending.count;
+        }
         self.report
     }
 }
