@@ -84,11 +84,12 @@ pub fn required(cfg: &Config) -> Vec<(&'static str, String, Vec<Operation>)> {
     t
 }
 
-/// The problems (each a sentence naming the key) and warnings of `facts` for `cfg`: a pure
-/// function of what the brokers said. The partition-count rule comes from
+/// The problems (each a sentence naming the key), warnings and permissions held (a line per
+/// topic whose authorized operations grant what `run` does with it) of `facts` for `cfg`: a
+/// pure function of what the brokers said. The partition-count rule comes from
 /// `output.partitioning = "preserve"` (input partition N goes to output partition N).
-pub fn judge(cfg: &Config, facts: &[TopicFacts]) -> (Vec<String>, Vec<String>) {
-    let (mut problems, mut warnings) = (Vec::new(), Vec::new());
+pub fn judge(cfg: &Config, facts: &[TopicFacts]) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let (mut problems, mut warnings, mut held) = (Vec::new(), Vec::new(), Vec::new());
     let needs = required(cfg);
     for f in facts {
         let (topic, key) = (&f.topic, f.key);
@@ -106,15 +107,29 @@ pub fn judge(cfg: &Config, facts: &[TopicFacts]) -> (Vec<String>, Vec<String>) {
             .unwrap_or_default();
         match &f.operations {
             Some(ops) if f.error.is_none() => {
+                let verb = |op: Operation| if op == Operation::Read { "read" } else { "write to" };
+                let name = |op: Operation| if op == Operation::Read { "READ" } else { "WRITE" };
+                let (mut verbs, mut names) = (Vec::new(), Vec::new());
                 for op in wanted {
                     let code = if op == Operation::Read { ACL_READ } else { ACL_WRITE };
-                    if !ops.contains(&code) && !ops.contains(&ACL_ALL) {
+                    if ops.contains(&code) || ops.contains(&ACL_ALL) {
+                        verbs.push(verb(op));
+                        names.push(if ops.contains(&code) { name(op) } else { "ALL" });
+                    } else {
                         problems.push(format!(
                             "topic \"{topic}\" ({key}): the principal may not {} it (no {} in its authorized operations)",
-                            if op == Operation::Read { "read" } else { "write to" },
-                            if op == Operation::Read { "READ" } else { "WRITE" },
+                            verb(op),
+                            name(op),
                         ));
                     }
+                }
+                if !verbs.is_empty() {
+                    names.dedup();
+                    held.push(format!(
+                        "topic \"{topic}\" ({key}): the principal may {} it ({} in its authorized operations)",
+                        verbs.join(" and "),
+                        names.join(", ")
+                    ));
                 }
             }
             None if f.error.is_none() && f.partitions.is_some() => warnings.push(format!(
@@ -147,7 +162,7 @@ pub fn judge(cfg: &Config, facts: &[TopicFacts]) -> (Vec<String>, Vec<String>) {
             }
         }
     }
-    (problems, warnings)
+    (problems, warnings, held)
 }
 
 /// The client context of the checks: keeps the last error librdkafka reported on its own (a
@@ -304,7 +319,7 @@ pub fn check(cfg: &Config) -> Report {
     report
         .passed
         .push(format!("brokers at {} answered", cfg.kafka.bootstrap_servers));
-    let (problems, warnings) = judge(cfg, &facts);
+    let (problems, warnings, held) = judge(cfg, &facts);
     for f in &facts {
         if let Some(n) = f.partitions {
             report
@@ -312,6 +327,7 @@ pub fn check(cfg: &Config) -> Report {
                 .push(format!("topic \"{}\" ({}) exists: {n} partitions", f.topic, f.key));
         }
     }
+    report.passed.extend(held);
     report.problems.extend(problems);
     report.warnings.extend(warnings);
     // The group coordinator answers for each group `run` joins (OffsetFetch: DESCRIBE on the
@@ -453,7 +469,7 @@ mod tests {
             ),
         ];
         for (name, facts, want, warnings) in rows {
-            let (p, w) = judge(&c, &facts);
+            let (p, w, _) = judge(&c, &facts);
             assert_eq!(p.len(), want.len(), "{name}: {p:?}");
             for (got, want) in p.iter().zip(&want) {
                 assert!(got.contains(want), "{name}: {got}");
@@ -472,23 +488,49 @@ mod tests {
                 ],
             )
         };
-        let (p, w) = global(4, 3, 3);
+        let (p, w, _) = global(4, 3, 3);
         assert!(p.is_empty() && w.is_empty(), "input 4, route 3, output 3: {p:?} {w:?}");
-        let (p, _) = global(3, 4, 3);
+        let (p, _, _) = global(3, 4, 3);
         assert_eq!(p.len(), 1, "{p:?}");
         assert!(
             p[0].contains("output.topic \"out\" has 3 partitions, fingerprint.route_topic \"r\" 4"),
             "{p:?}"
         );
-        let (p, w) = global(3, 3, 4);
+        let (p, w, _) = global(3, 3, 4);
         assert!(p.is_empty() && w.len() == 1, "{p:?} {w:?}");
         let mut err = fact("input.topic", "in", None, None);
         err.error = Some("Broker: Topic authorization failed".into());
-        let (p, _) = judge(&c, &[err, fact("output.topic", "out", Some(3), Some(rw))]);
+        let (p, _, _) = judge(&c, &[err, fact("output.topic", "out", Some(3), Some(rw))]);
         assert_eq!(
             p,
             vec!["topic \"in\" (input.topic): Broker: Topic authorization failed".to_string()]
         );
+    }
+
+    /// Each permission checked and held is said, one line per topic (a broker without an
+    /// authorizer reports every operation a topic supports: they hold, and check-config said
+    /// nothing about them).
+    #[test]
+    fn permissions_held_are_said() {
+        let c = cfg("duplicates_topic = \"d\"\n");
+        let rw: &[i32] = &[ACL_READ, ACL_WRITE, 8];
+        let facts = [
+            fact("input.topic", "in", Some(3), Some(rw)),
+            fact("output.topic", "out", Some(3), Some(&[ACL_ALL])),
+            fact("output.duplicates_topic", "d", Some(3), Some(&[ACL_READ])),
+        ];
+        let (problems, _, held) = judge(&c, &facts);
+        assert_eq!(
+            held,
+            [
+                "topic \"in\" (input.topic): the principal may read it (READ in its authorized operations)",
+                "topic \"out\" (output.topic): the principal may read and write to it (ALL in its authorized operations)",
+            ]
+        );
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("topic \"d\" (output.duplicates_topic): the principal may not write to it"));
+        let (_, _, held) = judge(&c, &[fact("input.topic", "in", Some(3), None)]);
+        assert!(held.is_empty(), "not reported: not held either: {held:?}");
     }
 
     #[test]

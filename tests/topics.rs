@@ -146,6 +146,18 @@ fn check_config_connect_passes_on_topics_that_fit() {
     assert!(err.contains("committed offsets fetched (0 of 3 partitions"), "{err}");
     assert!(!err.contains("problem"), "{err}");
     assert!(!err.contains("not checked"), "READ and WRITE checked: {err}");
+    // The permissions are said too (a broker without an authorizer grants every operation, and
+    // check-config said nothing about them).
+    for (t, key, may) in [
+        (&input, "input.topic", "read"),
+        (&output, "output.topic", "read and write to"),
+        (&dups, "output.duplicates_topic", "write to"),
+    ] {
+        assert!(
+            err.contains(&format!("ok: topic \"{t}\" ({key}): the principal may {may} it")),
+            "{key}: {err}"
+        );
+    }
 }
 
 /// Each problem named at once, exit 1: an output with fewer partitions than the input under
