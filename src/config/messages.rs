@@ -170,6 +170,20 @@ pub(super) fn variants<T: serde::de::DeserializeOwned>() -> &'static [&'static s
     names
 }
 
+/// The key of serde's `expected` list ("expected one of `a`, `b`" or "expected `a`") closest to
+/// the unknown `field`: the one with the highest Jaro similarity above 0.7, the threshold clap
+/// suggests a misspelt subcommand with (strsim, as clap uses it). `None`: nothing is that close.
+fn closest<'a>(field: &str, expected: &'a str) -> Option<&'a str> {
+    let (_, list) = expected.split_once("expected")?;
+    list.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|name| (strsim::jaro(field, name), name))
+        .filter(|(score, _)| *score > 0.7)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, name)| name)
+}
+
 /// serde's messages say "unknown field `x`, expected one of ..." for a path like `input`;
 /// report the full key (`input.x`) instead, and keep the rest as the reason.
 pub(super) fn split_serde_error(path: &str, message: &str) -> (String, String) {
@@ -186,10 +200,17 @@ pub(super) fn split_serde_error(path: &str, message: &str) -> (String, String) {
             } else {
                 format!("{path}.{field}")
             };
-            return (
-                key,
-                "unknown key (check the spelling; every key is in docs/configuration.md)".to_string(),
-            );
+            let reason = match closest(field, &rest[end..]) {
+                Some(near) => {
+                    let near = match key.rfind('.') {
+                        Some(i) => format!("{}.{near}", &key[..i]),
+                        None => near.to_string(),
+                    };
+                    format!("unknown key (did you mean {near}? every key is in docs/configuration.md)")
+                }
+                None => "unknown key (check the spelling; every key is in docs/configuration.md)".to_string(),
+            };
+            return (key, reason);
         }
     }
     if let Some(rest) = message.strip_prefix("missing field `") {

@@ -227,6 +227,45 @@ fn errors_say_what_is_accepted() {
     assert_eq!(c.kafka.flat_properties()["queue.buffering.max.ms"], "0.5");
 }
 
+/// An unknown key is named whole, with the known key of its section closest to it when one is
+/// close (a new user wrote `groupid` and was told only to check the spelling).
+#[test]
+fn unknown_keys_suggest_the_closest_known_one() {
+    for (text, key, near) in [
+        (
+            "[input]\ntopic = \"a\"\ngroupid = \"g\"\n[output]\ntopic = \"b\"\n",
+            "input.groupid",
+            Some("input.group_id"),
+        ),
+        (
+            "[input]\ntopic = \"a\"\n[output]\ntopic = \"b\"\n[checkpoint]\nintervall = \"1m\"\n",
+            "checkpoint.intervall",
+            Some("checkpoint.interval"),
+        ),
+        (
+            "[input]\ntopic = \"a\"\n[output]\ntopic = \"b\"\ndeliverry = \"idempotent\"\n",
+            "output.deliverry",
+            Some("output.delivery"),
+        ),
+        (
+            "[input]\ntopic = \"a\"\n[output]\ntopic = \"b\"\n[fingerprint]\nzzz = 1\n",
+            "fingerprint.zzz",
+            None,
+        ),
+    ] {
+        let (k, reason) = key_and_reason(text, &[]);
+        assert_eq!(k, key, "{text}");
+        match near {
+            Some(near) => assert_eq!(
+                reason,
+                format!("unknown key (did you mean {near}? every key is in docs/configuration.md)"),
+                "{text}"
+            ),
+            None => assert!(reason.contains("check the spelling"), "{text}: {reason}"),
+        }
+    }
+}
+
 /// A property set from the environment is taken as written: a secret that looks like a number
 /// or a boolean keeps its digits and its case.
 #[test]
