@@ -108,7 +108,18 @@ pub fn run_demo(opts: &DemoOptions) -> Result<DemoReport, DemoError> {
     cfg.store.path = store.path().join("store");
     cfg.http.listen = String::new();
     cfg.output.fence_wait = Duration::from_millis(500);
-    let horizon = cfg.checkpoint.horizon_in_words();
+    // Shortened so the demo's replays, seconds apart, span several generations and checkpoints.
+    let default = crate::config::CheckpointConfig::default();
+    let (min, max) = crate::horizon::bounds_ms(crate::horizon::interval_ms(default.interval), default.generations);
+    let text = |ms: i64| humantime::format_duration(Duration::from_millis(ms.max(0) as u64)).to_string();
+    let horizon = format!(
+        "{} (checkpoint.interval = {} for the demo; the default {} makes these {} and {})",
+        cfg.checkpoint.horizon_in_words(),
+        humantime::format_duration(cfg.checkpoint.interval),
+        humantime::format_duration(default.interval),
+        text(min),
+        text(max)
+    );
 
     let status = Status::new();
     let shutdown = Shutdown::new();
