@@ -1,14 +1,17 @@
-# Sourced by scripts/test.sh, scripts/bench.sh, scripts/mutants.sh and scripts/flink-replay.sh (which define `log` first):
-# where things are cached, the install of Apache Kafka's jars, and brokers started on free
-# loopback ports in a temporary directory, all stopped (and the directory removed) when the
-# script exits.
+# Sourced by scripts/test.sh, scripts/bench.sh, scripts/mutants.sh, scripts/flink-replay.sh and
+# scripts/local-kafka.sh: where things are cached, the install of Apache Kafka's jars, and
+# brokers started on free loopback ports in a temporary directory, all stopped (and the
+# directory removed) when the script exits. A caller may define `log` first (its prefix).
+
+declare -F log >/dev/null || log() { echo "[kafka-dedup] $*" >&2; }
 
 CACHE="${KAFKA_DEDUP_CACHE:-$HOME/.cache/kafka-dedup}"
 mkdir -p "$CACHE"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$CACHE/target}"
-# The broker's version is java/broker/pom.xml's; the jars go to a directory named after it.
+# The broker's version is java/broker/pom.xml's; the jars go to a directory named after it and
+# the POM's hash (a changed POM installs again).
 KAFKA_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' java/broker/pom.xml)"
-export KAFKA_LIBS="$CACHE/kafka-$KAFKA_VERSION/libs"
+export KAFKA_LIBS="$CACHE/kafka-$KAFKA_VERSION-$(sha256sum java/broker/pom.xml | cut -c1-12)/libs"
 
 # install_packages PKG...: the Debian packages not installed yet, without starting their services
 # (Prometheus on :9090): Debian's maintainer scripts ask /usr/sbin/policy-rc.d, and 101 means
@@ -32,7 +35,7 @@ install_packages() {
 }
 
 # install_kafka: Apache Kafka's jars (java/broker/pom.xml) copied into $KAFKA_LIBS by Maven, once
-# per machine (about 45 MB; Maven's own cache ~/.m2 keeps the downloads). Offline first, so a
+# per machine and POM (about 50 MB; Maven's own cache ~/.m2 keeps the downloads). Offline first, so a
 # warm machine asks no registry.
 install_kafka() {
   [ -f "$KAFKA_LIBS/.complete" ] && return 0

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Apache Kafka on this machine, to try the README's quick start without a cluster. Installs the
+# broker's jars once (java/broker/pom.xml through Maven; Java 17 and Maven from Debian if missing;
+# about 50 MB, the suite's own install) and then:
+#
+#   scripts/local-kafka.sh [PORT]           one node (KRaft, scripts/kafka-broker.sh) with a
+#                                           PLAINTEXT listener on 127.0.0.1:PORT (default 9092),
+#                                           in the foreground until Ctrl-C; its data and
+#                                           server.log go to a temporary directory, removed
+#                                           when it stops
+#   scripts/local-kafka.sh topics ARGS...   Apache Kafka's kafka-topics.sh (TopicCommand), e.g.
+#     scripts/local-kafka.sh topics --bootstrap-server 127.0.0.1:9092 --create --topic events --partitions 6
+#
+# The node's settings are the test suite's (replication factor 1, short group sessions allowed):
+# for a try, not for production.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { echo "[local-kafka] $*" >&2; }
+# shellcheck source=scripts/brokers.sh
+source scripts/brokers.sh
+install_kafka
+
+if [ "${1:-}" = topics ]; then
+  shift
+  # Warnings and errors only (the tools' log4j default would print nothing but errors anyway).
+  exec java -Dlog4j2.level=WARN -cp "$KAFKA_LIBS/*" org.apache.kafka.tools.TopicCommand "$@"
+fi
+
+port="${1:-9092}"
+dir="$WORK/kafka"
+mkdir -p "$dir"
+scripts/kafka-broker.sh "$dir" "$port" >"$dir/stdout.log" 2>&1 &
+pids+=("$!")
+for _ in $(seq 1 900); do
+  if grep -qs "Kafka Server started" "$dir/server.log"; then
+    log "Apache Kafka $KAFKA_VERSION ready on 127.0.0.1:$port (log: $dir/server.log); Ctrl-C stops it"
+    wait "${pids[0]}" || true
+    exit 0
+  fi
+  kill -0 "${pids[0]}" 2>/dev/null || break
+  sleep 0.2
+done
+cat "$dir/stdout.log" 2>/dev/null || true
+tail -n 50 "$dir/server.log" 2>/dev/null || true
+log "Apache Kafka did not start (is port $port taken?)"
+exit 1
