@@ -14,52 +14,130 @@ use rdkafka::producer::BaseProducer;
 
 use crate::config::{Config, ConfigError, Delivery, GroupProtocol};
 
-/// Properties kafka-dedup sets itself on its clients, after `[kafka.properties]`: (name, the
-/// value it sets, why). `[kafka.properties]` may name one only with that value; any other value
-/// is refused when the configuration is loaded (exit 2 naming the key, [`refused_override`]),
-/// since it would be silently overridden. Idempotent mode's producer settings are checked with
-/// the delivery mode ([`IDEMPOTENT_FIXED`]).
-pub const ENFORCED: &[(&str, &str, &str)] = &[
-    (
+/// A librdkafka property kafka-dedup sets itself on its clients, after `[kafka.properties]`
+/// (a row of [`ENFORCED`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Enforced {
+    /// The property.
+    pub name: &'static str,
+    /// The value kafka-dedup sets, which `[kafka.properties]` may repeat; `None`: taken from
+    /// another key ([`Enforced::why`] names it), so any value there is refused.
+    pub value: Option<&'static str>,
+    /// Only in this delivery mode (`None`: in both).
+    pub delivery: Option<Delivery>,
+    /// Why, as the refusal says it.
+    pub why: &'static str,
+}
+
+const fn fixed(name: &'static str, value: &'static str, why: &'static str) -> Enforced {
+    Enforced {
+        name,
+        value: Some(value),
+        delivery: None,
+        why,
+    }
+}
+
+const fn from_key(name: &'static str, why: &'static str) -> Enforced {
+    Enforced {
+        name,
+        value: None,
+        delivery: None,
+        why,
+    }
+}
+
+/// Idempotent mode's producer timeout: a record waits for its acknowledgement as long as it
+/// takes (an unreachable output pauses the filter, it does not fail records; librdkafka's
+/// default would give up after 5 minutes, possibly while later records get through).
+const NO_TIMEOUT: &str = "a record waits for its acknowledgement as long as it takes; a delivery that gave up \
+                          while later records got through would leave a gap that a restart can only fill out \
+                          of order";
+
+/// What kafka-dedup sets itself on its clients, after `[kafka.properties]`: `[kafka.properties]`
+/// may name one only with the value kafka-dedup sets (in the delivery mode it applies to); any
+/// other value is refused when the configuration is loaded (exit 2 naming the key,
+/// [`refused_override`]), since it would be silently overridden. `message.timeout.ms` and
+/// `delivery.timeout.ms` are one setting in librdkafka (aliases).
+pub const ENFORCED: &[Enforced] = &[
+    from_key("bootstrap.servers", "from kafka.bootstrap_servers"),
+    from_key("group.id", "from input.group_id"),
+    from_key(
+        "transactional.id",
+        "from output.transactional_id (or input.group_instance_id)",
+    ),
+    fixed(
         "enable.auto.commit",
         "false",
         "offsets are committed only at checkpoints, after delivery",
     ),
-    (
+    fixed(
         "auto.commit.enable",
         "false",
         "offsets are committed only at checkpoints, after delivery",
     ),
-    (
+    fixed(
         "enable.auto.offset.store",
         "false",
         "offsets are stored only at checkpoints, after delivery",
     ),
-    (
+    fixed(
         "enable.idempotence",
         "true",
         "no duplicates or reordering from producer retries",
     ),
-    (
+    fixed(
         "auto.offset.reset",
         "earliest",
         "a committed offset that retention deleted resumes at the oldest record left, never at the \
          end; where a partition without a committed offset starts is `input.start`",
     ),
+    Enforced {
+        delivery: Some(Delivery::Idempotent),
+        ..fixed("message.timeout.ms", "0", NO_TIMEOUT)
+    },
+    Enforced {
+        delivery: Some(Delivery::Idempotent),
+        ..fixed("delivery.timeout.ms", "0", NO_TIMEOUT)
+    },
+    Enforced {
+        delivery: Some(Delivery::Idempotent),
+        ..fixed(
+            "enable.gapless.guarantee",
+            "true",
+            "without it librdkafka lets later records through after a batch failed",
+        )
+    },
 ];
 
-/// Why `[kafka.properties]` may not set `name` to `value`: `Some` when `name` is one of
-/// [`ENFORCED`] and `value` is not the value kafka-dedup sets (any case; `auto.offset.reset`'s
-/// synonyms `smallest` and `beginning` are its `earliest`), `None` otherwise. The text names the
-/// value kafka-dedup sets and the reason.
-pub fn refused_override(name: &str, value: &str) -> Option<String> {
-    let (_, fixed, why) = ENFORCED.iter().find(|(n, _, _)| *n == name)?;
+/// Why `[kafka.properties]` may not set `name` to `value` under `delivery`: `Some` when `name` is
+/// one of [`ENFORCED`] in that mode and `value` is not the value kafka-dedup sets (any case, space
+/// around it ignored; `auto.offset.reset`'s synonyms `smallest` and `beginning` are its
+/// `earliest`), or is taken from another key; `None` otherwise. The text names the value
+/// kafka-dedup sets (or the key it comes from) and the reason.
+pub fn refused_override(name: &str, value: &str, delivery: Delivery) -> Option<String> {
+    let e = ENFORCED
+        .iter()
+        .find(|e| e.name == name && e.delivery.is_none_or(|d| d == delivery))?;
+    let Some(fixed) = e.value else {
+        return Some(format!("set by kafka-dedup {}; remove it here", e.why));
+    };
     let v = value.trim().to_ascii_lowercase();
-    let same = match *fixed {
+    let same = match fixed {
         "earliest" => matches!(v.as_str(), "earliest" | "smallest" | "beginning"),
         other => v == other,
     };
-    (!same).then(|| format!("kafka-dedup sets it to {fixed} whatever is written here ({why}); remove it"))
+    let mode = match e.delivery {
+        Some(Delivery::Idempotent) => " with output.delivery = \"idempotent\"",
+        Some(Delivery::Transactional) => " with output.delivery = \"transactional\"",
+        None => "",
+    };
+    (!same).then(|| {
+        format!(
+            "kafka-dedup sets it to {fixed}{mode} whatever is written here ({}); remove it",
+            e.why
+        )
+    })
 }
 
 /// Properties that concern only consumers ("C" in the C/P column of librdkafka 2.12.1's
@@ -220,7 +298,7 @@ pub const FETCH_QUEUE_BACKOFF_MS: &str = "10";
 /// Defaults (overridable): `partitioner=murmur2_random` (the Java client's key hashing, used when
 /// `output.partitioning = "key"`), `linger.ms=5` (librdkafka's default, stated).
 ///
-/// Set by kafka-dedup in idempotent mode ([`IDEMPOTENT_FIXED`], refused under
+/// Set by kafka-dedup in idempotent mode ([`ENFORCED`], refused under
 /// `[kafka.properties]`), so that a partition's output never has a gap that a restart could only
 /// fill out of order: `message.timeout.ms=0` (a record waits for its acknowledgement as long as
 /// it takes: an unreachable output pauses the filter, it does not fail records; librdkafka's
@@ -241,9 +319,8 @@ pub fn producer_config(cfg: &Config) -> ClientConfig {
     c.remove("statistics.interval.ms");
     match cfg.output.delivery {
         Delivery::Idempotent => {
-            for (k, v) in IDEMPOTENT_FIXED {
-                c.set(*k, *v);
-            }
+            c.set("message.timeout.ms", "0");
+            c.set("enable.gapless.guarantee", "true");
         }
         Delivery::Transactional => {
             c.set("transactional.id", cfg.transactional_id());
@@ -349,10 +426,6 @@ pub fn topic_configs(
     }
     Ok(configs)
 }
-
-/// Producer properties kafka-dedup sets in idempotent mode, with their values (see
-/// [`producer_config`]). `[kafka.properties]` may not set them to anything else.
-pub const IDEMPOTENT_FIXED: &[(&str, &str)] = &[("message.timeout.ms", "0"), ("enable.gapless.guarantee", "true")];
 
 /// Default `transaction.timeout.ms` in transactional mode: one checkpoint interval (how long a
 /// transaction stays open) plus a minute for the commit, and at least librdkafka's default,

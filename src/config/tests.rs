@@ -36,6 +36,16 @@ fn properties_kafka_dedup_sets_itself_are_refused_with_another_value() {
         ("\"auto.offset.reset\" = \"earliest\"", true),
         ("\"auto.offset.reset\" = \"smallest\"", true),
         ("\"linger.ms\" = \"20\"", true),
+        // Idempotent mode's producer settings (MINIMAL is idempotent).
+        ("\"message.timeout.ms\" = 1000", false),
+        ("\"message.timeout.ms\" = 0", true),
+        ("\"delivery.timeout.ms\" = \"300000\"", false),
+        ("\"enable.gapless.guarantee\" = false", false),
+        ("\"enable.gapless.guarantee\" = \"true\"", true),
+        // Taken from another key: any value.
+        ("\"bootstrap.servers\" = \"b:9092\"", false),
+        ("\"group.id\" = \"kafka-dedup\"", false),
+        ("\"transactional.id\" = \"t\"", false),
     ];
     for (props, ok) in cases {
         let text = format!("{MINIMAL}\n[kafka.properties]\n{props}\n");
@@ -49,7 +59,11 @@ fn properties_kafka_dedup_sets_itself_are_refused_with_another_value() {
                     Some(format!("kafka.properties.{name}").as_str()),
                     "{props}"
                 );
-                assert!(e.to_string().contains("kafka-dedup sets it to"), "{props}: {e}");
+                let text = e.to_string();
+                assert!(
+                    text.contains("kafka-dedup sets it to") || text.contains("set by kafka-dedup from"),
+                    "{props}: {e}"
+                );
             }
         }
     }
@@ -85,6 +99,8 @@ fn delivery_settings_that_would_break_the_guarantee_are_refused() {
     assert_eq!(err.key_name(), Some("kafka.properties.transaction.timeout.ms"));
     assert!(err.to_string().contains("checkpoint.interval"), "{err}");
     assert!(load(&transactional("5m", "\"transaction.timeout.ms\" = 310000")).is_ok());
+    // Idempotent mode's fixed producer settings are its own: transactional mode leaves them.
+    assert!(load(&transactional("5m", "\"message.timeout.ms\" = 1000")).is_ok());
     let cfg = load(&transactional("5m", "")).unwrap();
     let producer = crate::kafka::producer_config(&cfg);
     assert_eq!(producer.get("transaction.timeout.ms"), Some("360000"));

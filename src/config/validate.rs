@@ -39,22 +39,15 @@ impl Config {
         Ok(())
     }
 
-    /// `[kafka]`: brokers named, no property kafka-dedup sets itself, the security checks.
+    /// `[kafka]`: brokers named, no property kafka-dedup sets itself with another value
+    /// (`kafka::ENFORCED`, in the configured delivery mode), the security checks.
     fn validate_kafka(&self) -> Result<(), ConfigError> {
         if self.kafka.bootstrap_servers.trim().is_empty() {
             return Err(ConfigError::key("kafka.bootstrap_servers", "must not be empty"));
         }
         let props = self.kafka.flat_properties();
-        for name in props.keys() {
-            if name == "bootstrap.servers" || name == "group.id" || name == "transactional.id" {
-                return Err(ConfigError::key(
-                    format!("kafka.properties.{name}"),
-                    "set by kafka-dedup from [kafka]/[input]/[output]; remove it here",
-                ));
-            }
-        }
         for (name, value) in &props {
-            if let Some(why) = crate::kafka::refused_override(name, value) {
+            if let Some(why) = crate::kafka::refused_override(name, value, self.output.delivery) {
                 return Err(ConfigError::key(format!("kafka.properties.{name}"), why));
             }
         }
@@ -206,46 +199,20 @@ impl Config {
         Ok(())
     }
 
-    /// What each delivery mode needs from the producer: idempotent mode keeps every record until
-    /// it is acknowledged (no message timeout, librdkafka's gapless guarantee: see
-    /// `kafka::producer_config`); transactional mode a stable transactional id and transactions
-    /// that outlive a checkpoint interval.
+    /// What transactional mode needs: a stable transactional id and transactions that outlive a
+    /// checkpoint interval. (Idempotent mode's, every record kept until it is acknowledged, are
+    /// settings kafka-dedup fixes: `kafka::ENFORCED`, checked by [`Config::validate_kafka`].)
     fn validate_delivery(&self) -> Result<(), ConfigError> {
-        let props = self.kafka.flat_properties();
-        match self.output.delivery {
-            Delivery::Idempotent => {
-                for name in ["message.timeout.ms", "delivery.timeout.ms"] {
-                    if props.get(name).is_some_and(|v| v.trim() != "0") {
-                        return Err(ConfigError::key(
-                            format!("kafka.properties.{name}"),
-                            "must be 0 (kafka-dedup's setting) with output.delivery = \"idempotent\": a record \
-                             waits for its acknowledgement as long as it takes; a delivery that gave up while \
-                             later records got through would leave a gap that a restart can only fill out of \
-                             order. Remove it",
-                        ));
-                    }
-                }
-                if props
-                    .get("enable.gapless.guarantee")
-                    .is_some_and(|v| v.trim() != "true")
-                {
-                    return Err(ConfigError::key(
-                        "kafka.properties.enable.gapless.guarantee",
-                        "must be true (kafka-dedup's setting) with output.delivery = \"idempotent\": \
-                         without it librdkafka lets later records through after a batch failed. Remove it",
-                    ));
-                }
+        // Idempotent mode's producer settings are kafka::ENFORCED's (validate_kafka).
+        if self.output.delivery == Delivery::Transactional {
+            if self.output.transactional_id.is_empty() && self.input.group_instance_id.is_empty() {
+                return Err(ConfigError::key(
+                    "output.transactional_id",
+                    "required with output.delivery = \"transactional\" unless input.group_instance_id is set: \
+                     it must be stable across restarts of one replica and differ between replicas",
+                ));
             }
-            Delivery::Transactional => {
-                if self.output.transactional_id.is_empty() && self.input.group_instance_id.is_empty() {
-                    return Err(ConfigError::key(
-                        "output.transactional_id",
-                        "required with output.delivery = \"transactional\" unless input.group_instance_id is set: \
-                         it must be stable across restarts of one replica and differ between replicas",
-                    ));
-                }
-                self.validate_transaction_timeout(&props)?;
-            }
+            self.validate_transaction_timeout(&self.kafka.flat_properties())?;
         }
         Ok(())
     }
