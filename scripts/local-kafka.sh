@@ -5,7 +5,8 @@
 #
 #   scripts/local-kafka.sh [PORT]           one node (KRaft, scripts/kafka-broker.sh) with a
 #                                           PLAINTEXT listener on 127.0.0.1:PORT (default 9092),
-#                                           in the foreground until Ctrl-C; its data and
+#                                           in the foreground until Ctrl-C (or SIGTERM to
+#                                           this script, when it runs in the background); its data and
 #                                           server.log go to a temporary directory, removed
 #                                           when it stops
 #   scripts/local-kafka.sh topics ARGS...   Apache Kafka's kafka-topics.sh (TopicCommand), e.g.
@@ -34,7 +35,7 @@ scripts/kafka-broker.sh "$dir" "$port" >"$dir/stdout.log" 2>&1 &
 pids+=("$!")
 for _ in $(seq 1 900); do
   if grep -qs "Kafka Server started" "$dir/server.log"; then
-    log "Apache Kafka $KAFKA_VERSION ready on 127.0.0.1:$port (log: $dir/server.log); Ctrl-C stops it"
+    log "Apache Kafka $KAFKA_VERSION ready on 127.0.0.1:$port (log: $dir/server.log); Ctrl-C (or SIGTERM to pid $$) stops it"
     wait "${pids[0]}" || true
     exit 0
   fi

@@ -239,7 +239,8 @@ pub(super) fn in_use_hint(path: &Path) -> String {
     match live_address(path) {
         Some(addr) => format!(
             "; ask it over HTTP instead: http://{addr}/store/stats, http://{addr}/store/lookup?value=TEXT \
-             (or ?key=, ?header=NAME=VALUE, ?fingerprint=HEX)"
+             (or ?key=, ?header=NAME=VALUE, ?fingerprint=HEX; with a json:, avro: or protobuf: source the \
+             identity's fields, ?event_id=VALUE)"
         ),
         None => "; ask it over HTTP instead: GET /store/stats and /store/lookup on its http.listen address \
                  (it did not write its address into the store directory, so http.listen may be disabled)"
