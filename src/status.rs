@@ -64,6 +64,9 @@ pub struct Status {
     /// Global scope: why the route stage waits (the schema registry cannot be asked), while it
     /// does.
     route_waiting: Mutex<Option<String>>,
+    /// The route stage's input partitions held at a record too large for the route topic, each
+    /// with what to do (global scope).
+    route_halted: Mutex<BTreeMap<i32, String>>,
     /// Transactional mode: why a transaction commit is pending (every partition paused), while
     /// it is.
     commit_waiting: Mutex<Option<String>>,
@@ -285,6 +288,16 @@ impl Status {
         *self.route_waiting.lock().expect("not poisoned") = why;
     }
 
+    /// The route stage holds input partition `p` at a record too large for the route topic
+    /// (`Some(why)`), or no longer (`None`: revoked). `/readyz` is not ready while any is held.
+    pub fn set_route_halted(&self, p: i32, why: Option<String>) {
+        let mut halted = self.route_halted.lock().expect("not poisoned");
+        match why {
+            Some(why) => halted.insert(p, why),
+            None => halted.remove(&p),
+        };
+    }
+
     /// Transactional mode: a transaction commit is pending for `why` (`Some`: every partition
     /// is paused, `/readyz` is not ready and says why), or no longer (`None`).
     pub fn set_commit_waiting(&self, why: Option<String>) {
@@ -345,10 +358,18 @@ impl Status {
             };
             let (halted, recovering) = (listed(PartitionState::Halted), listed(PartitionState::Recovering));
             let route_waiting = self.route_waiting.lock().expect("not poisoned").clone();
+            let route_halted: Vec<String> = self
+                .route_halted
+                .lock()
+                .expect("not poisoned")
+                .values()
+                .cloned()
+                .collect();
             let commit_waiting = self.commit_waiting.lock().expect("not poisoned").clone();
             let reasons: Vec<String> = [
                 commit_waiting,
                 route_waiting.map(|why| format!("the route stage waits: {why}")),
+                (!route_halted.is_empty()).then(|| format!("the route stage holds {}", route_halted.join("; "))),
                 (!halted.is_empty()).then(|| format!("halted partitions ({})", halted.join(", "))),
                 (!held.is_empty()).then(|| {
                     format!(

@@ -580,6 +580,69 @@ fn a_record_the_route_topic_refuses_for_its_timestamp_is_copied_stamped_now() {
     assert!(stamp(&out[1]).is_empty() && stamp(&out[3]).is_empty());
 }
 
+/// A record too large for the route topic stopped the process (exit 1) at every start: the
+/// broker's refusal of its batch is fatal to the gapless producer. Now the route producer is
+/// fitted to the route topic's `max.message.bytes`, so the copy is refused when produced, and only
+/// its input partition is held there (not copied, not committed past it; `/readyz` says which
+/// record and what to do) while the others go on; once the route topic takes it, a restart copies
+/// it and what follows, each once.
+#[test]
+fn a_record_too_large_for_the_route_topic_holds_only_its_input_partition() {
+    let dir = tempfile::tempdir().unwrap();
+    let topics = Topics {
+        input: unique("global-big-in"),
+        route: unique("global-big-route"),
+        output: unique("global-big-out"),
+    };
+    kafka().create_topic(&topics.input, 2);
+    kafka().create_topic_with(&topics.route, 1, &[("max.message.bytes", "2000")]);
+    kafka().create_topic(&topics.output, 1);
+    let now = wall_ms();
+    let at = |v: &str| (now, raw(None, Some(v), &[]));
+    let big = "x".repeat(5000);
+    kafka().produce_timed(&topics.input, 0, &[at("a-0"), at("a-1")]);
+    kafka().produce_timed(&topics.input, 1, &[at("b-0"), at(&big), at("b-2")]);
+    let spec = global(&topics, dir.path());
+
+    // When: the filter runs; then: input partition 0 is copied whole, partition 1 up to the big
+    // record, and the process stays up, not ready, saying why.
+    let mut f = spec.start(dir.path());
+    let held = [(0, 2), (1, 1)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &topics.input, &held, Duration::from_secs(60), || f.logs());
+    let route_group = format!("{}-global", spec.group);
+    let three = [(0, 3)].into_iter().collect();
+    kafka().wait_committed(&route_group, &topics.route, &three, Duration::from_secs(60), || {
+        f.logs()
+    });
+    assert!(f.running(), "{}", f.logs());
+    let (code, body) = http_get(&f.http, "/readyz").expect("/readyz answers");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.contains("the route stage holds input partition 1 held at offset 1")
+            && body.contains("raise the route topic's max.message.bytes"),
+        "{body}"
+    );
+    assert!(f.terminate().success(), "{}", f.logs());
+    assert_eq!(kafka().committed(&spec.group, &topics.input, 2)[&1].0, Some(1));
+
+    // When: the route topic takes it, and the filter starts again; then: every record once.
+    kafka().alter_topic(&topics.route, &[("max.message.bytes", "1048576")]);
+    let mut f = spec.start(dir.path());
+    let all = [(0, 2), (1, 3)].into_iter().collect();
+    kafka().wait_committed(&spec.group, &topics.input, &all, Duration::from_secs(60), || f.logs());
+    let five = [(0, 5)].into_iter().collect();
+    kafka().wait_committed(&route_group, &topics.route, &five, Duration::from_secs(60), || f.logs());
+    assert!(f.terminate().success(), "{}", f.logs());
+    let mut values: Vec<String> = kafka().read_records(&topics.output, 1)[&0]
+        .iter()
+        .map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+        .collect();
+    values.sort();
+    let mut want = vec!["a-0".to_string(), "a-1".into(), "b-0".into(), big, "b-2".into()];
+    want.sort();
+    assert_eq!(values, want);
+}
+
 /// The route topic must exist: `run` exits 2 naming the key and the command that creates it
 /// (kafka-dedup creates no topics).
 #[test]
@@ -602,6 +665,33 @@ fn a_missing_route_topic_exits_2_with_the_command_to_create_it() {
     assert!(
         logs.contains(&format!("--create --topic {route} --partitions 3")),
         "{logs}"
+    );
+}
+
+/// A second instance given the store another one holds exits 2, naming the store, before its
+/// route stage joins the input's consumer group (it used to join while the filter stage waited
+/// for the store's lock, rebalancing the running instance's route stage twice for nothing).
+#[test]
+fn a_store_in_use_is_refused_before_the_route_stage_joins_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let topics = Topics::new("global-inuse");
+    let spec = global(&topics, dir.path());
+    // Given: the filter stage's store held, as a running instance holds it.
+    let cfg = kafka_dedup::config::Config::from_toml_str(&spec.toml(0), Some(Default::default())).unwrap();
+    let stage = cfg.filter_stage().expect("the global scope has a filter stage");
+    let identity = kafka_dedup::pipeline::identity_of(&stage);
+    let (held, _) = kafka_dedup::store::Store::open_for_run(&stage.store.path, &identity).unwrap();
+    // When: an instance starts on it; then: exit 2 naming the store, and its route stage never
+    // subscribed (the input's group has no member).
+    let mut f = spec.start(dir.path());
+    let status = f.wait_exit(Duration::from_secs(60));
+    drop(held);
+    let logs = f.logs();
+    assert_eq!(status.code(), Some(2), "{logs}");
+    assert!(logs.contains("give each instance its own `store.path`"), "{logs}");
+    assert!(
+        !logs.contains("route stage started"),
+        "the route stage joined the group: {logs}"
     );
 }
 

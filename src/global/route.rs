@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{Message, Offset, TopicPartitionList};
@@ -123,7 +123,11 @@ struct Router {
     /// While a record's fingerprint waits for the schema registry ([`Router::wait_for_registry`]):
     /// when the partitions may resume to try it again, and how many tries failed in a row.
     registry_retry: Option<(Instant, u32)>,
-    /// `/readyz` (the route stage's wait for the registry).
+    /// Input partitions held at a record too large for the route topic: the offset of that
+    /// record. Paused; nothing of them is copied or committed past it until they are revoked
+    /// (the next owner meets the record again) or the process restarts ([`Router::halt`]).
+    halted: BTreeMap<i32, i64>,
+    /// `/readyz` (the route stage's wait for the registry, its halted partitions).
     status: Arc<Status>,
 }
 
@@ -140,6 +144,8 @@ enum Copied {
     /// Not taken: its fingerprint needs the schema registry, which cannot be asked (the reason);
     /// the stage backs off and takes it again later.
     Wait(String),
+    /// Not taken: too large for the route topic; its input partition is held there (paused).
+    Halted(i32),
 }
 
 impl Router {
@@ -153,6 +159,9 @@ impl Router {
             .is_some_and(|t| offset < t.inflight.next_offset())
         {
             return Ok(Copied::Done); // fetched again; already copied
+        }
+        if self.halted.contains_key(&p) {
+            return Ok(Copied::Done); // fetched before the pause took effect; met again if reassigned
         }
         if self.backpressure.is_some() {
             // Backed off: not taken; fetched again when the partitions resume.
@@ -235,6 +244,14 @@ impl Router {
                     self.drain_acks();
                     std::thread::sleep(Duration::from_millis(2));
                 }
+                Err((error, r)) if crate::pipeline::too_large(&error) => {
+                    // librdkafka refused it before any batch (its message.max.bytes is fitted to
+                    // the route topic's max.message.bytes): this partition stops, not the process.
+                    let bytes = r.payload.map_or(0, <[u8]>::len) + r.key.map_or(0, <[u8]>::len);
+                    self.untake(p, offset);
+                    self.halt(p, offset, bytes, &error);
+                    return Ok(Copied::Halted(p));
+                }
                 Err((error, _)) => {
                     self.untake(p, offset);
                     return Err(Fatal::Delivery {
@@ -253,6 +270,23 @@ impl Router {
         }
         crate::crash::point("route-after-produce");
         Ok(Copied::Done)
+    }
+
+    /// Holds input partition `p` at the record at `offset` (`bytes` of key and value), which the
+    /// route topic cannot take for its size (`error`): nothing of `p` is copied or committed past
+    /// it, the other partitions go on, and `/readyz` says which record and what to do. Raising
+    /// the route topic's `max.message.bytes` and restarting copies it (the producer's limit is
+    /// read at start); a revoked partition's next owner meets it again.
+    fn halt(&mut self, p: i32, offset: i64, bytes: usize, error: &KafkaError) {
+        self.halted.insert(p, offset);
+        let why = format!(
+            "input partition {p} held at offset {offset}: its record ({bytes} bytes of key and value, plus headers) is \
+             too large for the route topic {} ({error}); raise the route topic's max.message.bytes above it, then \
+             restart",
+            self.cfg.fingerprint.route_topic
+        );
+        error!(partition = p, offset, bytes, error = %error, "route stage: {why}");
+        self.status.set_route_halted(p, Some(why));
     }
 
     fn untake(&mut self, p: i32, offset: i64) {
@@ -322,7 +356,10 @@ impl Router {
         if self.registry_retry.is_some_and(|(at, _)| Instant::now() < at) {
             return;
         }
-        let resumed = consumer.assignment().and_then(|a| consumer.resume(&a));
+        let resumed = consumer
+            .assignment()
+            .and_then(|a| consumer.resume(&a))
+            .and_then(|()| self.pause_halted(consumer));
         let sought = resumed.and_then(|()| {
             self.resume_at.iter().try_for_each(|(p, o)| {
                 let to = if *o == 0 { Offset::Beginning } else { Offset::Offset(*o) };
@@ -341,6 +378,18 @@ impl Router {
             seconds = since.elapsed().as_secs_f64(),
             "route stage: the producer's queue drained: input partitions resumed"
         );
+    }
+
+    /// Pauses the halted input partitions ([`Router::halt`]) again (after the others resumed).
+    fn pause_halted(&self, consumer: &RouteConsumer) -> KafkaResult<()> {
+        if self.halted.is_empty() {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for p in self.halted.keys() {
+            tpl.add_partition(&self.cfg.input.topic, *p);
+        }
+        consumer.pause(&tpl)
     }
 
     /// Applies every acknowledgement that arrived.
@@ -487,6 +536,9 @@ impl Router {
         for p in parts {
             self.partitions.remove(p);
             self.resume_at.remove(p);
+            if self.halted.remove(p).is_some() {
+                self.status.set_route_halted(*p, None);
+            }
         }
     }
 }
@@ -658,11 +710,12 @@ pub fn route_retention_risk(input: &BTreeMap<String, String>, route: &BTreeMap<S
 }
 
 /// The route topic's configuration, read at start (DescribeConfigs, as the filter reads its
-/// output's): the record timestamps it takes, and a warning when its retention may delete copies
-/// before the filter stage reads them ([`route_retention_risk`]). A configuration that cannot be
-/// read (no `DESCRIBE_CONFIGS` permission) is said once and no limit is assumed: a copy the topic
-/// then refuses stops the process, as before.
-fn route_topic_limits(cfg: &Config) -> TimestampLimits {
+/// output's): the record timestamps it takes, its `max.message.bytes` (`None` when not reported;
+/// the route producer is fitted to it, [`kafka::fit_to_output`]), and a warning when its retention
+/// may delete copies before the filter stage reads them ([`route_retention_risk`]). A
+/// configuration that cannot be read (no `DESCRIBE_CONFIGS` permission) is said once and no limit
+/// is assumed: a copy the topic then refuses stops the process, as before.
+fn route_topic_limits(cfg: &Config) -> (TimestampLimits, Option<usize>) {
     // As the filter asks for its output's (a broker that does not implement DescribeConfigs,
     // librdkafka's mock cluster, never answers: the start must not wait long for it).
     let read = |topic: &str| kafka::topic_configs(cfg, topic, crate::pipeline::DESCRIBE_CONFIGS_TIMEOUT);
@@ -672,9 +725,9 @@ fn route_topic_limits(cfg: &Config) -> TimestampLimits {
             warn!(
                 route = %cfg.fingerprint.route_topic, error = %e,
                 "route stage: the route topic's configuration could not be read (DescribeConfigs): its timestamp \
-                 limits and retention are not checked"
+                 limits, size limit and retention are not checked"
             );
-            return TimestampLimits::default();
+            return (TimestampLimits::default(), None);
         }
     };
     match read(&cfg.input.topic) {
@@ -691,13 +744,15 @@ fn route_topic_limits(cfg: &Config) -> TimestampLimits {
         }
         Err(e) => debug!(error = %e, "route stage: the input topic's retention could not be read"),
     }
-    TimestampLimits::of_configs(&route)
+    let limit = route.get("max.message.bytes").and_then(|v| v.trim().parse().ok());
+    (TimestampLimits::of_configs(&route), limit)
 }
 
 /// Runs the route stage until `shutdown` is triggered (then hands every partition over and
 /// returns `Ok`) or a fatal error (returns it; nothing committed past the record concerned).
 /// Blocking: call it from a dedicated thread. `cfg` is the whole configuration (global scope).
-/// Errors: the input or route topic does not exist ([`RunError::Topics`], exit 2), a client
+/// It joins the input's consumer group only once the filter stage (sharing `status`) has opened
+/// its store ([`Status::store`]), so an instance refused its store never joins. Errors: the input or route topic does not exist ([`RunError::Topics`], exit 2), a client
 /// cannot be created, a copy was refused or failed, the consumer failed for good.
 pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> Result<(), RunError> {
     metrics::describe_counter!(
@@ -724,18 +779,22 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
     let Some(route_partitions) = wait_for_topics(&cfg, &shutdown)? else {
         return Ok(());
     };
-    let stamps = route_topic_limits(&cfg);
+    let (stamps, route_limit) = route_topic_limits(&cfg);
     // The route stage always writes with the idempotent producer: it needs no transaction (it
     // keeps no state), and the gapless guarantee keeps a failed copy from being passed.
     let mut producer_cfg = (*cfg).clone();
     producer_cfg.output.delivery = Delivery::Idempotent;
     let (tx, acks) = mpsc::channel();
-    let producer: ThreadedProducer<RouteDelivery> =
-        kafka::producer_config(&producer_cfg).create_with_context(RouteDelivery {
-            tx: Mutex::new(tx),
-            status: status.clone(),
-            throttle: Throttle::default(),
-        })?;
+    // Fitted to the route topic's max.message.bytes, as the filter's to the output's: a copy too
+    // large for it is refused when produced, which holds its input partition (`Router::halt`),
+    // not in a batch the broker refuses, which the gapless guarantee makes fatal to the process.
+    let mut route_producer = kafka::producer_config(&producer_cfg);
+    kafka::fit_to_output(&mut route_producer, &cfg, route_limit);
+    let producer: ThreadedProducer<RouteDelivery> = route_producer.create_with_context(RouteDelivery {
+        tx: Mutex::new(tx),
+        status: status.clone(),
+        throttle: Throttle::default(),
+    })?;
     let router = Router {
         cfg: cfg.clone(),
         fingerprinter: Fingerprinter::of_config(&cfg.fingerprint)?,
@@ -755,6 +814,7 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(DEFAULT_QUEUE_MESSAGES),
         registry_retry: None,
+        halted: BTreeMap::new(),
         status: status.clone(),
     };
     metrics::describe_gauge!(
@@ -773,6 +833,15 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
         status: status.clone(),
         throttle: Throttle::default(),
     })?;
+    // The filter stage's store first: a second instance given a store another one holds is
+    // refused there (exit 2), and must not join the input's group before (each join rebalances
+    // the running instance's route stage).
+    while status.store().is_none() {
+        if shutdown.is_triggered() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     consumer.subscribe(&[&cfg.input.topic])?;
     info!(
         input = %cfg.input.topic, route = %cfg.fingerprint.route_topic, route_partitions,
@@ -824,6 +893,11 @@ fn poll_loop(consumer: &RouteConsumer, shutdown: &Shutdown) -> Result<(), Fatal>
             Copied::Stopping => return Ok(()),
             Copied::Full => r.back_off(consumer),
             Copied::Wait(why) => r.wait_for_registry(consumer, why),
+            Copied::Halted(_) => {
+                if let Err(e) = r.pause_halted(consumer) {
+                    warn!(error = %e, "route stage: pausing a halted partition failed (its records are not taken)");
+                }
+            }
             Copied::Done => {}
         }
         r.tick(consumer)?;

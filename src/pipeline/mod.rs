@@ -71,7 +71,7 @@ pub use delivery::DeliveryContext;
 pub(crate) use filter::DESCRIBE_CONFIGS_TIMEOUT;
 pub use filter::{Filter, Handled};
 pub use ownership::HandoverError;
-pub(crate) use produce::{copy_of, TimestampLimits};
+pub(crate) use produce::{copy_of, too_large, TimestampLimits};
 
 use context::StartupContext;
 use rdkafka::message::BorrowedMessage;

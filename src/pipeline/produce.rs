@@ -57,7 +57,7 @@ pub(super) enum Refused {
 /// [`crate::kafka::fit_to_output`] fits to the output topic's `max.message.bytes`) or for the
 /// topic: a refusal of that one record, which halts its partition or dead-letters it, not a
 /// failure of the producer.
-pub(super) fn too_large(e: &KafkaError) -> bool {
+pub(crate) fn too_large(e: &KafkaError) -> bool {
     e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge)
 }
 
