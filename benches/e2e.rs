@@ -160,7 +160,8 @@ struct Args {
     #[arg(long = "binary", value_parser = parse_binary)]
     binaries: Vec<(String, std::path::PathBuf)>,
     /// Record a CPU profile of every run with `perf record` (flat: 999 samples/s) into this directory
-    /// (`<variant>-<run>.data`; `perf report -i ...`). The figures of a profiled run include
+    /// (`<variant>-<run>.data`, created if missing; `perf report -i ...`): the copier, kafka-dedup
+    /// and each `--binary` (the peers are not profiled). The figures of a profiled run include
     /// perf's own overhead.
     #[arg(long)]
     perf: Option<std::path::PathBuf>,
@@ -1059,6 +1060,28 @@ fn measure_latency(args: &Args, rate: u64, brokers: &str, input: &str, output: &
     Ok(lat)
 }
 
+/// `program` as a command, run under `perf record` into `--perf DIR` (`<label>.data`, the
+/// directory created if missing) when asked; `KD_E2E_PERF_ARGS` replaces the sampling options
+/// (default `-F 999`; e.g. "-F 499 --call-graph dwarf"). Errors: the directory cannot be made.
+fn profiled(
+    perf: Option<&std::path::Path>,
+    label: &str,
+    program: impl AsRef<std::ffi::OsStr>,
+) -> Result<Command, String> {
+    let Some(dir) = perf else {
+        return Ok(Command::new(program));
+    };
+    std::fs::create_dir_all(dir).map_err(|e| format!("--perf {}: {e}", dir.display()))?;
+    let mut c = Command::new("perf");
+    let options = std::env::var("KD_E2E_PERF_ARGS").unwrap_or_else(|_| "-F 999".into());
+    c.args(["record", "-q"])
+        .args(options.split_whitespace())
+        .arg("-o")
+        .arg(dir.join(format!("{label}.data")))
+        .arg("--")
+        .arg(program);
+    Ok(c)
+}
 /// One run of `role` as a child process.
 fn run_one(
     args: &Args,
@@ -1104,21 +1127,7 @@ fn run_one(
         prefill(&cfg, args.partitions, variant.held)?;
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut command = match &args.perf {
-        Some(dir) => {
-            let mut c = Command::new("perf");
-            // `KD_E2E_PERF_ARGS` replaces the sampling options (e.g. "-F 499 --call-graph dwarf").
-            let options = std::env::var("KD_E2E_PERF_ARGS").unwrap_or_else(|_| "-F 999".into());
-            c.args(["record", "-q"])
-                .args(options.split_whitespace())
-                .arg("-o")
-                .arg(dir.join(format!("{name}-{run}.data")))
-                .arg("--")
-                .arg(exe);
-            c
-        }
-        None => Command::new(exe),
-    };
+    let mut command = profiled(args.perf.as_deref(), &format!("{name}-{run}"), exe)?;
     let mut child = command
         .env("KD_E2E_ROLE", variant.role.name())
         .env("KD_E2E_PROVENANCE", variant.provenance.to_string())
@@ -1249,7 +1258,7 @@ fn run_peer(
                 state.path().join("store").display()
             );
             std::fs::write(&config, toml).map_err(|e| e.to_string())?;
-            let mut c = Command::new(&binary(i).1);
+            let mut c = profiled(args.perf.as_deref(), &format!("{name}-{run}"), &binary(i).1)?;
             c.arg("run")
                 .arg("--config")
                 .arg(&config)
