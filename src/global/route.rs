@@ -1,6 +1,8 @@
 //! The route stage of the global scope ([`run_route`]; the module documentation of
-//! [`crate::global`] tells what it does): its consumer and producer contexts, the [`Router`] that
-//! copies records to the route topic and commits behind the acknowledgements, the poll loop.
+//! [`crate::global`] tells what it does): its producer context, the [`Router`] that copies
+//! records to the route topic and commits behind the acknowledgements, the poll loop. Its
+//! consumer context (rebalances) is `route/context.rs`, its start-time checks (topics, the route
+//! topic's limits and retention) `route/start.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -26,6 +28,14 @@ use crate::pipeline::TimestampLimits;
 use crate::pipeline::{Fatal, HandoverError, RunError, Shutdown};
 use crate::provenance::{Provenance, HEADER};
 use crate::status::Status;
+
+mod context;
+mod start;
+
+use context::RouteContext;
+#[cfg(test)]
+pub(super) use start::route_retention_risk;
+use start::{route_topic_limits, start_at_the_end, wait_for_topics};
 
 /// How long one poll waits for a record.
 const POLL_WAIT: Duration = Duration::from_millis(100);
@@ -543,209 +553,11 @@ impl Router {
     }
 }
 
-/// The route stage's consumer context: rebalances reach the [`Router`].
-struct RouteContext {
-    router: Mutex<Router>,
-    input_topic: String,
-    /// `input.start`: with `latest`, partitions without a commit start at the end.
-    start: Start,
-    /// The input partitions assigned to the route stage (the lag metric's).
-    assigned: Mutex<std::collections::BTreeSet<i32>>,
-    status: Arc<Status>,
-    throttle: Throttle,
-}
-
-impl RouteContext {
-    fn lock(&self) -> MutexGuard<'_, Router> {
-        self.router.lock().expect("not poisoned")
-    }
-}
-
-impl ClientContext for RouteContext {
-    /// The route stage's lag per assigned input partition ([`ROUTE_LAG`]).
-    fn stats(&self, stats: rdkafka::statistics::Statistics) {
-        let Some(t) = stats.topics.get(&self.input_topic) else {
-            return;
-        };
-        let Ok(assigned) = self.assigned.lock() else { return };
-        for (p, ps) in &t.partitions {
-            if *p >= 0 && ps.consumer_lag >= 0 && assigned.contains(p) {
-                route_lag(*p, ps.consumer_lag);
-            }
-        }
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.status.note_client_error(&error, reason);
-        if let Some(suppressed) = self.throttle.admit(&error, Instant::now()) {
-            warn!(error = %error, reason, suppressed, "kafka client error (route stage)");
-        }
-    }
-}
-
-impl ConsumerContext for RouteContext {
-    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let (Rebalance::Assign(tpl), Start::Latest) = (rebalance, self.start) {
-            start_at_the_end(consumer, &self.input_topic, tpl);
-        }
-        if let Rebalance::Revoke(tpl) = rebalance {
-            let parts: Vec<i32> = tpl
-                .elements_for_topic(&self.input_topic)
-                .iter()
-                .map(|e| e.partition())
-                .collect();
-            let lost = consumer.assignment_lost();
-            info!(partitions = ?parts, lost, "route stage: partitions revoked");
-            if let Ok(mut r) = self.router.lock() {
-                r.hand_over(consumer, &parts, lost);
-            }
-            if let Ok(mut a) = self.assigned.lock() {
-                for p in &parts {
-                    a.remove(p);
-                    route_lag(*p, 0); // no stale lag for released partitions
-                }
-            }
-            self.status.set_route_partitions(&[], &parts);
-        }
-    }
-
-    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Assign(tpl) => {
-                let parts: Vec<i32> = tpl
-                    .elements_for_topic(&self.input_topic)
-                    .iter()
-                    .map(|e| e.partition())
-                    .collect();
-                info!(partitions = ?parts, "route stage: partitions assigned");
-                // librdkafka keeps a partition's pause across assignments: one revoked while the
-                // stage was backed off would otherwise stay paused for ever. Paused while backed
-                // off (resumed with the others), resumed otherwise.
-                let backed_off = self.lock().backpressure.is_some();
-                let set = if backed_off {
-                    consumer.pause(tpl)
-                } else {
-                    consumer.resume(tpl)
-                };
-                if let Err(e) = set {
-                    warn!(error = %e, backed_off, "route stage: pausing or resuming assigned partitions failed");
-                }
-                if let Ok(mut a) = self.assigned.lock() {
-                    a.extend(parts.iter().copied());
-                }
-                self.status.set_route_partitions(&parts, &[]);
-            }
-            Rebalance::Revoke(_) => {}
-            Rebalance::Error(e) => warn!(error = %e, "route stage: rebalance error"),
-        }
-    }
-}
-
 type RouteConsumer = BaseConsumer<RouteContext>;
 
 /// Sets the route stage's lag of input partition `p` ([`ROUTE_LAG`]).
 fn route_lag(p: i32, lag: i64) {
     metrics::gauge!(ROUTE_LAG, "partition" => p.to_string()).set(lag as f64);
-}
-
-/// `input.start = "latest"`, before the assignment `tpl` takes effect: commits the end of each of
-/// its partitions that has no committed offset, so that they start there (and a restart before
-/// the first periodic commit resumes there), while `auto.offset.reset` stays `earliest`: a
-/// committed offset that retention deleted resumes at the oldest record left, never at the end
-/// (as the filter does, `recovery`). A failure is logged; such a partition starts at the log
-/// start instead (it copies more, loses nothing).
-fn start_at_the_end(consumer: &RouteConsumer, topic: &str, tpl: &TopicPartitionList) {
-    let parts: Vec<i32> = tpl.elements_for_topic(topic).iter().map(|e| e.partition()).collect();
-    if parts.is_empty() {
-        return;
-    }
-    let result = consumer.committed_offsets(tpl.clone(), KAFKA_TIMEOUT).and_then(|committed| {
-        let mut ends = TopicPartitionList::new();
-        for p in &parts {
-            let known = committed
-                .find_partition(topic, *p)
-                .is_some_and(|e| matches!(e.offset(), Offset::Offset(_)));
-            if !known {
-                let (_, high) = consumer.fetch_watermarks(topic, *p, KAFKA_TIMEOUT)?;
-                ends.add_partition_offset(topic, *p, Offset::Offset(high))?;
-            }
-        }
-        if ends.count() > 0 {
-            consumer.commit(&ends, CommitMode::Sync)?;
-            info!(positions = ?ends.to_topic_map(), "route stage: nothing committed for these partitions; starting at the input's end (input.start = latest)");
-        }
-        Ok(())
-    });
-    if let Err(e) = result {
-        warn!(partitions = ?parts, error = %e, "route stage: committing the input's end (input.start = latest) failed; partitions without a commit start at the log start");
-    }
-}
-
-/// Why the route topic's retention may delete copies the filter stage has not read, from the
-/// input's and the route topic's configurations (name → value, [`kafka::topic_configs`]), or
-/// `None`. Kafka deletes a topic's records by their timestamps (`retention.ms`, the newest
-/// timestamp of a segment), and the copies keep the input records' own: a route topic keeping
-/// records for less time than the input (`-1`: forever) deletes a copy of an old input record
-/// (a backlog on a first start) within minutes of its copy, read or not.
-pub fn route_retention_risk(input: &BTreeMap<String, String>, route: &BTreeMap<String, String>) -> Option<String> {
-    let retention = |c: &BTreeMap<String, String>| -> Option<i64> {
-        let ms: i64 = c.get("retention.ms")?.trim().parse().ok()?;
-        Some(if ms < 0 { i64::MAX } else { ms })
-    };
-    let (i, r) = (retention(input)?, retention(route)?);
-    let show = |ms: i64| {
-        if ms == i64::MAX {
-            "-1 (forever)".to_string()
-        } else {
-            ms.to_string()
-        }
-    };
-    (r < i).then(|| {
-        format!(
-            "retention.ms of the route topic is {}, shorter than the input's {}",
-            show(r),
-            show(i)
-        )
-    })
-}
-
-/// The route topic's configuration, read at start (DescribeConfigs, as the filter reads its
-/// output's): the record timestamps it takes, its `max.message.bytes` (`None` when not reported;
-/// the route producer is fitted to it, [`kafka::fit_to_output`]), and a warning when its retention
-/// may delete copies before the filter stage reads them ([`route_retention_risk`]). A
-/// configuration that cannot be read (no `DESCRIBE_CONFIGS` permission) is said once and no limit
-/// is assumed: a copy the topic then refuses stops the process, as before.
-fn route_topic_limits(cfg: &Config) -> (TimestampLimits, Option<usize>) {
-    // As the filter asks for its output's (a broker that does not implement DescribeConfigs,
-    // librdkafka's mock cluster, never answers: the start must not wait long for it).
-    let read = |topic: &str| kafka::topic_configs(cfg, topic, crate::pipeline::DESCRIBE_CONFIGS_TIMEOUT);
-    let route = match read(&cfg.fingerprint.route_topic) {
-        Ok(route) => route,
-        Err(e) => {
-            warn!(
-                route = %cfg.fingerprint.route_topic, error = %e,
-                "route stage: the route topic's configuration could not be read (DescribeConfigs): its timestamp \
-                 limits, size limit and retention are not checked"
-            );
-            return (TimestampLimits::default(), None);
-        }
-    };
-    match read(&cfg.input.topic) {
-        Ok(input) => {
-            if let Some(why) = route_retention_risk(&input, &route) {
-                warn!(
-                    route = %cfg.fingerprint.route_topic, input = %cfg.input.topic,
-                    "fingerprint.route_topic: {why}: the copies keep the input records' timestamps, by which Kafka \
-                     deletes records, so a copy of an input record older than the route topic's retention is deleted \
-                     within minutes, read or not (lost); set the route topic's retention.ms to at least the input's \
-                     plus the longest the filter stage may lag"
-                );
-            }
-        }
-        Err(e) => debug!(error = %e, "route stage: the input topic's retention could not be read"),
-    }
-    let limit = route.get("max.message.bytes").and_then(|v| v.trim().parse().ok());
-    (TimestampLimits::of_configs(&route), limit)
 }
 
 /// Runs the route stage until `shutdown` is triggered (then hands every partition over and
@@ -901,39 +713,5 @@ fn poll_loop(consumer: &RouteConsumer, shutdown: &Shutdown) -> Result<(), Fatal>
             Copied::Done => {}
         }
         r.tick(consumer)?;
-    }
-}
-
-/// Checks that the input and route topics exist, retrying while the brokers cannot be reached.
-/// Returns the route topic's partition count; `None` when a stop was requested meanwhile.
-fn wait_for_topics(cfg: &Config, shutdown: &Shutdown) -> Result<Option<usize>, RunError> {
-    let metadata: kafka::Reader = kafka::reader_config(cfg).create_with_context(kafka::ReaderContext)?;
-    loop {
-        match kafka::check_route_topic(
-            metadata.client(),
-            &cfg.input.topic,
-            &cfg.fingerprint.route_topic,
-            KAFKA_TIMEOUT,
-        ) {
-            Ok((inputs, routes)) => {
-                if routes < inputs {
-                    warn!(
-                        input_partitions = inputs,
-                        route_partitions = routes,
-                        "the route topic has fewer partitions than the input: the filter stage spreads over fewer \
-                         instances than the input could"
-                    );
-                }
-                return Ok(Some(routes));
-            }
-            Err(TopicError::Kafka(e)) => {
-                warn!(error = %e, "route stage: cannot reach the brokers; retrying");
-                if shutdown.is_triggered() {
-                    return Ok(None);
-                }
-                std::thread::sleep(Duration::from_secs(1));
-            }
-            Err(e) => return Err(e.into()),
-        }
     }
 }
