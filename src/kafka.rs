@@ -368,29 +368,71 @@ pub const HEADER_ROOM: usize = 512;
 /// The producers' default `message.max.bytes`: the broker's default plus [`HEADER_ROOM`], so that
 /// no record an input at the broker's default took is refused by the producer for its size.
 /// The output's producer fits itself to the output topic's own limit when it is known
-/// ([`fit_to_output`]).
+/// ([`fit_to_topic`]).
 pub const PRODUCER_MESSAGE_MAX_BYTES: usize = BROKER_MESSAGE_MAX_BYTES + HEADER_ROOM;
 
 /// What the broker counts in a record batch and librdkafka's per-record size check does not: the
 /// batch header (61 bytes) and a record's varint framing (at most 41 bytes), with margin.
 pub const BATCH_FRAMING: usize = 256;
 
-/// Fits the output producer's `c` to the output topic's `max.message.bytes` (`limit`, when it is
-/// known: [`topic_configs`]), unless `[kafka.properties]` sets them: `message.max.bytes`
-/// and `batch.size` (librdkafka: 1,000,000) become `limit` less [`BATCH_FRAMING`]. librdkafka then
-/// refuses a record the topic could not take when it is produced, which halts its partition
-/// (`pipeline::halt`), instead of building a batch the broker refuses (`MessageSizeTooLarge`),
-/// which under the gapless guarantee is a fatal error of the producer: every partition stopped.
-pub fn fit_to_output(c: &mut ClientConfig, cfg: &Config, limit: Option<usize>) {
+/// The `message.max.bytes` a producer is fitted to for a topic taking batches of at most `limit`
+/// bytes (its `max.message.bytes`): `limit` less [`BATCH_FRAMING`], and, when the broker
+/// recompresses the batches (`recompressed`, [`recompresses`]), less the codec's worst-case
+/// growth on incompressible data, `limit / 128 + 1024` (lz4's and zstd's bounds are about
+/// n/255 + 16 and n/128; gzip's 5 bytes a 16 KB block; Kafka checks the recompressed batch
+/// against `max.message.bytes` again, `UnifiedLog.append`). At least 1000, librdkafka's minimum.
+pub fn size_fit(limit: usize, recompressed: bool) -> usize {
+    let growth = if recompressed { limit / 128 + 1024 } else { 0 };
+    limit.saturating_sub(BATCH_FRAMING + growth).max(1000)
+}
+
+/// True when a broker with the topic configuration `configs` recompresses what a producer of
+/// `cfg` writes: its `compression.type` is a codec (not `producer` or `uncompressed`) other than
+/// the producer's `compression.codec` / `compression.type` (librdkafka's default `none`).
+pub fn recompresses(configs: &std::collections::BTreeMap<String, String>, cfg: &Config) -> bool {
+    let props = cfg.kafka.flat_properties();
+    let codec = props
+        .get("compression.type")
+        .or_else(|| props.get("compression.codec"))
+        .map_or("none", |v| v.trim());
+    match configs.get("compression.type").map(|v| v.trim()) {
+        None | Some("producer" | "uncompressed" | "none") => false,
+        Some(topic) => !topic.eq_ignore_ascii_case(codec),
+    }
+}
+
+/// Fits a producer's `c` to a topic's `max.message.bytes` (`limit`, when it is known:
+/// [`topic_configs`]; [`size_fit`]): `message.max.bytes` and `batch.size` (librdkafka:
+/// 1,000,000) become the fit. Under `[kafka.properties]` a `message.max.bytes` or `batch.size`
+/// is kept as written for the output's producer (`Kept::AsWritten`), and lowered to the fit when
+/// above it for the route producer (`Kept::BelowFit`: the setting is meant for the output, the
+/// route topic's limit still bounds its copies). librdkafka then refuses a record the topic could
+/// not take when it is produced, which halts its partition (`pipeline::halt`, the route stage's
+/// `Router::halt`), instead of building a batch the broker refuses (`MessageSizeTooLarge`), which
+/// under the gapless guarantee is a fatal error of the producer: every partition stopped.
+pub fn fit_to_topic(c: &mut ClientConfig, cfg: &Config, limit: Option<usize>, recompressed: bool, kept: Kept) {
     let Some(limit) = limit else { return };
-    let fit = limit.saturating_sub(BATCH_FRAMING).max(1000);
+    let fit = size_fit(limit, recompressed);
     let set = cfg.kafka.flat_properties();
-    if !set.contains_key("message.max.bytes") {
-        c.set("message.max.bytes", fit.to_string());
+    for (name, fitted) in [("message.max.bytes", fit), ("batch.size", fit.min(1_000_000))] {
+        let written = set.get(name).and_then(|v| v.trim().parse::<usize>().ok());
+        match (written, kept) {
+            (Some(_), Kept::AsWritten) => {}
+            (Some(w), Kept::BelowFit) if w <= fitted => {}
+            _ => {
+                c.set(name, fitted.to_string());
+            }
+        }
     }
-    if !set.contains_key("batch.size") {
-        c.set("batch.size", fit.min(1_000_000).to_string());
-    }
+}
+
+/// What [`fit_to_topic`] does with a size limit set under `[kafka.properties]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// Kept as written (the output's producer).
+    AsWritten,
+    /// Kept when at most the fit, else lowered to it (the route producer).
+    BelowFit,
 }
 
 /// The configuration of `topic` as its broker reports it (name → value, every entry that has a
@@ -398,7 +440,7 @@ pub fn fit_to_output(c: &mut ClientConfig, cfg: &Config, limit: Option<usize>) {
 /// asked with DescribeConfigs through an admin client of `cfg`'s brokers. Errors: the request
 /// failed (brokers unreachable, a broker that does not implement it and never answers), or the
 /// broker refused it for the topic (no `DESCRIBE_CONFIGS` permission: the principal needs it on
-/// the output topic for the size fit, see [`fit_to_output`], and the timestamp check,
+/// the output topic for the size fit, see [`fit_to_topic`], and the timestamp check,
 /// `pipeline::produce::TimestampLimits`).
 pub fn topic_configs(
     cfg: &Config,
@@ -570,9 +612,8 @@ pub fn key_placed_in(key: &[u8], partition: i32, partitions: usize) -> bool {
         return true;
     }
     let n = partitions as u32;
-    let java = ((murmur2(key) as u32) & 0x7fff_ffff) % n;
-    let librdkafka = crc32fast::hash(key) % n;
-    java as i32 == partition || librdkafka as i32 == partition
+    // The CRC only when murmur2 does not place it there (once per keyed record: a hash saved).
+    ((murmur2(key) as u32) & 0x7fff_ffff) % n == partition as u32 || crc32fast::hash(key) % n == partition as u32
 }
 
 /// The generation (classic group protocol) or member epoch (KIP-848) librdkafka holds for the

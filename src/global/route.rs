@@ -591,17 +591,24 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
     let Some(route_partitions) = wait_for_topics(&cfg, &shutdown)? else {
         return Ok(());
     };
-    let (stamps, route_limit) = route_topic_limits(&cfg);
+    let (stamps, route_limit, recompressed) = route_topic_limits(&cfg);
     // The route stage always writes with the idempotent producer: it needs no transaction (it
     // keeps no state), and the gapless guarantee keeps a failed copy from being passed.
     let mut producer_cfg = (*cfg).clone();
     producer_cfg.output.delivery = Delivery::Idempotent;
     let (tx, acks) = mpsc::channel();
-    // Fitted to the route topic's max.message.bytes, as the filter's to the output's: a copy too
-    // large for it is refused when produced, which holds its input partition (`Router::halt`),
-    // not in a batch the broker refuses, which the gapless guarantee makes fatal to the process.
+    // Fitted to the route topic's max.message.bytes, as the filter's to the output's (a limit set
+    // under [kafka.properties], meant for the output, lowered to it): a copy too large for it is
+    // refused when produced, which holds its input partition (`Router::halt`), not in a batch the
+    // broker refuses, which the gapless guarantee makes fatal to the process.
     let mut route_producer = kafka::producer_config(&producer_cfg);
-    kafka::fit_to_output(&mut route_producer, &cfg, route_limit);
+    kafka::fit_to_topic(
+        &mut route_producer,
+        &cfg,
+        route_limit,
+        recompressed,
+        kafka::Kept::BelowFit,
+    );
     let producer: ThreadedProducer<RouteDelivery> = route_producer.create_with_context(RouteDelivery {
         tx: Mutex::new(tx),
         status: status.clone(),

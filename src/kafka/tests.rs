@@ -15,7 +15,7 @@ fn the_output_producer_fits_the_output_topics_limit() {
     let fitted = |props: &str, limit: Option<usize>| {
         let cfg = cfg(props);
         let mut c = producer_config(&cfg);
-        fit_to_output(&mut c, &cfg, limit);
+        fit_to_topic(&mut c, &cfg, limit, false, Kept::AsWritten);
         (
             c.get("message.max.bytes").map(str::to_string),
             c.get("batch.size").map(str::to_string),
@@ -37,6 +37,48 @@ fn the_output_producer_fits_the_output_topics_limit() {
     assert_eq!(
         side_producer_config(&cfg("")).get("message.timeout.ms"),
         Some(SIDE_MESSAGE_TIMEOUT_MS)
+    );
+}
+
+/// The route producer fits the route topic's limit even where `[kafka.properties]` sets a larger
+/// `message.max.bytes` for the output (that setting turned the fit off, and a copy the route
+/// topic refuses in a batch is fatal to the gapless producer); a smaller one is kept. A topic
+/// that recompresses batches (its `compression.type` another codec than the producer's) leaves
+/// room for the codec's growth.
+#[test]
+fn the_route_producer_fits_the_route_topics_limit_and_its_recompression() {
+    let cfg = |props: &str| {
+        Config::from_toml_str(
+            &format!("[kafka.properties]\n{props}\n[input]\ntopic = \"i\"\n[output]\ntopic = \"o\"\n"),
+            Some(Default::default()),
+        )
+        .unwrap()
+    };
+    let fitted = |props: &str, limit: usize, recompressed: bool| {
+        let cfg = cfg(props);
+        let mut c = producer_config(&cfg);
+        fit_to_topic(&mut c, &cfg, Some(limit), recompressed, Kept::BelowFit);
+        c.get("message.max.bytes").map(str::to_string)
+    };
+    let s = |v: &str| Some(v.to_string());
+    assert_eq!(fitted("", 2000, false), s("1744"));
+    assert_eq!(fitted("\"message.max.bytes\" = 5000000", 2000, false), s("1744"));
+    assert_eq!(fitted("\"message.max.bytes\" = 1500", 2000, false), s("1500"));
+    // 1 MiB, recompressed: 1048576 - 256 - (8192 + 1024).
+    assert_eq!(fitted("", 1_048_576, true), s("1039104"));
+    let topic = |ct: &str| std::collections::BTreeMap::from([("compression.type".to_string(), ct.to_string())]);
+    #[rustfmt::skip]
+    let rows = [
+        ("", "producer", false), ("", "uncompressed", false), ("", "lz4", true), ("", "zstd", true),
+        ("\"compression.type\" = \"lz4\"", "lz4", false), ("\"compression.codec\" = \"zstd\"", "lz4", true),
+        ("\"compression.type\" = \"gzip\"", "producer", false),
+    ];
+    for (props, ct, want) in rows {
+        assert_eq!(recompresses(&topic(ct), &cfg(props)), want, "{props} / topic {ct}");
+    }
+    assert!(
+        !recompresses(&Default::default(), &cfg("")),
+        "not reported: not assumed"
     );
 }
 

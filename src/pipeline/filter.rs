@@ -190,18 +190,19 @@ impl Filter {
                 Default::default()
             }
         };
-        // A limit the user set is kept as it is (`fit_to_output`).
+        // A limit the user set is kept as it is (`fit_to_topic`, `Kept::AsWritten`).
         let limit = match cfg.kafka.flat_properties().contains_key("message.max.bytes") {
             true => None,
             false => configs.get("max.message.bytes").and_then(|v| v.parse().ok()),
         };
+        let recompressed = kafka::recompresses(&configs, &cfg);
         let output_timestamps = TimestampLimits::of_configs(&configs);
         let side_timestamps = match output_described {
             true => side_timestamp_limits(&cfg),
             false => BTreeMap::new(), // the same brokers would not answer for the side topics either
         };
         let mut producer_config = kafka::producer_config(&cfg);
-        kafka::fit_to_output(&mut producer_config, &cfg, limit);
+        kafka::fit_to_topic(&mut producer_config, &cfg, limit, recompressed, kafka::Kept::AsWritten);
         info!(
             topic = %cfg.output.topic,
             max_message_bytes = limit,

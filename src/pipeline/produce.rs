@@ -54,7 +54,7 @@ pub(super) enum Refused {
 }
 
 /// True when `e` says a record is too large for the producer's `message.max.bytes` (which
-/// [`crate::kafka::fit_to_output`] fits to the output topic's `max.message.bytes`) or for the
+/// [`crate::kafka::fit_to_topic`] fits to the output topic's `max.message.bytes`) or for the
 /// topic: a refusal of that one record, which halts its partition or dead-letters it, not a
 /// failure of the producer.
 pub(crate) fn too_large(e: &KafkaError) -> bool {

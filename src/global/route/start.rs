@@ -67,12 +67,13 @@ pub fn route_retention_risk(input: &BTreeMap<String, String>, route: &BTreeMap<S
 }
 
 /// The route topic's configuration, read at start (DescribeConfigs, as the filter reads its
-/// output's): the record timestamps it takes, its `max.message.bytes` (`None` when not reported;
-/// the route producer is fitted to it, [`kafka::fit_to_output`]), and a warning when its retention
+/// output's): the record timestamps it takes, its `max.message.bytes` (`None` when not reported)
+/// and whether the broker recompresses copies (the route producer is fitted to both,
+/// [`kafka::fit_to_topic`]), and a warning when its retention
 /// may delete copies before the filter stage reads them ([`route_retention_risk`]). A
 /// configuration that cannot be read (no `DESCRIBE_CONFIGS` permission) is said once and no limit
 /// is assumed: a copy the topic then refuses stops the process, as before.
-pub(super) fn route_topic_limits(cfg: &Config) -> (TimestampLimits, Option<usize>) {
+pub(super) fn route_topic_limits(cfg: &Config) -> (TimestampLimits, Option<usize>, bool) {
     // As the filter asks for its output's (a broker that does not implement DescribeConfigs,
     // librdkafka's mock cluster, never answers: the start must not wait long for it).
     let read = |topic: &str| kafka::topic_configs(cfg, topic, crate::pipeline::DESCRIBE_CONFIGS_TIMEOUT);
@@ -84,7 +85,7 @@ pub(super) fn route_topic_limits(cfg: &Config) -> (TimestampLimits, Option<usize
                 "route stage: the route topic's configuration could not be read (DescribeConfigs): its timestamp \
                  limits, size limit and retention are not checked"
             );
-            return (TimestampLimits::default(), None);
+            return (TimestampLimits::default(), None, false);
         }
     };
     match read(&cfg.input.topic) {
@@ -102,7 +103,11 @@ pub(super) fn route_topic_limits(cfg: &Config) -> (TimestampLimits, Option<usize
         Err(e) => debug!(error = %e, "route stage: the input topic's retention could not be read"),
     }
     let limit = route.get("max.message.bytes").and_then(|v| v.trim().parse().ok());
-    (TimestampLimits::of_configs(&route), limit)
+    (
+        TimestampLimits::of_configs(&route),
+        limit,
+        kafka::recompresses(&route, cfg),
+    )
 }
 
 /// Checks that the input and route topics exist, retrying while the brokers cannot be reached.
