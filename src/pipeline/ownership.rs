@@ -435,6 +435,10 @@ impl Filter {
         if running.is_empty() {
             return;
         }
+        // Acknowledgements that arrived before the group took the partitions count: a lost
+        // assignment right after a process pause (SIGSTOP, a long GC of the host) meets them
+        // still in the channel, and `lose` would take their records for unacknowledged.
+        self.drain_deliveries();
         if self.failure.is_none() {
             if lost {
                 self.lose(&running);
@@ -462,6 +466,18 @@ impl Filter {
         if !must_stop {
             warn!(partitions = ?parts, "assignment lost (session timeout or fenced) with every record acknowledged; releasing without commit");
             return;
+        }
+        for p in parts {
+            if let Some(Partition::Running(r)) = self.partitions.get(p) {
+                let h = self.halts.get(p);
+                debug!(
+                    partition = p,
+                    pending = r.inflight.pending_count(),
+                    refused = h.map(|h| h.refused.len()),
+                    resent = h.map(|h| h.resent.len()),
+                    "lost with records in flight"
+                );
+            }
         }
         error!(partitions = ?parts, "assignment lost (session timeout or fenced) with records not acknowledged or not committed; dropping them and stopping");
         self.drop_unsent();
