@@ -564,8 +564,10 @@ fn route_lag(p: i32, lag: i64) {
 /// returns `Ok`) or a fatal error (returns it; nothing committed past the record concerned).
 /// Blocking: call it from a dedicated thread. `cfg` is the whole configuration (global scope).
 /// It joins the input's consumer group only once the filter stage (sharing `status`) has opened
-/// its store ([`Status::store`]), so an instance refused its store never joins. Errors: the input or route topic does not exist ([`RunError::Topics`], exit 2), a client
-/// cannot be created, a copy was refused or failed, the consumer failed for good.
+/// its store ([`Status::store`]), so an instance refused its store never joins. Errors: the input
+/// or route topic does not exist ([`RunError::Topics`], exit 2), a client cannot be created, a
+/// copy failed (a copy too large for the route topic halts its input partition instead,
+/// [`Router::halt`]), the consumer failed for good.
 pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> Result<(), RunError> {
     metrics::describe_counter!(
         RECORDS_ROUTED,
