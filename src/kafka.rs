@@ -410,9 +410,29 @@ pub fn recompresses(configs: &std::collections::BTreeMap<String, String>, cfg: &
 /// not take when it is produced, which halts its partition (`pipeline::halt`, the route stage's
 /// `Router::halt`), instead of building a batch the broker refuses (`MessageSizeTooLarge`), which
 /// under the gapless guarantee is a fatal error of the producer: every partition stopped.
-pub fn fit_to_topic(c: &mut ClientConfig, cfg: &Config, limit: Option<usize>, recompressed: bool, kept: Kept) {
+///
+/// A topic `max.message.bytes` below librdkafka's smallest `message.max.bytes` (1000) plus the
+/// margin is said at start (a warning naming `topic`): a record near 1000 bytes then passes the
+/// producer and the broker refuses its batch, which stops the process.
+pub fn fit_to_topic(
+    c: &mut ClientConfig,
+    cfg: &Config,
+    topic: &str,
+    limit: Option<usize>,
+    recompressed: bool,
+    kept: Kept,
+) {
     let Some(limit) = limit else { return };
     let fit = size_fit(limit, recompressed);
+    if fit > limit.saturating_sub(BATCH_FRAMING) {
+        tracing::warn!(
+            topic,
+            max_message_bytes = limit,
+            "the topic's max.message.bytes is below what a producer can be fitted to (librdkafka's message.max.bytes \
+             is at least 1000, plus {BATCH_FRAMING} bytes of batch framing): a record near 1000 bytes would be refused \
+             in its batch, which stops the process; raise the topic's max.message.bytes"
+        );
+    }
     let set = cfg.kafka.flat_properties();
     for (name, fitted) in [("message.max.bytes", fit), ("batch.size", fit.min(1_000_000))] {
         let written = set.get(name).and_then(|v| v.trim().parse::<usize>().ok());

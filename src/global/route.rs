@@ -607,6 +607,7 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
     kafka::fit_to_topic(
         &mut route_producer,
         &cfg,
+        &cfg.fingerprint.route_topic,
         route_limit,
         recompressed,
         kafka::Kept::BelowFit,

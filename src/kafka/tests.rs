@@ -1,21 +1,23 @@
 use super::*;
 
+/// A configuration of topics `i` -> `o` with `props` under `[kafka.properties]`.
+fn cfg(props: &str) -> Config {
+    Config::from_toml_str(
+        &format!("[kafka.properties]\n{props}\n[input]\ntopic = \"i\"\n[output]\ntopic = \"o\"\n"),
+        Some(Default::default()),
+    )
+    .unwrap()
+}
+
 /// Issue 22, item 8: the output's producer fits the output topic's `max.message.bytes`
 /// (less the batch framing) unless `[kafka.properties]` sets the limits; the producers'
 /// default takes what a broker at its default takes, plus the headers' room.
 #[test]
 fn the_output_producer_fits_the_output_topics_limit() {
-    let cfg = |props: &str| {
-        Config::from_toml_str(
-            &format!("[kafka.properties]\n{props}\n[input]\ntopic = \"i\"\n[output]\ntopic = \"o\"\n"),
-            Some(Default::default()),
-        )
-        .unwrap()
-    };
     let fitted = |props: &str, limit: Option<usize>| {
         let cfg = cfg(props);
         let mut c = producer_config(&cfg);
-        fit_to_topic(&mut c, &cfg, limit, false, Kept::AsWritten);
+        fit_to_topic(&mut c, &cfg, "o", limit, false, Kept::AsWritten);
         (
             c.get("message.max.bytes").map(str::to_string),
             c.get("batch.size").map(str::to_string),
@@ -47,17 +49,10 @@ fn the_output_producer_fits_the_output_topics_limit() {
 /// room for the codec's growth.
 #[test]
 fn the_route_producer_fits_the_route_topics_limit_and_its_recompression() {
-    let cfg = |props: &str| {
-        Config::from_toml_str(
-            &format!("[kafka.properties]\n{props}\n[input]\ntopic = \"i\"\n[output]\ntopic = \"o\"\n"),
-            Some(Default::default()),
-        )
-        .unwrap()
-    };
     let fitted = |props: &str, limit: usize, recompressed: bool| {
         let cfg = cfg(props);
         let mut c = producer_config(&cfg);
-        fit_to_topic(&mut c, &cfg, Some(limit), recompressed, Kept::BelowFit);
+        fit_to_topic(&mut c, &cfg, "r", Some(limit), recompressed, Kept::BelowFit);
         c.get("message.max.bytes").map(str::to_string)
     };
     let s = |v: &str| Some(v.to_string());

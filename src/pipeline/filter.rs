@@ -202,7 +202,14 @@ impl Filter {
             false => BTreeMap::new(), // the same brokers would not answer for the side topics either
         };
         let mut producer_config = kafka::producer_config(&cfg);
-        kafka::fit_to_topic(&mut producer_config, &cfg, limit, recompressed, kafka::Kept::AsWritten);
+        kafka::fit_to_topic(
+            &mut producer_config,
+            &cfg,
+            &cfg.output.topic,
+            limit,
+            recompressed,
+            kafka::Kept::AsWritten,
+        );
         info!(
             topic = %cfg.output.topic,
             max_message_bytes = limit,
