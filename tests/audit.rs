@@ -368,6 +368,35 @@ fn nothing_judged_is_said_and_a_late_foreign_copy_is_unexpected() {
     assert_eq!(r.totals.forwarded, 40);
 }
 
+/// `input.start = "latest"` on a topic with a backlog: the filter starts at the end and has
+/// forwarded nothing yet; the audit judged the whole backlog as lost (NOT CLEAN). Now the range
+/// starts at the committed offset while the output is empty: nothing judged, exit 0.
+#[test]
+fn a_filter_started_at_the_end_is_not_charged_with_the_backlog() {
+    let mut given = Scenario::new("audit-latest", 1);
+    given
+        .spec
+        .env
+        .push(("KAFKA_DEDUP__INPUT__START".into(), "latest".into()));
+    let now = now_ms();
+    let backlog: Vec<(i64, Raw)> = (0..20)
+        .map(|i| (now, raw(Some(&format!("k{i}")), Some(&(100 + i).to_string()), &[])))
+        .collect();
+    given.produce_timed(0, &backlog);
+    let filter = given.start_ready();
+    given.wait_committed(&filter, &[(0, 20)]);
+    // The audit reads the filter's configuration: the same start (the filter has it by its
+    // environment).
+    let config = given.config_file();
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("[input]\n", "[input]\nstart = \"latest\"\n")).unwrap();
+    let a = Audit::run(&config, &[]);
+    given.stop(filter);
+    assert_eq!(a.code, 0, "{}\n{}", a.stdout, a.stderr);
+    assert!(a.stdout.contains("NOTHING JUDGED"), "{}", a.stdout);
+    assert!(!a.stdout.contains("LOST"), "{}", a.stdout);
+}
+
 /// What the audit cannot check exits 2, naming why.
 #[test]
 fn refusals_exit_2() {

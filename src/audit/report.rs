@@ -307,12 +307,11 @@ fn write_partition(out: &mut impl Write, p: &PartitionReport, horizon: Horizon) 
         writeln!(
             out,
             "  input offsets [{}, {}) are past the range, not judged: the filter has not checkpointed them yet \
-             (it commits at each checkpoint, every {} = checkpoint.interval); audit again after the next one, or, \
-             with the filter stopped, with --to-offset {}",
+             (it commits what it took at each checkpoint, every {} = checkpoint.interval); audit again after the \
+             next one (a halted partition commits no further: its /readyz says why)",
             r.to_offset,
             r.input_end,
             duration(horizon.max_ms.saturating_sub(horizon.min_ms)),
-            r.input_end
         )?;
     }
     if a.not_judged_after_range > 0 {

@@ -532,6 +532,28 @@ fn records_after_the_last_match_are_judged_when_nothing_is_past_the_range() {
         ("nothing after the last match",
             vec![("a", 0, Some(0)), ("b", 10, Some(1)), ("c", 3000, Some(2))], 3, None, 3, 0, 0),
     ];
+    // With provenance, a record naming an input offset past the input's end (a forged header, a
+    // recreated topic) is unexpected too; past the range but not the input's end, not judged.
+    for (input_end, unexpected) in [(3, 1), (9, 0)] {
+        let r = Rules {
+            input_end,
+            ..rules(
+                Bounds {
+                    to_offset: 3,
+                    ..Bounds::ALL
+                },
+                OnMissing::Forward,
+            )
+        };
+        let out = [
+            ("a", 0, Some(0)),
+            ("b", 10, Some(1)),
+            ("c", 3000, Some(2)),
+            ("z", 3010, Some(7)),
+        ];
+        let a = run(&r, input(&inp), output(&out, true));
+        assert_eq!(a.unexpected.count, unexpected, "input end {input_end}: {a:#?}");
+    }
     for (name, out, to_offset, until, input_end, unexpected, not_judged) in rows {
         let bounds = Bounds {
             to_offset,

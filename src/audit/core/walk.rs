@@ -357,6 +357,14 @@ impl<'r> Auditor<'r> {
         }
         // Not in the window: before the lead-in, past what was read, settled, or no record.
         let before_lead_in = self.read_start.is_none_or(|s| k < s);
+        if k >= self.in_next && self.nothing_past_range() {
+            // Past the input's end: no record there (a forged header, a recreated topic).
+            self.report.unexpected.add(Unexpected {
+                output_offset: o.offset,
+                reason: UnexpectedReason::NotForwardable { input_offset: k },
+            });
+            return;
+        }
         if before_lead_in || k >= self.in_next {
             return; // context, or past the range
         }

@@ -30,7 +30,13 @@ pub(super) fn plan(
         (None, None) => (in_high, UpperBound::End),
     };
     let to_offset = to_offset.clamp(in_low, in_high);
-    let from_offset = request.from_offset.unwrap_or(in_low).max(in_low);
+    let mut from_offset = request.from_offset.unwrap_or(in_low).max(in_low);
+    // `input.start = "latest"` and an empty output: the filter started at the end, at or before
+    // the committed offset (its start-of-ownership commit), and has forwarded nothing: the
+    // records before that offset were never its to take (they would all be counted lost).
+    if let (Start::Latest, true, Some(c)) = (cfg.input.start, out_low == out_high, committed) {
+        from_offset = from_offset.max(c.min(in_high));
+    }
 
     // The floor where records are gone, or the filter started at the end (each first record is
     // read only then: reading one can take a second on a slow broker).
