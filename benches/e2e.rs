@@ -163,8 +163,15 @@ struct Args {
     /// (`<variant>-<run>.data`, created if missing; `perf report -i ...`): the copier, kafka-dedup
     /// and each `--binary` (the peers are not profiled). The figures of a profiled run include
     /// perf's own overhead.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "perf")]
     perf: Option<std::path::PathBuf>,
+    /// Count the instructions of every run under valgrind's callgrind into this directory
+    /// (`<variant>-<run>.<pid>-<thread>`, one file per thread; `callgrind_annotate FILE`), as
+    /// `--perf` does: deterministic where the rates are noisy, so a change of 1-2 % of the CPU
+    /// shows (instructions per record = a thread's total / `--records`). Runs about 50x slower:
+    /// use `--records 100000`. Needs `valgrind`.
+    #[arg(long)]
+    callgrind: Option<std::path::PathBuf>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -1061,14 +1068,22 @@ fn measure_latency(args: &Args, rate: u64, brokers: &str, input: &str, output: &
 }
 
 /// `program` as a command, run under `perf record` into `--perf DIR` (`<label>.data`, the
-/// directory created if missing) when asked; `KD_E2E_PERF_ARGS` replaces the sampling options
-/// (default `-F 999`; e.g. "-F 499 --call-graph dwarf"). Errors: the directory cannot be made.
-fn profiled(
-    perf: Option<&std::path::Path>,
-    label: &str,
-    program: impl AsRef<std::ffi::OsStr>,
-) -> Result<Command, String> {
-    let Some(dir) = perf else {
+/// directory created if missing) or under callgrind into `--callgrind DIR` when asked;
+/// `KD_E2E_PERF_ARGS` replaces perf's sampling options (default `-F 999`; e.g. "-F 499
+/// --call-graph dwarf"). Errors: the directory cannot be made.
+fn profiled(args: &Args, label: &str, program: impl AsRef<std::ffi::OsStr>) -> Result<Command, String> {
+    if let Some(dir) = &args.callgrind {
+        std::fs::create_dir_all(dir).map_err(|e| format!("--callgrind {}: {e}", dir.display()))?;
+        let mut c = Command::new("valgrind");
+        c.args(["--tool=callgrind", "--separate-threads=yes"])
+            .arg(format!(
+                "--callgrind-out-file={}",
+                dir.join(format!("{label}.%p")).display()
+            ))
+            .arg(program);
+        return Ok(c);
+    }
+    let Some(dir) = &args.perf else {
         return Ok(Command::new(program));
     };
     std::fs::create_dir_all(dir).map_err(|e| format!("--perf {}: {e}", dir.display()))?;
@@ -1082,6 +1097,23 @@ fn profiled(
         .arg(program);
     Ok(c)
 }
+/// Stops a peer or `--binary` child as an operator does, SIGTERM (kafka-dedup then hands its
+/// partitions over and a profiler under it writes its data), then SIGKILL after 60 s.
+fn stop_child(child: &mut std::process::Child) {
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: signals the child this function owns, not yet waited for (its pid is not reused).
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// One run of `role` as a child process.
 fn run_one(
     args: &Args,
@@ -1127,7 +1159,7 @@ fn run_one(
         prefill(&cfg, args.partitions, variant.held)?;
     }
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut command = profiled(args.perf.as_deref(), &format!("{name}-{run}"), exe)?;
+    let mut command = profiled(args, &format!("{name}-{run}"), exe)?;
     let mut child = command
         .env("KD_E2E_ROLE", variant.role.name())
         .env("KD_E2E_PROVENANCE", variant.provenance.to_string())
@@ -1258,7 +1290,7 @@ fn run_peer(
                 state.path().join("store").display()
             );
             std::fs::write(&config, toml).map_err(|e| e.to_string())?;
-            let mut c = profiled(args.perf.as_deref(), &format!("{name}-{run}"), &binary(i).1)?;
+            let mut c = profiled(args, &format!("{name}-{run}"), &binary(i).1)?;
             c.arg("run")
                 .arg("--config")
                 .arg(&config)
@@ -1337,8 +1369,7 @@ fn run_peer(
         std::thread::sleep(Duration::from_millis(50));
     };
     let peak_rss = proc_hwm(&pid);
-    let _ = child.kill();
-    let _ = child.wait();
+    stop_child(&mut child);
     outcome?;
     let (t0, sum0, cpu0, broker0) = first.ok_or("no output")?;
     let (t1, sum1, cpu1, broker1) = last;
@@ -1757,10 +1788,98 @@ fn one_pass(args: &Args, broker: &Broker) -> Result<(), String> {
 
     broker.delete_topics(&[input]);
     startup_table(&variants, &letters, &results);
+    if let Some(dir) = &args.callgrind {
+        callgrind_table(dir, args.records)?;
+    }
     println!(
         "\ncheck: every run of a delivered {} records; every run of kafka-dedup forwarded the {distinct} distinct and dropped the {replays} replays",
         args.records
     );
+    Ok(())
+}
+
+/// The threads of a profiled run, by a function that holds at least a quarter of a thread's
+/// instructions, in the order tried: the thread that polls the input and produces (kafka-dedup's
+/// poll loop; the copier's, which calls `rd_kafka_producev` itself), librdkafka's broker threads
+/// (the produce and the fetch side), its main thread, the thread that serves delivery reports.
+/// sled's thread pool is shown and not counted: under valgrind, which runs one thread at a time,
+/// its threads spin on its start-up lock for as long as they are scheduled.
+const THREADS: [(&str, &str); 8] = [
+    ("poll_loop", "poll"),
+    ("producer_serve", "rdk:broker produce"),
+    ("consumer_serve", "rdk:broker fetch"),
+    ("rd_kafka_thread_main", "rdk:main"),
+    ("sled::threadpool", "sled (not counted)"),
+    ("rd_kafka_producev", "poll"),
+    ("BaseProducer", "delivery reports"),
+    ("", "other"),
+];
+
+/// `--callgrind DIR`: the instructions per input record of each profiled run, by thread
+/// ([`THREADS`]), read with `callgrind_annotate`. Deterministic for a given build and input
+/// (within a few per mille: batching varies), where rates spread by ±30 % between rounds.
+fn callgrind_table(dir: &std::path::Path, records: u64) -> Result<(), String> {
+    let mut runs: BTreeMap<String, BTreeMap<&str, u64>> = BTreeMap::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("--callgrind {}: {e}", dir.display()))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // `<label>.<pid>-<thread>`; the file without `-<thread>` is the empty process-level one.
+        let Some((label, _)) = name.rsplit_once('.').filter(|(_, t)| t.contains('-')) else {
+            continue;
+        };
+        let out = Command::new("callgrind_annotate")
+            .args(["--inclusive=yes", "--threshold=100"])
+            .arg(entry.path())
+            .output()
+            .map_err(|e| format!("callgrind_annotate: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let count = |l: &str| {
+            l.split_whitespace()
+                .next()
+                .and_then(|n| n.replace(',', "").parse::<u64>().ok())
+        };
+        let Some(total) = text.lines().find(|l| l.contains("PROGRAM TOTALS")).and_then(count) else {
+            continue;
+        };
+        let entry_points: String = text
+            .lines()
+            .filter(|l| count(l).is_some_and(|n| n * 4 >= total))
+            .collect();
+        let role = THREADS
+            .iter()
+            .find(|(key, _)| entry_points.contains(key))
+            .map_or("other", |(_, role)| role);
+        *runs.entry(label.to_string()).or_default().entry(role).or_default() += total;
+    }
+    println!(
+        "
+instructions per input record, by thread (callgrind, {}):",
+        dir.display()
+    );
+    let mut columns: Vec<&str> = Vec::new();
+    for (_, role) in THREADS {
+        if !columns.contains(&role) {
+            columns.push(role);
+        }
+    }
+    print!("{:<18} {:>9}", "run", "total");
+    for role in &columns {
+        print!(" {role:>19}");
+    }
+    println!();
+    let per = |n: u64| n as f64 / records.max(1) as f64;
+    for (label, roles) in &runs {
+        let total: u64 = roles
+            .iter()
+            .filter(|(r, _)| !r.ends_with("(not counted)"))
+            .map(|(_, n)| n)
+            .sum();
+        print!("{label:<18} {:>9.0}", per(total));
+        for role in &columns {
+            print!(" {:>19.0}", per(roles.get(role).copied().unwrap_or(0)));
+        }
+        println!();
+    }
     Ok(())
 }
 

@@ -65,7 +65,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde_json::value::RawValue;
-use xxhash_rust::xxh3::Xxh3Default;
 
 /// The deepest nesting of arrays and objects accepted in the value a `json:` source points to:
 /// 127 levels, the most serde_json's default recursion limit (128) parses, so any value a
@@ -245,7 +244,7 @@ pub struct Fingerprinter {
     lookup: bool,
 }
 
-fn field(h: &mut Xxh3Default, bytes: Option<&[u8]>) {
+fn field(h: &mut Hasher, bytes: Option<&[u8]>) {
     match bytes {
         None => h.update(&[0]),
         Some(b) => {
@@ -264,7 +263,7 @@ fn field(h: &mut Xxh3Default, bytes: Option<&[u8]>) {
 /// consumed again.
 pub fn stand_in_at(topic: &str, partition: i32, offset: i64) -> Fingerprint {
     let mut buf = [0u8; crate::provenance::ENCODED_MAX];
-    let mut h = Xxh3Default::new();
+    let mut h = Hasher::new();
     h.update(&[0x50]);
     match crate::provenance::Provenance::encode_parts_into(&mut buf, topic, partition, offset) {
         Some(source) => field(&mut h, Some(source)),
@@ -382,7 +381,7 @@ impl Fingerprinter {
     /// linear in the value's size (an avro source may also fetch a schema it has not seen:
     /// [`crate::schema_registry`], blocking for up to its timeout).
     pub fn fingerprint(&self, record: &dyn RecordFields) -> Result<Fingerprint, Unfingerprintable> {
-        let mut h = Xxh3Default::new();
+        let mut h = Hasher::new();
         match &self.reads {
             Source::Value => {
                 let v = record.value().ok_or(Unfingerprintable::Absent)?;
@@ -537,9 +536,11 @@ impl Fingerprinter {
 }
 
 mod canonical;
+mod hasher;
 mod source;
 
 use self::canonical::{canonical_json, canonical_json_without};
+use self::hasher::Hasher;
 use self::source::pointer_tokens;
 pub use self::source::{Source, SourceError};
 

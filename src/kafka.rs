@@ -543,18 +543,53 @@ pub fn murmur2(data: &[u8]) -> i32 {
     h as i32
 }
 
-/// True if a key-hashing producer would have written `key` to `partition` of a topic with
-/// `partitions` partitions: the Java client's default (murmur2) or librdkafka's default
-/// `consistent_random` (CRC-32). Records for which this is false have been placed by other means
-/// (round robin, a custom partitioner, a changed partition count), so their replays may land in
-/// another partition, outside the per-partition dedup scope.
-pub fn key_placed_in(key: &[u8], partition: i32, partitions: usize) -> bool {
+/// The key-hashing partitioners [`key_placed_in`] knows: the Java client's default (murmur2,
+/// its sign bit cleared) and librdkafka's default `consistent_random` (CRC-32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyHash {
+    #[default]
+    Murmur2,
+    Crc32,
+}
+
+impl KeyHash {
+    /// The partition of `n` this partitioner writes `key` to.
+    fn partition(self, key: &[u8], n: u32) -> u32 {
+        match self {
+            KeyHash::Murmur2 => ((murmur2(key) as u32) & 0x7fff_ffff) % n,
+            KeyHash::Crc32 => crc32fast::hash(key) % n,
+        }
+    }
+
+    fn other(self) -> KeyHash {
+        match self {
+            KeyHash::Murmur2 => KeyHash::Crc32,
+            KeyHash::Crc32 => KeyHash::Murmur2,
+        }
+    }
+}
+
+/// True if a key-hashing producer ([`KeyHash`]) would have written `key` to `partition` of a
+/// topic with `partitions` partitions. Records for which this is false have been placed by other
+/// means (round robin, a custom partitioner, a changed partition count), so their replays may
+/// land in another partition, outside the per-partition dedup scope. `first` is tried first and
+/// becomes the partitioner that placed the key, if one did: a partition's records mostly come
+/// from one kind of producer, so the other hash is mostly not computed (the answer does not
+/// depend on `first`).
+pub fn key_placed_in(key: &[u8], partition: i32, partitions: usize, first: &mut KeyHash) -> bool {
     if partitions == 0 {
         return true;
     }
-    let n = partitions as u32;
-    // The CRC only when murmur2 does not place it there (once per keyed record: a hash saved).
-    ((murmur2(key) as u32) & 0x7fff_ffff) % n == partition as u32 || crc32fast::hash(key) % n == partition as u32
+    let (n, p) = (partitions as u32, partition as u32);
+    if first.partition(key, n) == p {
+        return true;
+    }
+    let second = first.other();
+    if second.partition(key, n) == p {
+        *first = second;
+        return true;
+    }
+    false
 }
 
 /// The generation (classic group protocol) or member epoch (KIP-848) librdkafka holds for the

@@ -239,6 +239,8 @@ pub struct Running {
     pub changelog: Option<crate::changelog::ChangelogRef>,
     /// Metric handles.
     pub metrics: PartitionMetrics,
+    /// The partitioner that placed the last keyed record ([`crate::kafka::key_placed_in`]).
+    pub key_hash: crate::kafka::KeyHash,
 }
 
 /// What the log line of an ownership's first forwarded record tells.

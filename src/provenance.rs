@@ -33,25 +33,6 @@ pub const TIMESTAMP_HEADER: &str = "kafka-dedup.timestamp";
 /// `/`, a partition and an offset (at most 20 bytes each in decimal).
 pub const ENCODED_MAX: usize = 249 + 2 + 20 + 20;
 
-/// `v` in decimal (as `Display` writes it), in the end of `digits`.
-fn decimal(digits: &mut [u8; 20], v: i64) -> &[u8] {
-    let mut u = v.unsigned_abs();
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (u % 10) as u8;
-        u /= 10;
-        if u == 0 {
-            break;
-        }
-    }
-    if v < 0 {
-        i -= 1;
-        digits[i] = b'-';
-    }
-    &digits[i..]
-}
-
 /// Where a record came from: input topic, partition and offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Provenance {
@@ -89,12 +70,13 @@ impl Provenance {
             n += bytes.len();
             Some(())
         };
-        let mut digits = [0u8; 20];
+        // `itoa` writes what `Display` does, two digits a step.
+        let mut digits = itoa::Buffer::new();
         put(topic.as_bytes())?;
         put(b"/")?;
-        put(decimal(&mut digits, partition.into()))?;
+        put(digits.format(partition).as_bytes())?;
         put(b"/")?;
-        put(decimal(&mut digits, offset))?;
+        put(digits.format(offset).as_bytes())?;
         Some(&buf[..n])
     }
 

@@ -203,6 +203,34 @@ fn known_fingerprints_are_kept() {
     }
 }
 
+/// Values on both sides of the length the hasher encodes in place ([`super::hasher`]: one-shot
+/// xxh3 up to its buffer, streaming beyond): the fingerprints of the streaming implementation
+/// before it, kept whatever the value's length.
+#[test]
+fn long_values_keep_their_fingerprints() {
+    let value = |n: usize| (0..n).map(|i| char::from(b'a' + (i % 26) as u8)).collect::<String>();
+    let cases: [(&str, usize, &str); 9] = [
+        ("value", 245, "6513aaced372f60ffe8b1755cf762599"),
+        ("value", 246, "b62ed95805c8d1619bbc01463286e947"),
+        ("value", 247, "f4552429c3edd7ec7c157c1c05d2eb40"),
+        ("value", 1000, "b35618dfd599b0a1ce55f25d7689fb66"),
+        ("value", 1029, "8528540412cc97dbb66197f176e29f17"),
+        ("value", 1030, "4693fb5c026f6481dbfe2b5ad496cd38"),
+        ("value", 1031, "25626259bd544b85061510efe4d7528a"),
+        ("key_value", 1025, "bcd64030935f2ce5c03251f4e25c3771"),
+        ("json:", 1100, "3a3199e0437a49a8907670466e0d57c5"),
+    ];
+    for (source, n, want) in cases {
+        let v = if source == "json:" {
+            format!("\"{}\"", value(n))
+        } else {
+            value(n)
+        };
+        let got = fp(source, &rec(Some("k"), Some(&v), &[])).unwrap();
+        assert_eq!(got.to_string(), want, "{source} {n}");
+    }
+}
+
 /// Issue 12, case 1: a null or empty id names no event (module documentation, the tables).
 #[test]
 fn null_and_empty_ids_are_not_identities() {

@@ -246,12 +246,55 @@ fn the_generation_is_read_from_librdkafkas_group_metadata() {
     assert_eq!(generation_of(b"CGMDv2:\x01"), None);
 }
 
+/// Placed by murmur2, by CRC-32, by both, by neither, whichever partitioner is tried first: the
+/// answer is the same, and the hint becomes the one that placed the key.
 #[test]
 fn key_placement() {
-    let p = ((murmur2(b"k") as u32 & 0x7fff_ffff) % 6) as i32;
-    assert!(key_placed_in(b"k", p, 6));
-    let q = (crc32fast::hash(b"k") % 6) as i32;
-    assert!(key_placed_in(b"k", q, 6));
-    let other = (0..6).find(|x| *x != p && *x != q).unwrap();
-    assert!(!key_placed_in(b"k", other, 6));
+    let n = 6;
+    let murmur = |k: &[u8]| ((murmur2(k) as u32 & 0x7fff_ffff) % n) as i32;
+    let crc = |k: &[u8]| (crc32fast::hash(k) % n) as i32;
+    let key = b"k";
+    let (p, q) = (murmur(key), crc(key));
+    assert_ne!(p, q, "the key must tell the two apart");
+    let other = (0..n as i32).find(|x| *x != p && *x != q).unwrap();
+    // A key both place in one partition.
+    let both = (0..1000u32)
+        .map(|i| format!("key-{i}"))
+        .find(|k| murmur(k.as_bytes()) == crc(k.as_bytes()))
+        .unwrap();
+    let rows: [(&[u8], i32, KeyHash, bool, KeyHash); 8] = [
+        (key, p, KeyHash::Murmur2, true, KeyHash::Murmur2),
+        (key, p, KeyHash::Crc32, true, KeyHash::Murmur2),
+        (key, q, KeyHash::Murmur2, true, KeyHash::Crc32),
+        (key, q, KeyHash::Crc32, true, KeyHash::Crc32),
+        (key, other, KeyHash::Murmur2, false, KeyHash::Murmur2),
+        (key, other, KeyHash::Crc32, false, KeyHash::Crc32),
+        (
+            both.as_bytes(),
+            murmur(both.as_bytes()),
+            KeyHash::Crc32,
+            true,
+            KeyHash::Crc32,
+        ),
+        (
+            both.as_bytes(),
+            murmur(both.as_bytes()),
+            KeyHash::Murmur2,
+            true,
+            KeyHash::Murmur2,
+        ),
+    ];
+    for (k, partition, first, placed, then) in rows {
+        let mut hint = first;
+        assert_eq!(
+            key_placed_in(k, partition, n as usize, &mut hint),
+            placed,
+            "{k:?} {partition} {first:?}"
+        );
+        assert_eq!(hint, then, "{k:?} {partition} {first:?}");
+    }
+    assert!(
+        key_placed_in(key, 5, 0, &mut KeyHash::Murmur2),
+        "no partition count known"
+    );
 }

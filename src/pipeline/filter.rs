@@ -706,7 +706,7 @@ fn consumed(run: &mut Running, msg: &BorrowedMessage<'_>, input_partitions: usiz
     }
     match msg.key() {
         None => run.metrics.null_key.increment(1),
-        Some(k) if !kafka::key_placed_in(k, msg.partition(), input_partitions) => {
+        Some(k) if !kafka::key_placed_in(k, msg.partition(), input_partitions, &mut run.key_hash) => {
             run.metrics.key_elsewhere.increment(1)
         }
         Some(_) => {}

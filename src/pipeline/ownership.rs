@@ -407,6 +407,7 @@ impl Filter {
                 rescanned: rec.scanned,
             }),
             metrics,
+            key_hash: Default::default(),
         };
         self.install(p, Partition::Running(Box::new(run)));
     }
