@@ -167,9 +167,9 @@ struct Args {
     perf: Option<std::path::PathBuf>,
     /// Count the instructions of every run under valgrind's callgrind into this directory
     /// (`<variant>-<run>.<pid>-<thread>`, one file per thread; `callgrind_annotate FILE`), as
-    /// `--perf` does: deterministic where the rates are noisy, so a change of 1-2 % of the CPU
-    /// shows (instructions per record = a thread's total / `--records`). Runs about 50x slower:
-    /// use `--records 100000`. Needs `valgrind`.
+    /// `--perf` does, then a table of instructions per input record by thread: repeatable within
+    /// about 1 % where the rates are noisy, so a change of 2 % of the CPU shows. Runs about 50x
+    /// slower: use `--records 100000`. Needs `valgrind` (scripts/bench.sh installs it then).
     #[arg(long)]
     callgrind: Option<std::path::PathBuf>,
     /// Passed by `cargo bench`; ignored.
@@ -1816,8 +1816,8 @@ const THREADS: [(&str, &str); 8] = [
 ];
 
 /// `--callgrind DIR`: the instructions per input record of each profiled run, by thread
-/// ([`THREADS`]), read with `callgrind_annotate`. Deterministic for a given build and input
-/// (within a few per mille: batching varies), where rates spread by ±30 % between rounds.
+/// ([`THREADS`]), read with `callgrind_annotate`. Repeatable within about 1 % for a given build
+/// and input (batching varies), where rates spread by ±30 % between rounds.
 fn callgrind_table(dir: &std::path::Path, records: u64) -> Result<(), String> {
     let mut runs: BTreeMap<String, BTreeMap<&str, u64>> = BTreeMap::new();
     let entries = std::fs::read_dir(dir).map_err(|e| format!("--callgrind {}: {e}", dir.display()))?;

@@ -6,8 +6,8 @@
 # benchmark) also builds and runs the peers of benches/peers/: the Kafka Streams dedup (Maven,
 # offline first, its jars in target/lib of its folder), the Python one (confluent-kafka and redis
 # installed with pip into $CACHE/peers/python) with a redis-server of its own on a free loopback
-# port; none of it is installed without `--peers`. The broker's pid goes to the benchmark in
-# KD_E2E_BROKER_PID (its CPU per record).
+# port; none of it is installed without `--peers`. `--callgrind DIR` installs valgrind. The
+# broker's pid goes to the benchmark in KD_E2E_BROKER_PID (its CPU per record).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,16 +17,21 @@ source scripts/brokers.sh
 
 criterion=0
 peers=0
+callgrind=0
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --criterion) criterion=1; shift ;;
     --peers) peers=1; args+=("$1"); shift ;;
+    --callgrind) callgrind=1; args+=("$1"); shift ;;
     *) args+=("$1"); shift ;;
   esac
 done
 
 install_packages build-essential pkg-config libssl-dev zlib1g-dev python3 openjdk-17-jre-headless maven openssl
+if [ "$callgrind" = 1 ]; then
+  install_packages valgrind
+fi
 install_kafka
 if [ "$criterion" = 1 ]; then
   cargo bench --locked --bench fingerprint --bench table --bench checkpoint --bench recovery --bench memory
