@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 use rdkafka::Message;
 use tracing::{debug, error, info, warn};
@@ -44,13 +45,50 @@ pub(super) struct DeliveryFailure {
     pub copy: SideCopy,
 }
 
-/// An acknowledgement from the producer thread: 32 bytes, one per produced record through the
+/// An acknowledgement from the producer thread: 40 bytes, one per produced record through the
 /// channel (the rare failure boxed, so that the common event stays small).
 pub(super) struct DeliveryEvent {
     /// `partition << SEQ_BITS | seq` (see [`encode_opaque`]).
     pub opaque: usize,
     /// Where the record landed, or why it did not.
     pub result: Result<Acknowledgement, Box<DeliveryFailure>>,
+    /// The acknowledged record's header list, detached from it: freed where the event is
+    /// dropped, on the pipeline thread that allocated it ([`DetachedHeaders`]).
+    pub headers: Option<DetachedHeaders>,
+}
+
+/// The header list of a delivered record, taken from librdkafka's message before it destroys it
+/// (`rd_kafka_message_detach_headers`) and destroyed when dropped. Why: every forwarded record
+/// carries a header list the pipeline thread allocates (three allocations, the provenance); freed
+/// by librdkafka on the producer's thread with the message, each free crosses threads, which
+/// costs mimalloc about 430 instructions a record there, against about 60 to free them on the
+/// thread that allocated them (`scripts/bench.sh --callgrind`, BENCHMARKS.md).
+pub(super) struct DetachedHeaders(std::ptr::NonNull<rdkafka::bindings::rd_kafka_headers_t>);
+
+// SAFETY: the list is owned (detached: librdkafka no longer refers to it) and librdkafka's
+// headers functions take no thread-local state; it is used by one thread at a time.
+unsafe impl Send for DetachedHeaders {}
+
+impl DetachedHeaders {
+    /// Detaches the header list of the delivered record `m`; `None` when it has none.
+    pub(super) fn of(m: &BorrowedMessage<'_>) -> Option<DetachedHeaders> {
+        let mut list = std::ptr::null_mut();
+        // SAFETY: `m` is a live message of librdkafka's (borrowed for the delivery callback);
+        // detaching sets its header pointer to null, so destroying the message no longer
+        // destroys the list, which becomes ours.
+        let error = unsafe { rdkafka::bindings::rd_kafka_message_detach_headers(m.ptr(), &mut list) };
+        if error != rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+            return None;
+        }
+        std::ptr::NonNull::new(list).map(DetachedHeaders)
+    }
+}
+
+impl Drop for DetachedHeaders {
+    fn drop(&mut self) {
+        // SAFETY: the list is ours (detached) and destroyed once, here.
+        unsafe { rdkafka::bindings::rd_kafka_headers_destroy(self.0.as_ptr()) }
+    }
 }
 
 /// The delivery opaque of the record with sequence number `seq` of input partition `partition`.
@@ -164,18 +202,28 @@ impl ProducerContext for DeliveryContext {
     type DeliveryOpaque = usize;
 
     fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
-        let result = match result {
-            Ok(m) => Ok(Acknowledgement {
-                partition: m.partition(),
-                offset: m.offset(),
-            }),
-            Err((e, m)) => Err(Box::new(DeliveryFailure {
-                topic: m.topic().to_string(),
-                error: e.clone(),
-                copy: SideCopy::of_message(m),
-            })),
+        let (result, headers) = match result {
+            Ok(m) => (
+                Ok(Acknowledgement {
+                    partition: m.partition(),
+                    offset: m.offset(),
+                }),
+                DetachedHeaders::of(m),
+            ),
+            Err((e, m)) => (
+                Err(Box::new(DeliveryFailure {
+                    topic: m.topic().to_string(),
+                    error: e.clone(),
+                    copy: SideCopy::of_message(m),
+                })),
+                None,
+            ),
         };
-        let _ = self.tx.send(DeliveryEvent { opaque, result });
+        let _ = self.tx.send(DeliveryEvent {
+            opaque,
+            result,
+            headers,
+        });
     }
 }
 
