@@ -232,6 +232,13 @@ mod tests {
     use super::*;
     use rdkafka::error::RDKafkaErrorCode;
 
+    /// The event stays as small as its documentation says (one goes through the channel per
+    /// produced record): the failure boxed, the header list one pointer.
+    #[test]
+    fn a_delivery_event_is_40_bytes() {
+        assert!(std::mem::size_of::<DeliveryEvent>() <= 40, "{}", std::mem::size_of::<DeliveryEvent>());
+    }
+
     /// Issue 16, item 6: one line per kind of error per [`ERROR_LOG_EVERY`], then one saying how
     /// many were left out; another kind is logged at once.
     #[test]
