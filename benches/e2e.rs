@@ -1852,8 +1852,7 @@ fn callgrind_table(dir: &std::path::Path, records: u64) -> Result<(), String> {
         *runs.entry(label.to_string()).or_default().entry(role).or_default() += total;
     }
     println!(
-        "
-instructions per input record, by thread (callgrind, {}):",
+        "\ninstructions per input record, by thread (callgrind, {}):",
         dir.display()
     );
     let mut columns: Vec<&str> = Vec::new();

@@ -61,7 +61,7 @@ pub(super) struct DeliveryEvent {
 /// (`rd_kafka_message_detach_headers`) and destroyed when dropped. Why: every forwarded record
 /// carries a header list the pipeline thread allocates (three allocations, the provenance); freed
 /// by librdkafka on the producer's thread with the message, each free crosses threads, which
-/// costs mimalloc about 430 instructions a record there, against about 60 to free them on the
+/// costs mimalloc about 430 instructions a record there, against about 100 to free them on the
 /// thread that allocated them (`scripts/bench.sh --callgrind`, BENCHMARKS.md).
 pub(super) struct DetachedHeaders(std::ptr::NonNull<rdkafka::bindings::rd_kafka_headers_t>);
 
@@ -236,7 +236,11 @@ mod tests {
     /// produced record): the failure boxed, the header list one pointer.
     #[test]
     fn a_delivery_event_is_40_bytes() {
-        assert!(std::mem::size_of::<DeliveryEvent>() <= 40, "{}", std::mem::size_of::<DeliveryEvent>());
+        assert!(
+            std::mem::size_of::<DeliveryEvent>() <= 40,
+            "{}",
+            std::mem::size_of::<DeliveryEvent>()
+        );
     }
 
     /// Issue 16, item 6: one line per kind of error per [`ERROR_LOG_EVERY`], then one saying how
