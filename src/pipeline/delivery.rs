@@ -1,8 +1,10 @@
 //! The producer's side of librdkafka: the producer context ([`DeliveryContext`]), whose delivery
-//! callback runs on librdkafka's producer thread and only sends a [`DeliveryEvent`] into a
-//! channel (the pipeline thread drains it, `acknowledge`), and the delivery opaque that names the
-//! record an event is for. Also the client-log helpers every context of kafka-dedup shares
-//! ([`Throttle`], [`log_client_line`]). Knows nothing of the `Filter`.
+//! callback runs on the thread that polls the producer (rust-rdkafka's `ThreadedProducer`
+//! polling thread; the pipeline thread itself while it flushes) and only sends a
+//! [`DeliveryEvent`] into a channel (the pipeline thread drains it, `acknowledge`), and the
+//! delivery opaque that names the record an event is for. Also the client-log helpers every
+//! context of kafka-dedup shares ([`Throttle`], [`log_client_line`]). Knows nothing of the
+//! `Filter`.
 //!
 //! Every produced record carries a delivery opaque, `partition << SEQ_BITS | seq`, naming the
 //! input partition and the record's sequence number in its [`InFlight`](crate::partition::InFlight)
@@ -53,16 +55,20 @@ pub(super) struct DeliveryEvent {
     /// Where the record landed, or why it did not.
     pub result: Result<Acknowledgement, Box<DeliveryFailure>>,
     /// The acknowledged record's header list, detached from it: freed where the event is
-    /// dropped, on the pipeline thread that allocated it ([`DetachedHeaders`]).
+    /// dropped, on the pipeline thread, which allocated it ([`DetachedHeaders`]).
     pub headers: Option<DetachedHeaders>,
 }
 
 /// The header list of a delivered record, taken from librdkafka's message before it destroys it
 /// (`rd_kafka_message_detach_headers`) and destroyed when dropped. Why: every forwarded record
 /// carries a header list the pipeline thread allocates (three allocations, the provenance); freed
-/// by librdkafka on the producer's thread with the message, each free crosses threads, which
-/// costs mimalloc about 430 instructions a record there, against about 100 to free them on the
-/// thread that allocated them (`scripts/bench.sh --callgrind`, BENCHMARKS.md).
+/// by librdkafka with the message on the producer's polling thread, each free crosses threads,
+/// which costs mimalloc about 430 instructions a record there, against about 100 to free them on
+/// the thread that allocated them (`scripts/bench.sh --callgrind`, BENCHMARKS.md). (A halted side
+/// copy sent again carries a list copied on the polling thread: freed across threads the other
+/// way, rarely.) The lists wait in the channel until the pipeline thread drains it, at most what
+/// was acknowledged since its last step, outside the producer's `queue.buffering.max.*`, which
+/// counts a record until its delivery report.
 pub(super) struct DetachedHeaders(std::ptr::NonNull<rdkafka::bindings::rd_kafka_headers_t>);
 
 // SAFETY: the list is owned (detached: librdkafka no longer refers to it) and librdkafka's
