@@ -239,9 +239,24 @@ impl ProxiedBroker {
     /// Starts an Apache Kafka node of the test's own (`scripts/kafka-broker.sh`, with the jars
     /// `scripts/test.sh` installed: `KAFKA_LIBS`) on a free port, advertising a new proxy's port,
     /// and waits until it logs "Kafka Server started" (up to 3 minutes) and answers metadata.
+    /// The port is free when chosen, not when the JVM binds it seconds later: another test's
+    /// client may take it meanwhile (both come from the ephemeral range). A broker that exits
+    /// with "Address already in use" is started again on other ports, up to three times.
     pub fn start() -> ProxiedBroker {
         std::env::var("KAFKA_LIBS")
             .expect("KAFKA_LIBS is not set: run the tests through scripts/test.sh, which installs Apache Kafka");
+        for _ in 0..2 {
+            match Self::try_start() {
+                Ok(broker) => return broker,
+                Err(logs) => eprintln!("the broker's port was taken before it bound it; starting again:\n{logs}"),
+            }
+        }
+        Self::try_start().unwrap_or_else(|logs| panic!("the broker exited (its port taken, three times):\n{logs}"))
+    }
+
+    /// One start of [`Self::start`]: `Err(its log)` when the broker exited because a port it was
+    /// given was taken; any other failure panics.
+    fn try_start() -> Result<ProxiedBroker, String> {
         let dir = tempfile::tempdir().unwrap();
         let port = free_port();
         let proxy = Proxy::start(port);
@@ -258,7 +273,11 @@ impl ProxiedBroker {
         let deadline = Instant::now() + Duration::from_secs(180);
         while !broker.logs().contains("Kafka Server started") {
             if let Ok(Some(status)) = broker.child.try_wait() {
-                panic!("the broker exited ({status}):\n{}", broker.logs());
+                let logs = broker.logs();
+                if logs.contains("Address already in use") {
+                    return Err(logs);
+                }
+                panic!("the broker exited ({status}):\n{logs}");
             }
             assert!(
                 Instant::now() < deadline,
@@ -275,7 +294,7 @@ impl ProxiedBroker {
                 broker.logs()
             );
         }
-        broker
+        Ok(broker)
     }
 
     /// The broker as clients see it (through the proxy).
