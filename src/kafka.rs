@@ -651,6 +651,8 @@ impl rdkafka::consumer::ConsumerContext for ReaderContext {}
 pub type Reader = BaseConsumer<ReaderContext>;
 
 mod fit;
+pub use self::close::{close_within, CLOSE_TIMEOUT};
+mod close;
 pub use self::fit::{fit_to_topic, recompresses, size_fit, Kept};
 mod topics;
 pub use self::topics::{check_route_topic, check_topics, partition_count, TopicError};

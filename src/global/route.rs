@@ -690,6 +690,7 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
     }
     drop(r);
     consumer.unsubscribe();
+    kafka::close_within(consumer, kafka::CLOSE_TIMEOUT, "route stage");
     result.map_err(RunError::from)
 }
 

@@ -303,10 +303,11 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     let result = poll_loop(&consumer, &shutdown);
     let result = stop(&consumer, result, &status);
     consumer.unsubscribe();
-    drop(consumer);
-    if result.is_ok() {
-        // Every partition was handed over: its snapshot is complete. After an error the file
-        // stays, and `inspect` says the snapshots may lack what was forwarded since.
+    let closed = kafka::close_within(consumer, kafka::CLOSE_TIMEOUT, "filter");
+    if result.is_ok() && closed {
+        // Every partition was handed over: its snapshot is complete. After an error (or a close
+        // left unfinished, the store still open) the file stays, and `inspect` says the
+        // snapshots may lack what was forwarded since.
         store.remove_live_file();
     }
     result.map_err(RunError::from)

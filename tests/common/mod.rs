@@ -687,9 +687,11 @@ impl FilterProcess {
     /// Sends SIGTERM and waits for the exit.
     pub fn terminate(&mut self) -> ExitStatus {
         let child = self.child.as_mut().unwrap();
-        signal(child.id(), libc::SIGTERM);
-        let status = wait_timeout(child, Duration::from_secs(90))
-            .unwrap_or_else(|| panic!("no exit after SIGTERM:\n{}", self.logs()));
+        let pid = child.id();
+        signal(pid, libc::SIGTERM);
+        let Some(status) = wait_timeout(child, Duration::from_secs(90)) else {
+            panic!("no exit after SIGTERM:\n{}\n{}", self.logs(), thread_stacks(pid))
+        };
         self.child = None;
         status
     }
@@ -704,8 +706,14 @@ impl FilterProcess {
     /// Waits for the process to exit by itself.
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
         let child = self.child.as_mut().unwrap();
-        let status =
-            wait_timeout(child, timeout).unwrap_or_else(|| panic!("still running after {timeout:?}:\n{}", self.logs()));
+        let pid = child.id();
+        let Some(status) = wait_timeout(child, timeout) else {
+            panic!(
+                "still running after {timeout:?}:\n{}\n{}",
+                self.logs(),
+                thread_stacks(pid)
+            )
+        };
         self.child = None;
         status
     }
@@ -745,6 +753,36 @@ fn signal(pid: u32, sig: libc::c_int) {
 }
 
 /// Waits up to `timeout` for `child` to exit.
+/// The stack of every thread of process `pid`, by gdb (`gdb -batch -p`, bounded to 60 s), for a
+/// process that did not exit when a test expected it to: where it waits. A line saying why
+/// when gdb is missing or cannot attach (ptrace refused).
+fn thread_stacks(pid: u32) -> String {
+    let gdb = Command::new("timeout")
+        .args([
+            "60",
+            "gdb",
+            "-batch",
+            "-nx",
+            "-p",
+            &pid.to_string(),
+            "-ex",
+            "thread apply all bt",
+        ])
+        .stdin(Stdio::null())
+        .output();
+    match gdb {
+        Ok(out) if out.status.success() => {
+            format!("threads of {pid}, by gdb:\n{}", String::from_utf8_lossy(&out.stdout))
+        }
+        Ok(out) => format!(
+            "no thread stacks of {pid} (gdb: {}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+        Err(e) => format!("no thread stacks of {pid} (timeout/gdb: {e})"),
+    }
+}
+
 fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     use wait_timeout::ChildExt;
     child.wait_timeout(timeout).expect("waiting for a child process")
