@@ -35,8 +35,9 @@ use tracing::{debug, info, warn};
 
 use super::checkpoint_state::{Checkpoint, CheckpointPart, CheckpointRecord, PersistJob, Stage};
 use super::context::FilterConsumer;
-use super::filter::{transaction_retriable, Filter};
+use super::filter::Filter;
 use super::mode::{Mode, PendingCommit};
+use super::producers::transaction_retriable;
 use super::{Fatal, KAFKA_TIMEOUT};
 use crate::config::{Config, Partitioning};
 use crate::generations::Generation;
