@@ -30,6 +30,8 @@ use crate::provenance::{Provenance, HEADER};
 use crate::status::Status;
 
 mod context;
+mod handover;
+mod pause;
 mod start;
 
 use context::RouteContext;
@@ -282,23 +284,6 @@ impl Router {
         Ok(Copied::Done)
     }
 
-    /// Holds input partition `p` at the record at `offset` (`bytes` of key and value), which the
-    /// route topic cannot take for its size (`error`): nothing of `p` is copied or committed past
-    /// it, the other partitions go on, and `/readyz` says which record and what to do. Raising
-    /// the route topic's `max.message.bytes` and restarting copies it (the producer's limit is
-    /// read at start); a revoked partition's next owner meets it again.
-    fn halt(&mut self, p: i32, offset: i64, bytes: usize, error: &KafkaError) {
-        self.halted.insert(p, offset);
-        let why = format!(
-            "input partition {p} held at offset {offset}: its record ({bytes} bytes of key and value, plus headers) is \
-             too large for the route topic {} ({error}); raise the route topic's max.message.bytes above it, then \
-             restart",
-            self.cfg.fingerprint.route_topic
-        );
-        error!(partition = p, offset, bytes, error = %error, "route stage: {why}");
-        self.status.set_route_halted(p, Some(why));
-    }
-
     fn untake(&mut self, p: i32, offset: i64) {
         if let Some(t) = self.partitions.get_mut(&p) {
             t.inflight.untake(offset);
@@ -310,96 +295,6 @@ impl Router {
     fn not_taken(&mut self, p: i32, offset: i64) {
         let at = self.resume_at.entry(p).or_insert(offset);
         *at = (*at).min(offset);
-    }
-
-    /// The producer's queue stayed full (the route topic is slow or unreachable): pauses every
-    /// assigned input partition, so that the poll loop goes on serving the group (a poll thread
-    /// waiting inside `send` past `max.poll.interval.ms` would make librdkafka leave the group)
-    /// until [`Self::drive_backpressure`] sees room again.
-    fn back_off(&mut self, consumer: &RouteConsumer) {
-        if self.backpressure.is_some() {
-            return;
-        }
-        self.backpressure = Some(Instant::now());
-        if let Err(e) = consumer.assignment().and_then(|a| consumer.pause(&a)) {
-            warn!(error = %e, "route stage: pausing the partitions failed");
-        }
-        if self.registry_retry.is_some() {
-            return; // said by `wait_for_registry`
-        }
-        warn!(
-            queued = self.producer.in_flight_count(),
-            "route stage: the producer's queue is full (the route topic is slow or unreachable): input partitions \
-             paused until it drains"
-        );
-    }
-
-    /// A record's fingerprint needs the schema registry, which cannot be asked (`why`): backs off
-    /// as for a full queue (every assigned input partition paused, the group served), and resumes
-    /// after [`RETRY_FIRST`], the wait doubling up to [`RETRY_MAX`] while it fails, at the record,
-    /// which is fingerprinted again. `/readyz` says why meanwhile.
-    fn wait_for_registry(&mut self, consumer: &RouteConsumer, why: String) {
-        let failures = self.registry_retry.map_or(0, |(_, n)| n).saturating_add(1);
-        let wait = RETRY_FIRST.saturating_mul(1 << (failures - 1).min(6)).min(RETRY_MAX);
-        self.registry_retry = Some((Instant::now() + wait, failures));
-        warn!(
-            error = %why, retry_in_ms = wait.as_millis() as u64,
-            "route stage: a record's fingerprint needs the schema registry, which cannot be asked: input partitions \
-             paused (nothing is copied past it)"
-        );
-        self.status.set_route_waiting(Some(format!(
-            "fingerprint.schema_registry: {why}; tried again in {} ms",
-            wait.as_millis()
-        )));
-        self.back_off(consumer);
-    }
-
-    /// While backed off: once the producer's queue has drained to half its size (and a wait for
-    /// the schema registry is over), resumes every
-    /// assigned input partition, each that returned records it did not take at the first of them
-    /// (resume, then seek: see `pipeline::ownership::resume_at`).
-    fn drive_backpressure(&mut self, consumer: &RouteConsumer) {
-        let Some(since) = self.backpressure else { return };
-        if self.producer.in_flight_count() > self.queue_capacity / 2 {
-            return;
-        }
-        if self.registry_retry.is_some_and(|(at, _)| Instant::now() < at) {
-            return;
-        }
-        let resumed = consumer
-            .assignment()
-            .and_then(|a| consumer.resume(&a))
-            .and_then(|()| self.pause_halted(consumer));
-        let sought = resumed.and_then(|()| {
-            self.resume_at.iter().try_for_each(|(p, o)| {
-                let to = if *o == 0 { Offset::Beginning } else { Offset::Offset(*o) };
-                consumer.seek(&self.cfg.input.topic, *p, to, KAFKA_TIMEOUT)
-            })
-        });
-        if let Err(e) = sought {
-            // Paused again; the next tick tries again.
-            warn!(error = %e, "route stage: resuming after the producer's queue drained failed");
-            let _ = consumer.assignment().and_then(|a| consumer.pause(&a));
-            return;
-        }
-        self.resume_at.clear();
-        self.backpressure = None;
-        info!(
-            seconds = since.elapsed().as_secs_f64(),
-            "route stage: the producer's queue drained: input partitions resumed"
-        );
-    }
-
-    /// Pauses the halted input partitions ([`Router::halt`]) again (after the others resumed).
-    fn pause_halted(&self, consumer: &RouteConsumer) -> KafkaResult<()> {
-        if self.halted.is_empty() {
-            return Ok(());
-        }
-        let mut tpl = TopicPartitionList::new();
-        for p in self.halted.keys() {
-            tpl.add_partition(&self.cfg.input.topic, *p);
-        }
-        consumer.pause(&tpl)
     }
 
     /// Applies every acknowledgement that arrived.
@@ -451,105 +346,6 @@ impl Router {
             self.commit(consumer, &parts);
         }
         Ok(())
-    }
-
-    /// Commits, for each of `parts`, the input offset below which every copy is acknowledged,
-    /// when it moved. A failed commit is logged; the next one covers it.
-    fn commit(&mut self, consumer: &RouteConsumer, parts: &[i32]) {
-        let mut tpl = TopicPartitionList::new();
-        let mut moved = Vec::new();
-        for p in parts {
-            if let Some(t) = self.partitions.get(p) {
-                let w = t.inflight.watermark();
-                if w > t.committed {
-                    let _ = tpl.add_partition_offset(&self.cfg.input.topic, *p, Offset::Offset(w));
-                    moved.push((*p, w));
-                }
-            }
-        }
-        if moved.is_empty() {
-            return;
-        }
-        // Copies acknowledged past the committed offsets: a crash here leaves them to be made again.
-        crate::crash::point("route-before-commit");
-        match consumer.commit(&tpl, CommitMode::Sync) {
-            Ok(()) => {
-                for (p, w) in moved {
-                    if let Some(t) = self.partitions.get_mut(&p) {
-                        t.committed = w;
-                    }
-                }
-                crate::crash::point("route-committed");
-            }
-            Err(e) => warn!(error = %e, "route stage: offset commit failed; the next one commits again"),
-        }
-    }
-
-    /// Copies of `parts` are not acknowledged at a hand-over (timed out, or `lost`): purges the
-    /// producer's queue and in-flight requests (librdkafka neither sends nor retries them) and
-    /// stops the stage, unless it failed already.
-    fn give_up(&mut self, parts: &[i32], lost: bool) {
-        error!(
-            partitions = ?parts, lost,
-            "route stage: hand-over with copies not acknowledged; dropping them from the producer and stopping \
-             (the next owner copies them again)"
-        );
-        self.producer
-            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
-        if self.failure.is_none() {
-            self.failure = Some(if lost {
-                Fatal::AssignmentLost {
-                    partitions: parts.to_vec(),
-                }
-            } else {
-                Fatal::Handover {
-                    partitions: parts.to_vec(),
-                    error: Arc::new(HandoverError::Timeout),
-                }
-            });
-        }
-    }
-
-    /// Hands `parts` over (revocation, stop): waits up to `output.handover_timeout` for their
-    /// copies' acknowledgements (not at all when the assignment was `lost`), commits what is
-    /// acknowledged (unless `lost`: another member may own them already) and forgets them.
-    /// Copies still unacknowledged then (a timeout, a lost assignment) are purged from the
-    /// producer, which would otherwise retry them for ever and land them after the next owner's
-    /// copies, and the stage stops ([`Fatal::Handover`], [`Fatal::AssignmentLost`]), as the
-    /// filter does; the next owner copies them again (and the filter stage drops any copy that
-    /// was already on the wire by provenance, [`copy_fate`]).
-    fn hand_over(&mut self, consumer: &RouteConsumer, parts: &[i32], lost: bool) {
-        let deadline = Instant::now() + self.cfg.output.handover_timeout;
-        loop {
-            self.drain_acks();
-            let idle = parts.iter().all(|p| {
-                self.partitions
-                    .get(p)
-                    .is_none_or(|t| t.inflight.watermark() >= t.inflight.next_offset())
-            });
-            let left = deadline.saturating_duration_since(Instant::now());
-            if idle || lost || self.failure.is_some() || left.is_zero() {
-                if !idle {
-                    self.give_up(parts, lost);
-                }
-                break;
-            }
-            match self.acks.recv_timeout(left.min(Duration::from_millis(100))) {
-                Ok(ack) => self.apply(ack),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => break,
-            }
-        }
-        if !lost {
-            self.commit(consumer, parts);
-        }
-        for p in parts {
-            self.partitions.remove(p);
-            self.resume_at.remove(p);
-            if self.halted.remove(p).is_some() {
-                self.status.set_route_halted(*p, None);
-            }
-        }
     }
 }
 
