@@ -90,25 +90,36 @@ trap cleanup EXIT
 # start_kafka NAME [sasl]: starts an Apache Kafka node (scripts/kafka-broker.sh) in $WORK/NAME on
 # free loopback ports and waits until it logs "Kafka Server started" (up to 3 minutes; exits with
 # its log if it dies or does not get there). Sets KAFKA_PORT (PLAINTEXT), KAFKA_DIR and, with
-# `sasl`, KAFKA_SASL_PORT (SASL_SSL, SCRAM-SHA-512; CA in $KAFKA_DIR/tls/ca.pem).
+# `sasl`, KAFKA_SASL_PORT (SASL_SSL, SCRAM-SHA-512; CA in $KAFKA_DIR/tls/ca.pem). A port is free
+# when chosen and bound by the JVM seconds later: a node that exits with "Address already in use"
+# (another process took the port meanwhile) is started again on other ports, up to three times.
 start_kafka() {
-  local name="$1" sasl=0 started
-  KAFKA_DIR="$WORK/$name"
-  KAFKA_PORT="$(free_port)"
-  KAFKA_SASL_PORT=0
-  [ "${2:-}" = sasl ] && { KAFKA_SASL_PORT="$(free_port)"; sasl="$KAFKA_SASL_PORT"; }
-  mkdir -p "$KAFKA_DIR"
-  started=$(date +%s)
-  scripts/kafka-broker.sh "$KAFKA_DIR" "$KAFKA_PORT" 0 "$sasl" >"$KAFKA_DIR/stdout.log" 2>&1 &
-  local pid=$!
-  pids+=("$pid")
-  for _ in $(seq 1 900); do
-    grep -qs "Kafka Server started" "$KAFKA_DIR/server.log" && {
-      log "Apache Kafka $KAFKA_VERSION ($name) ready in $(($(date +%s) - started)) s on 127.0.0.1:$KAFKA_PORT"
-      return 0
-    }
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.2
+  local name="$1" sasl=0 started attempt
+  for attempt in 1 2 3; do
+    KAFKA_DIR="$WORK/$name"
+    [ "$attempt" = 1 ] || KAFKA_DIR="$WORK/$name-$attempt"
+    KAFKA_PORT="$(free_port)"
+    KAFKA_SASL_PORT=0
+    [ "${2:-}" = sasl ] && { KAFKA_SASL_PORT="$(free_port)"; sasl="$KAFKA_SASL_PORT"; }
+    mkdir -p "$KAFKA_DIR"
+    started=$(date +%s)
+    scripts/kafka-broker.sh "$KAFKA_DIR" "$KAFKA_PORT" 0 "$sasl" >"$KAFKA_DIR/stdout.log" 2>&1 &
+    local pid=$!
+    pids+=("$pid")
+    for _ in $(seq 1 900); do
+      grep -qs "Kafka Server started" "$KAFKA_DIR/server.log" && {
+        log "Apache Kafka $KAFKA_VERSION ($name) ready in $(($(date +%s) - started)) s on 127.0.0.1:$KAFKA_PORT"
+        return 0
+      }
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.2
+    done
+    if ! kill -0 "$pid" 2>/dev/null &&
+      grep -qs "Address already in use" "$KAFKA_DIR/server.log" "$KAFKA_DIR/stdout.log"; then
+      log "Apache Kafka ($name): a port was taken before the broker bound it; starting it again on other ports"
+      continue
+    fi
+    break
   done
   cat "$KAFKA_DIR/stdout.log" "$KAFKA_DIR/format.log" 2>/dev/null || true
   tail -n 50 "$KAFKA_DIR/server.log" 2>/dev/null || true
