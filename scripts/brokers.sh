@@ -117,6 +117,8 @@ start_kafka() {
     if ! kill -0 "$pid" 2>/dev/null &&
       grep -qs "Address already in use" "$KAFKA_DIR/server.log" "$KAFKA_DIR/stdout.log"; then
       log "Apache Kafka ($name): a port was taken before the broker bound it; starting it again on other ports"
+      wait "$pid" 2>/dev/null || true
+      unset 'pids[-1]' # reaped: its pid may be reused, `cleanup` must not signal it
       continue
     fi
     break

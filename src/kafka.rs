@@ -651,7 +651,7 @@ impl rdkafka::consumer::ConsumerContext for ReaderContext {}
 pub type Reader = BaseConsumer<ReaderContext>;
 
 mod fit;
-pub use self::close::{close_within, CLOSE_TIMEOUT};
+pub use self::close::{close_within, Bounded, CLOSE_TIMEOUT};
 mod close;
 pub use self::fit::{fit_to_topic, recompresses, size_fit, Kept};
 mod topics;

@@ -451,6 +451,8 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
         status: status.clone(),
         throttle: Throttle::default(),
     })?;
+    // Closed within a bound, by `close` below or, on a panic, when dropped.
+    let consumer = kafka::Bounded::new(consumer, "route stage");
     // The filter stage's store first: a second instance given a store another one holds is
     // refused there (exit 2), and must not join the input's group before (each join rebalances
     // the running instance's route stage).
@@ -482,11 +484,16 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
     if let Err(e) = &result {
         error!(error = %e, "route stage stopping on error");
         status.set_fatal(e.to_string());
-        r.producer.purge(rdkafka::producer::PurgeConfig::default().queue());
+        // Nothing queued is sent, nothing in flight retried (the producer's drop waits for the
+        // close, which may not end).
+        r.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+        // The filter stage starts its hand-over now, not after this close.
+        shutdown.trigger();
     }
     drop(r);
     consumer.unsubscribe();
-    kafka::close_within(consumer, kafka::CLOSE_TIMEOUT, "route stage");
+    consumer.close();
     result.map_err(RunError::from)
 }
 

@@ -298,13 +298,19 @@ pub fn run_filter(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> 
     }
     let consumer: FilterConsumer =
         kafka::consumer_config(&cfg).create_with_context(FilterContext::new(filter, status.clone(), &cfg))?;
+    // Closed within a bound, by `close` below or, on a panic, when dropped.
+    let consumer = kafka::Bounded::new(consumer, "filter");
     consumer.subscribe(&[&cfg.input.topic])?;
     info!(input = %cfg.input.topic, output = %cfg.output.topic, group = %cfg.input.group_id, "filter started");
 
     let result = poll_loop(&consumer, &shutdown);
     let result = stop(&consumer, result, &status);
+    if result.is_err() {
+        // The other stage of the global scope starts its hand-over now, not after this close.
+        shutdown.trigger();
+    }
     consumer.unsubscribe();
-    let closed = kafka::close_within(consumer, kafka::CLOSE_TIMEOUT, "filter");
+    let closed = consumer.close();
     if result.is_ok() && closed {
         // Every partition was handed over: its snapshot is complete. After an error (or a close
         // left unfinished, the store still open) the file stays, and `inspect` says the

@@ -752,7 +752,6 @@ fn signal(pid: u32, sig: libc::c_int) {
     assert_eq!(rc, 0, "kill({pid}, {sig}): {}", std::io::Error::last_os_error());
 }
 
-/// Waits up to `timeout` for `child` to exit.
 /// The stack of every thread of process `pid`, by gdb (`gdb -batch -p`, bounded to 60 s), for a
 /// process that did not exit when a test expected it to: where it waits. A line saying why
 /// when gdb is missing or cannot attach (ptrace refused).
@@ -783,6 +782,7 @@ fn thread_stacks(pid: u32) -> String {
     }
 }
 
+/// Waits up to `timeout` for `child` to exit.
 fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
     use wait_timeout::ChildExt;
     child.wait_timeout(timeout).expect("waiting for a child process")
