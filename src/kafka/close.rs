@@ -31,6 +31,8 @@ where
 {
     consumer: Option<BaseConsumer<C>>,
     what: &'static str,
+    /// [`CLOSE_TIMEOUT`] (shorter in tests).
+    timeout: Duration,
 }
 
 impl<C: ConsumerContext + 'static> Bounded<C>
@@ -42,13 +44,14 @@ where
         Bounded {
             consumer: Some(consumer),
             what,
+            timeout: CLOSE_TIMEOUT,
         }
     }
 
     /// Closes it now: [`close_within`] with [`CLOSE_TIMEOUT`]. `true` when it closed in time.
     pub fn close(mut self) -> bool {
         let consumer = self.consumer.take().expect("closed once");
-        close_within(consumer, CLOSE_TIMEOUT, self.what)
+        close_within(consumer, self.timeout, self.what)
     }
 }
 
@@ -70,7 +73,7 @@ where
     fn drop(&mut self) {
         if let Some(consumer) = self.consumer.take() {
             // Not closed by `close`: a panic unwinds through its owner.
-            close_within(consumer, CLOSE_TIMEOUT, self.what);
+            close_within(consumer, self.timeout, self.what);
         }
     }
 }
@@ -121,5 +124,99 @@ where
             );
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use rdkafka::client::ClientContext;
+    use rdkafka::ClientConfig;
+
+    use super::*;
+
+    /// A context whose drop (on the close thread, after the client's) takes `linger` and then
+    /// panics when `panics`: a close that does not end in time, or that panics.
+    struct Slow {
+        linger: Duration,
+        panics: bool,
+    }
+
+    impl ClientContext for Slow {}
+    impl ConsumerContext for Slow {}
+
+    impl Drop for Slow {
+        fn drop(&mut self) {
+            std::thread::sleep(self.linger);
+            if self.panics {
+                panic!("a callback of the close panicked");
+            }
+        }
+    }
+
+    /// A consumer of nothing (no broker needed to create one) with context `slow`.
+    fn consumer(slow: Slow) -> BaseConsumer<Slow> {
+        ClientConfig::new()
+            .set("bootstrap.servers", "127.0.0.1:9")
+            .set("group.id", "close-test")
+            .create_with_context(slow)
+            .expect("a consumer")
+    }
+
+    #[test]
+    fn a_close_that_ends_in_time_says_so() {
+        let c = consumer(Slow {
+            linger: Duration::ZERO,
+            panics: false,
+        });
+        assert!(close_within(c, Duration::from_secs(20), "test"));
+    }
+
+    #[test]
+    fn a_close_past_the_timeout_is_left_running_and_the_caller_goes_on() {
+        let c = consumer(Slow {
+            linger: Duration::from_secs(30),
+            panics: false,
+        });
+        let started = Instant::now();
+        assert!(!close_within(c, Duration::from_millis(300), "test"));
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "waited {:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_panic_in_the_close_goes_on_in_the_caller() {
+        let c = consumer(Slow {
+            linger: Duration::ZERO,
+            panics: true,
+        });
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            close_within(c, Duration::from_secs(20), "test")
+        }));
+        let panic = caught.expect_err("the close's panic reaches the caller, not a timeout");
+        assert_eq!(panic.downcast_ref::<&str>(), Some(&"a callback of the close panicked"));
+    }
+
+    #[test]
+    fn a_bounded_consumer_dropped_unclosed_is_closed_within_the_bound() {
+        let mut bounded = Bounded::new(
+            consumer(Slow {
+                linger: Duration::from_secs(30),
+                panics: false,
+            }),
+            "test",
+        );
+        bounded.timeout = Duration::from_millis(300);
+        let started = Instant::now();
+        drop(bounded); // as a panic's unwinding drops it
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "waited {:?}",
+            started.elapsed()
+        );
     }
 }
