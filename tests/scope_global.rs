@@ -946,6 +946,11 @@ fn a_partition_revoked_while_backed_off_and_assigned_again_is_resumed() {
         "KAFKA_DEDUP__KAFKA__PROPERTIES__QUEUE_BUFFERING_MAX_MESSAGES".to_string(),
         "100".to_string(),
     ));
+    // The route stage's lag per partition in the scrape a failure prints (below).
+    spec.env.push((
+        "KAFKA_DEDUP__KAFKA__PROPERTIES__STATISTICS_INTERVAL_MS".to_string(),
+        "500".to_string(),
+    ));
     let replica = |name: &str| {
         let mut s = spec.clone();
         s.store = dir.path().join(format!("store-{name}"));
