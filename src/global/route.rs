@@ -193,9 +193,17 @@ impl Router {
             info!("route stage: the schema registry answers again");
         }
         let to = route_partition(fingerprint, p, self.route_partitions);
-        let tracked = self.partitions.entry(p).or_insert_with(|| Tracked {
-            inflight: InFlight::new(offset),
-            committed: offset,
+        let tracked = self.partitions.entry(p).or_insert_with(|| {
+            // Once per ownership of `p`: where its copying starts (what a partition that is
+            // assigned and never copied lacks).
+            debug!(
+                partition = p,
+                offset, "route stage: first record of the partition taken"
+            );
+            Tracked {
+                inflight: InFlight::new(offset),
+                committed: offset,
+            }
         });
         let seq = tracked
             .inflight
