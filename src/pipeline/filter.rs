@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::ThreadedProducer;
@@ -23,23 +23,15 @@ use super::topic::TopicHandle;
 use super::{Fatal, RunError, Shutdown, TopicCounts};
 use crate::config::{Config, OnMissing};
 use crate::fingerprint::{stand_in_at, Fingerprint, Fingerprinter, Unfingerprintable};
-use crate::generations::Generation;
 use crate::global::{self, CopyFate};
 use crate::horizon;
-use crate::inspect::live::{LiveRequest, PartitionView};
+use crate::inspect::live::LiveRequest;
 use crate::kafka;
 use crate::partition::{behind, Behind, Partition, Running, Target};
 use crate::provenance::Provenance;
 use crate::status::Status;
 use crate::store::{Store, StoreError};
 use crate::telemetry::{self, Totals};
-
-/// How often gauges are refreshed and the idle warning is considered.
-pub(super) const GAUGE_EVERY: Duration = Duration::from_secs(1);
-/// How long an instance owns no partition before it says so, and how often it repeats it.
-const IDLE_WARN_AFTER: Duration = Duration::from_secs(60);
-/// See [`IDLE_WARN_AFTER`].
-const IDLE_WARN_EVERY: Duration = Duration::from_secs(600);
 
 /// The pipeline state: partitions, producer, store, checkpoint. Owned by
 /// [`FilterContext`](super::FilterContext).
@@ -86,10 +78,10 @@ pub struct Filter {
     /// Last time gauges were refreshed.
     pub(super) last_gauges: Instant,
     /// Whether and since when this instance owns no partition.
-    idle: Idle,
+    pub(super) idle: Idle,
     /// Questions of the live `/store/*` routes, answered in [`Filter::tick`] from this thread's
     /// partition state.
-    live: Receiver<LiveRequest>,
+    pub(super) live: Receiver<LiveRequest>,
     /// Running partitions halted because a side topic refused a copy (`halt`).
     pub(super) halts: BTreeMap<i32, Halt>,
     /// Halts in a row of running partitions waiting for the schema registry (`halt`), for the
@@ -142,11 +134,11 @@ pub enum Handled {
 
 /// Since when an instance owns no partition, and when it last said so.
 #[derive(Debug, Default)]
-struct Idle {
+pub(super) struct Idle {
     /// Since when no partition is owned; `None` while some is.
-    since: Option<Instant>,
+    pub(super) since: Option<Instant>,
     /// When the idle warning was last logged.
-    warned: Option<Instant>,
+    pub(super) warned: Option<Instant>,
 }
 
 impl Filter {
@@ -529,75 +521,6 @@ impl Filter {
     /// Records a fatal error: nothing is committed or stored from now on.
     pub(super) fn fail(&mut self, e: Fatal) {
         self.failure = Some(e);
-    }
-
-    /// An instance that owns no partition is ready (a replica beyond the partition count is idle
-    /// by design), but one that stays so may also mean the group coordinator left partitions with
-    /// a member that is gone: after a minute it says so, then every 10 minutes.
-    pub(super) fn warn_if_idle(&mut self) {
-        if !self.partitions.is_empty() {
-            self.idle = Idle::default();
-            return;
-        }
-        let since = *self.idle.since.get_or_insert_with(Instant::now);
-        let due = match self.idle.warned {
-            None => since.elapsed() >= IDLE_WARN_AFTER,
-            Some(last) => last.elapsed() >= IDLE_WARN_EVERY,
-        };
-        if due {
-            self.idle.warned = Some(Instant::now());
-            warn!(
-                input = %self.cfg.input.topic,
-                partitions = self.topics.input,
-                idle_seconds = since.elapsed().as_secs(),
-                "this instance owns no input partition: fine if the group has more members than the topic \
-                 has partitions; otherwise check the group's assignment (kafka-consumer-groups --describe)"
-            );
-        }
-    }
-
-    /// Answers the live `/store/*` questions from the owned partitions' in-memory state (see
-    /// [`crate::inspect::live`]): running partitions with their generations, recovering ones as such.
-    pub(super) fn answer_live(&self) {
-        while let Ok(request) = self.live.try_recv() {
-            let view: BTreeMap<i32, PartitionView<'_>> = self
-                .partitions
-                .iter()
-                .map(|(p, state)| {
-                    let v = match state {
-                        Partition::Recovering(_) => PartitionView::Recovering,
-                        Partition::Running(r) => PartitionView::Running {
-                            gens: &r.gens,
-                            next_offset: r.inflight.next_offset(),
-                            output_position: &r.out_positions,
-                        },
-                    };
-                    (*p, v)
-                })
-                .collect();
-            request.answer(&view, &self.fingerprinter);
-        }
-    }
-
-    /// Sets the fingerprints-held and horizon gauges of every running partition (the store size
-    /// gauge is set at each scrape, off this thread: `http::metrics`).
-    pub(super) fn refresh_gauges(&self) {
-        let interval = horizon::interval_ms(self.cfg.checkpoint.interval);
-        for state in self.partitions.values() {
-            if let Partition::Running(run) = state {
-                let gens: Vec<&Generation> = run.gens.iter().collect();
-                for (age, g) in gens.iter().rev().enumerate() {
-                    if let Some(h) = run.metrics.held.get(age) {
-                        h.set(g.len() as f64);
-                    }
-                }
-                if let (Some(c), Some(oldest)) = (run.clock.time(), run.gens.oldest_bucket()) {
-                    run.metrics
-                        .horizon
-                        .set(horizon::span_ms(c, oldest, interval) as f64 / 1000.0);
-                }
-            }
-        }
     }
 }
 
