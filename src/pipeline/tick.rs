@@ -18,7 +18,7 @@ use crate::inspect::live::PartitionView;
 use crate::partition::Partition;
 
 /// How often gauges are refreshed and the idle warning is considered.
-pub(super) const GAUGE_EVERY: Duration = Duration::from_secs(1);
+const GAUGE_EVERY: Duration = Duration::from_secs(1);
 /// How long an instance owns no partition before it says so, and how often it repeats it.
 const IDLE_WARN_AFTER: Duration = Duration::from_secs(60);
 /// See [`IDLE_WARN_AFTER`].
