@@ -8,7 +8,8 @@
 //! topic (Kafka's DescribeTopics with `include_authorized_operations`, KIP-430: no permission to
 //! describe ACLs is needed) include READ on the topics it consumes (input, output for recovery,
 //! route) and WRITE on those it produces to (output, side topics, route); the group coordinator
-//! answers a committed-offsets fetch for `input.group_id` (and `<group>-global`). Not checked:
+//! answers a committed-offsets fetch for `input.group_id` (and `<group>-global`), asked again
+//! while it is not ready ([`coordinator_not_ready`]). Not checked:
 //! READ on the group itself (a commit would write an offset; the fetch needs only DESCRIBE), a
 //! transactional id's permission (`init_transactions` would fence a running instance), and the
 //! topics' configuration (retention, `max.message.bytes`).
@@ -276,6 +277,53 @@ fn describe_topics<C: ConsumerContext>(
     }
 }
 
+/// How long the committed-offsets fetch is asked again while the group coordinator is being
+/// elected or loads its offsets ([`coordinator_not_ready`]): Kafka's
+/// `offsets.topic` load of a fresh broker takes seconds; `run` waits it out as well.
+const COORDINATOR_WAIT: Duration = Duration::from_secs(30);
+
+/// Pause between two committed-offsets fetches while the coordinator is not ready.
+const COORDINATOR_RETRY: Duration = Duration::from_millis(500);
+
+/// Whether `code` from an OffsetFetch says the group coordinator is not ready yet, which Kafka's
+/// protocol marks retriable (`NOT_COORDINATOR`, `COORDINATOR_LOAD_IN_PROGRESS`,
+/// `COORDINATOR_NOT_AVAILABLE`; Kafka's `Errors` enum): a broker that just started answers so
+/// while it elects the coordinator and loads `__consumer_offsets`. librdkafka's
+/// `rd_kafka_committed` returns them to the caller instead of waiting.
+pub fn coordinator_not_ready(code: rdkafka::types::RDKafkaErrorCode) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as E;
+    matches!(
+        code,
+        E::NotCoordinator | E::CoordinatorLoadInProgress | E::CoordinatorNotAvailable
+    )
+}
+
+/// The committed offsets of `tpl` for `group`, asked with `cfg`'s client settings; asked again
+/// for up to [`COORDINATOR_WAIT`] while the coordinator is not ready
+/// ([`coordinator_not_ready`]). Errors: any other error at once, or the last one when the wait
+/// is over.
+fn fetch_committed(
+    cfg: &Config,
+    group: &str,
+    tpl: TopicPartitionList,
+) -> rdkafka::error::KafkaResult<TopicPartitionList> {
+    let client = kafka::reader_config(cfg)
+        .set("group.id", group)
+        .create::<BaseConsumer>()?;
+    let deadline = std::time::Instant::now() + COORDINATOR_WAIT;
+    loop {
+        match client.committed_offsets(tpl.clone(), TIMEOUT) {
+            Err(e)
+                if e.rdkafka_error_code().is_some_and(coordinator_not_ready)
+                    && std::time::Instant::now() + COORDINATOR_RETRY < deadline =>
+            {
+                std::thread::sleep(COORDINATOR_RETRY);
+            }
+            other => return other,
+        }
+    }
+}
+
 /// What `check-config --connect` found: the problems (exit 1 when any) and warnings, and one
 /// line per check that passed.
 #[derive(Debug, Default)]
@@ -351,10 +399,7 @@ pub fn check(cfg: &Config) -> Report {
         for p in 0..n as i32 {
             tpl.add_partition(&topic, p);
         }
-        let asked = kafka::reader_config(cfg)
-            .set("group.id", &group)
-            .create::<BaseConsumer>()
-            .and_then(|c| c.committed_offsets(tpl, TIMEOUT));
+        let asked = fetch_committed(cfg, &group, tpl);
         match asked {
             Ok(c) => {
                 let committed = c
@@ -393,6 +438,66 @@ mod tests {
             error: None,
             operations: ops.map(<[i32]>::to_vec),
         }
+    }
+
+    /// Which OffsetFetch errors are asked again: the coordinator's three "not ready yet" codes;
+    /// not an authorization failure, an unknown group or a timeout.
+    #[test]
+    fn the_coordinator_not_ready_is_asked_again() {
+        use rdkafka::types::RDKafkaErrorCode as E;
+        for (code, again) in [
+            (E::NotCoordinator, true),
+            (E::CoordinatorLoadInProgress, true),
+            (E::CoordinatorNotAvailable, true),
+            (E::GroupAuthorizationFailed, false),
+            (E::InvalidGroupId, false),
+            (E::OperationTimedOut, false),
+            (E::UnknownTopicOrPartition, false),
+        ] {
+            assert_eq!(coordinator_not_ready(code), again, "{code:?}");
+        }
+    }
+
+    /// A new user's first `check-config --connect` right after the broker started: the
+    /// coordinator answered `NOT_COORDINATOR` and the check failed. On librdkafka's mock cluster
+    /// (whose DescribeTopics lacks a controller, so the fetch alone): four "not ready" answers,
+    /// then the offsets; an authorization failure is returned at once.
+    #[test]
+    fn committed_offsets_wait_for_a_coordinator_still_loading() {
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr::*};
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("in", 2, 1).unwrap();
+        let mut cfg = cfg("");
+        cfg.kafka.bootstrap_servers = cluster.bootstrap_servers();
+        let tpl = || {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition("in", 0);
+            tpl.add_partition("in", 1);
+            tpl
+        };
+        cluster.request_errors(
+            RDKafkaApiKey::OffsetFetch,
+            &[
+                RD_KAFKA_RESP_ERR_NOT_COORDINATOR,
+                RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS,
+                RD_KAFKA_RESP_ERR_NOT_COORDINATOR,
+                RD_KAFKA_RESP_ERR_COORDINATOR_NOT_AVAILABLE,
+            ],
+        );
+        let got = fetch_committed(&cfg, "g", tpl()).expect("fetched once the coordinator is ready");
+        assert_eq!(got.count(), 2);
+        cluster.request_errors(
+            RDKafkaApiKey::OffsetFetch,
+            &[RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED; 3],
+        );
+        let started = std::time::Instant::now();
+        let err = fetch_committed(&cfg, "g", tpl()).expect_err("not authorized");
+        assert_eq!(
+            err.rdkafka_error_code(),
+            Some(rdkafka::types::RDKafkaErrorCode::GroupAuthorizationFailed)
+        );
+        assert!(started.elapsed() < COORDINATOR_WAIT, "{:?}", started.elapsed());
     }
 
     /// Each row: the facts, the problems expected (substrings, in order), the warnings count.
