@@ -105,6 +105,10 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
             }
             Some(filter_cfg) => run_global(&cfg, Arc::new(filter_cfg), &shutdown, &status).await?,
         };
+        if result.is_ok() {
+            // The last line of a clean stop (exit 0); an error is printed by the caller.
+            info!("kafka-dedup stopped");
+        }
         let _ = http_stop_tx.send(());
         if let Some(t) = http_task {
             if let Ok(Err(e)) = t.await {

@@ -479,7 +479,12 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
     let mut r = consumer.context().lock();
     let result = match result {
         Ok(()) => {
-            info!("route stage stopping: handing over every partition");
+            info!(
+                handover_timeout = %humantime::format_duration(cfg.output.handover_timeout),
+                close_timeout = %humantime::format_duration(kafka::CLOSE_TIMEOUT),
+                "route stage stopping: handing over every partition (waiting for acknowledgements, then committing), \
+                 then closing the consumer"
+            );
             let parts: Vec<i32> = r.partitions.keys().copied().collect();
             r.hand_over(&consumer, &parts, false);
             match r.failure.take() {

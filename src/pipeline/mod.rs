@@ -472,7 +472,13 @@ fn stop(consumer: &FilterConsumer, result: Result<(), Fatal>, status: &Status) -
     let mut f = consumer.context().lock();
     let result = match result {
         Ok(()) => {
-            info!("stopping: handing over every partition");
+            // Its bounds, said: with the brokers away nothing else is logged until they pass.
+            info!(
+                handover_timeout = %humantime::format_duration(f.cfg.output.handover_timeout),
+                close_timeout = %humantime::format_duration(kafka::CLOSE_TIMEOUT),
+                "stopping: handing over every partition (waiting for acknowledgements, then committing), then closing \
+                 the consumer"
+            );
             f.shutdown(consumer)
         }
         Err(e) => Err(e),

@@ -243,10 +243,11 @@ impl Scenario {
         filter
     }
 
-    /// When: `filter` stops (SIGTERM). Then: it exits cleanly (a hand-over), or the test fails
-    /// with its log.
+    /// When: `filter` stops (SIGTERM). Then: it exits cleanly (a hand-over) and says so last
+    /// (`kafka-dedup stopped`), or the test fails with its log.
     pub fn stop(&self, mut filter: FilterProcess) -> FilterProcess {
         assert!(filter.terminate().success(), "{}", filter.logs());
+        assert!(filter.logs().contains("kafka-dedup stopped"), "{}", filter.logs());
         filter
     }
 
