@@ -11,6 +11,13 @@
 #                                           when it stops
 #   scripts/local-kafka.sh topics ARGS...   Apache Kafka's kafka-topics.sh (TopicCommand), e.g.
 #     scripts/local-kafka.sh topics --bootstrap-server 127.0.0.1:9092 --create --topic events --partitions 6
+#   scripts/local-kafka.sh produce ARGS...  kafka-console-producer.sh (ConsoleProducer): a record
+#                                           per line of stdin, e.g. with a key before a tab:
+#     printf 'k1\t{"event_id":"e1"}\n' | scripts/local-kafka.sh produce --bootstrap-server 127.0.0.1:9092 \
+#       --topic events --reader-property parse.key=true
+#   scripts/local-kafka.sh consume ARGS...  kafka-console-consumer.sh (ConsoleConsumer), e.g.
+#     scripts/local-kafka.sh consume --bootstrap-server 127.0.0.1:9092 --topic events.dedup --from-beginning \
+#       --formatter-property print.headers=true
 #
 # The node's settings are the test suite's (replication factor 1, short group sessions allowed):
 # for a try, not for production.
@@ -22,10 +29,17 @@ log() { echo "[local-kafka] $*" >&2; }
 source scripts/brokers.sh
 install_kafka
 
-if [ "${1:-}" = topics ]; then
+# Apache Kafka's command-line tools, by the name of their shell script less `kafka-`.
+tool=""
+case "${1:-}" in
+  topics) tool=org.apache.kafka.tools.TopicCommand ;;
+  produce) tool=org.apache.kafka.tools.ConsoleProducer ;;
+  consume) tool=org.apache.kafka.tools.consumer.ConsoleConsumer ;;
+esac
+if [ -n "$tool" ]; then
   shift
   # Warnings and errors only (the tools' log4j default would print nothing but errors anyway).
-  exec java -Dlog4j2.level=WARN -cp "$KAFKA_LIBS/*" org.apache.kafka.tools.TopicCommand "$@"
+  exec java -Dlog4j2.level=WARN -cp "$KAFKA_LIBS/*" "$tool" "$@"
 fi
 
 port="${1:-9092}"

@@ -375,13 +375,15 @@ fn open_store(cfg: &Config) -> Result<(Store, Option<StoreError>), RunError> {
         Err(e) if e.is_no_space() => return Ok((Store::closed_for_run(&cfg.store.path, &identity), Some(e))),
         Err(e) => return Err(e.into()),
     };
+    // Absolute: the default (`./kafka-dedup-data`) is relative to the working directory.
+    let path = std::path::absolute(&cfg.store.path).unwrap_or_else(|_| cfg.store.path.clone());
     match &opened {
         Opened::Replaced { reason, detail } => {
-            warn!(path = %cfg.store.path.display(), reason, "local store replaced: {detail}; partitions rebuild from the output topic");
+            warn!(path = %path.display(), reason, "local store replaced: {detail}; partitions rebuild from the output topic");
             telemetry::store_rebuild(reason);
         }
-        Opened::Created => info!(path = %cfg.store.path.display(), "new local store"),
-        Opened::Existing => info!(path = %cfg.store.path.display(), "local store opened"),
+        Opened::Created => info!(path = %path.display(), "new local store"),
+        Opened::Existing => info!(path = %path.display(), "local store opened"),
     }
     // Written with or without an address: a file left behind says the store was not closed
     // cleanly (`LIVE_FILE`).
