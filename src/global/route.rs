@@ -458,6 +458,7 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
         assigned: Mutex::new(Default::default()),
         status: status.clone(),
         throttle: Throttle::default(),
+        fetch_states: Mutex::new(BTreeMap::new()),
     })?;
     // Closed within a bound, by `close` below or, on a panic, when dropped.
     let consumer = kafka::Bounded::new(consumer, "route stage");

@@ -14,6 +14,9 @@ pub(super) struct RouteContext {
     pub(super) assigned: Mutex<std::collections::BTreeSet<i32>>,
     pub(super) status: Arc<Status>,
     pub(super) throttle: Throttle,
+    /// Per assigned input partition, librdkafka's fetch state last seen in its statistics: a
+    /// change is logged at debug (what an assigned partition that is never copied would show).
+    pub(super) fetch_states: Mutex<BTreeMap<i32, String>>,
 }
 
 impl RouteContext {
@@ -29,9 +32,23 @@ impl ClientContext for RouteContext {
             return;
         };
         let Ok(assigned) = self.assigned.lock() else { return };
+        let mut states = self.fetch_states.lock().ok();
         for (p, ps) in &t.partitions {
-            if *p >= 0 && ps.consumer_lag >= 0 && assigned.contains(p) {
+            if *p < 0 || !assigned.contains(p) {
+                continue;
+            }
+            if ps.consumer_lag >= 0 {
                 route_lag(*p, ps.consumer_lag);
+            }
+            if let Some(states) = states.as_mut() {
+                if states.get(p) != Some(&ps.fetch_state) {
+                    debug!(
+                        partition = p, fetch_state = %ps.fetch_state, next_offset = ps.next_offset,
+                        app_offset = ps.app_offset, hi_offset = ps.hi_offset, fetchq_cnt = ps.fetchq_cnt,
+                        rx_ver_drops = ps.rx_ver_drops, "route stage: input partition's fetch state"
+                    );
+                    states.insert(*p, ps.fetch_state.clone());
+                }
             }
         }
     }
@@ -64,6 +81,11 @@ impl ConsumerContext for RouteContext {
                 for p in &parts {
                     a.remove(p);
                     route_lag(*p, 0); // no stale lag for released partitions
+                }
+            }
+            if let Ok(mut states) = self.fetch_states.lock() {
+                for p in &parts {
+                    states.remove(p);
                 }
             }
             self.status.set_route_partitions(&[], &parts);
