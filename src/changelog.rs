@@ -297,14 +297,14 @@ pub fn chunks_of<'a>(
 }
 
 /// The changelog's producer, made on first use (idempotent, `acks = all`).
-fn producer(cfg: &Config) -> Result<&'static FutureProducer, KafkaError> {
-    static PRODUCER: OnceLock<FutureProducer> = OnceLock::new();
+fn producer(cfg: &Config) -> Result<&'static FutureProducer<kafka::Logged>, KafkaError> {
+    static PRODUCER: OnceLock<FutureProducer<kafka::Logged>> = OnceLock::new();
     if let Some(p) = PRODUCER.get() {
         return Ok(p);
     }
     let mut c = kafka::side_producer_config(cfg);
     c.set("message.max.bytes", "2000000");
-    let p: FutureProducer = c.create()?;
+    let p: FutureProducer<kafka::Logged> = c.create_with_context(kafka::Logged::new("changelog producer"))?;
     Ok(PRODUCER.get_or_init(|| p))
 }
 

@@ -389,7 +389,7 @@ pub fn topic_configs(
     timeout: Duration,
 ) -> Result<std::collections::BTreeMap<String, String>, KafkaError> {
     use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
-    let admin: AdminClient<rdkafka::client::DefaultClientContext> = base(cfg, Role::Producer).create()?;
+    let admin: AdminClient<Logged> = base(cfg, Role::Producer).create_with_context(Logged::new("admin client"))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -632,7 +632,10 @@ pub fn generation_of(serialized: &[u8]) -> Option<i32> {
 
 /// Context of the consumers that read to the end of partitions (recovery, tests): the
 /// end-of-partition events they ask for are not errors and are not logged as such.
-pub struct ReaderContext;
+#[derive(Default)]
+pub struct ReaderContext {
+    throttle: Throttle,
+}
 
 impl rdkafka::client::ClientContext for ReaderContext {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
@@ -641,7 +644,13 @@ impl rdkafka::client::ClientContext for ReaderContext {
         {
             return;
         }
-        tracing::warn!(error = %error, reason, "kafka reader error");
+        if let Some(suppressed) = self.throttle.admit(&error, std::time::Instant::now()) {
+            tracing::warn!(error = %error, reason, suppressed, "kafka reader error");
+        }
+    }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        logs::log_client_line(&self.throttle, level, fac, log_message);
     }
 }
 
@@ -650,8 +659,12 @@ impl rdkafka::consumer::ConsumerContext for ReaderContext {}
 /// A consumer for reading partitions to their end.
 pub type Reader = BaseConsumer<ReaderContext>;
 
+mod commit;
+pub use self::commit::commit_within;
 mod fit;
+pub mod logs;
 pub use self::close::{close_within, Bounded, CLOSE_TIMEOUT};
+pub use self::logs::{Logged, Throttle};
 mod close;
 pub use self::fit::{fit_to_topic, recompresses, size_fit, Kept};
 mod topics;

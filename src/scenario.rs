@@ -229,7 +229,7 @@ pub fn read_values(
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed");
-    let consumer: crate::kafka::Reader = c.create_with_context(crate::kafka::ReaderContext)?;
+    let consumer: crate::kafka::Reader = c.create_with_context(crate::kafka::ReaderContext::default())?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition_offset(topic, p, Offset::Beginning)?;

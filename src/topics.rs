@@ -98,7 +98,7 @@ pub fn watched(cfg: &Config) -> Vec<(&'static str, String)> {
 
 /// One look at `topic`: `None` when the brokers gave no clear answer (unreachable, a leader
 /// election), which is no evidence either way.
-fn look(client: &BaseConsumer, topic: &str) -> Option<Seen> {
+fn look(client: &BaseConsumer<kafka::Logged>, topic: &str) -> Option<Seen> {
     let md = client.fetch_metadata(Some(topic), REQUEST_TIMEOUT).ok()?;
     let t = md.topics().iter().find(|t| t.name() == topic)?;
     match t.error().map(RDKafkaErrorCode::from) {
@@ -146,7 +146,8 @@ fn describe(key: &str, topic: &str, c: &Change) -> String {
 /// resource failure), in which case nothing is watched.
 pub fn watch(cfg: Arc<Config>, status: Arc<Status>, shutdown: Shutdown) -> Result<(), KafkaError> {
     crate::crash::segv_point("segv");
-    let client: BaseConsumer = kafka::reader_config(&cfg).create()?;
+    let client: BaseConsumer<kafka::Logged> =
+        kafka::reader_config(&cfg).create_with_context(kafka::Logged::new("topics watcher"))?;
     let topics = watched(&cfg);
     let mut highest: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
     while !shutdown.is_triggered() {

@@ -236,7 +236,9 @@ fn planted_duplicate_gap_and_reorder_with_provenance() {
 fn last_record(broker: &Broker, topic: &str, p: i32) -> (i64, Raw, i64) {
     let mut c = broker.client();
     c.set("group.id", unique("reader")).set("enable.partition.eof", "true");
-    let consumer: kafka_dedup::kafka::Reader = c.create_with_context(kafka_dedup::kafka::ReaderContext).unwrap();
+    let consumer: kafka_dedup::kafka::Reader = c
+        .create_with_context(kafka_dedup::kafka::ReaderContext::default())
+        .unwrap();
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
     consumer.assign(&tpl).unwrap();

@@ -748,3 +748,66 @@ fn kubernetes_example_configuration_is_valid() {
         assert!(manifest.contains(probe), "{probe}");
     }
 }
+
+/// The lines librdkafka's clients had kafka-dedup log at WARN or ERROR: its own client-error
+/// lines and librdkafka's log lines, whichever client they come from (the filter's consumer and
+/// producers, the topics watcher, an admin client).
+fn client_lines(logs: &str) -> Vec<&str> {
+    logs.lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .filter(|l| {
+            l.contains("librdkafka")
+                || l.contains("kafka producer error")
+                || l.contains("kafka client error")
+                || l.contains("kafka reader error")
+        })
+        .collect()
+}
+
+/// A new user stopped kafka-dedup with the broker going away: 152 `ERROR rdkafka::client:
+/// librdkafka: Global error: AllBrokersDown` lines within 8 ms from the topics watcher (a
+/// client on rust-rdkafka's default context: every error at ERROR, unbounded), and librdkafka's
+/// `FAIL ... Connection refused` lines every second from every client. Every client's errors
+/// and librdkafka's lines are logged at most once per kind and client every 30 s
+/// (`kafka::logs`). On a broker of the test's own: SIGTERM while the group coordinator does not
+/// answer the commit (its connection held by the proxy), then the broker goes (the proxy closes
+/// every connection and refuses new ones). The stop ends within its bound
+/// (`output.handover_timeout`, the commit included, then the 30 s close: it waited for ever in
+/// librdkafka's synchronous commit before `kafka::commit_within`) and exits 0 (nothing could be
+/// committed: the next start resumes from the output), with a bounded number of client lines,
+/// none of them from rust-rdkafka's default context.
+#[test]
+fn stopping_with_the_broker_gone_logs_client_errors_at_a_bounded_rate() {
+    let own = common::proxy::ProxiedBroker::start();
+    let kafka = own.broker();
+    let dir = tempfile::tempdir().unwrap();
+    kafka.create_topic("in", 3);
+    kafka.create_topic("out", 3);
+    let mut spec = FilterSpec::on(kafka.clone(), "in", "out", dir.path());
+    spec.session_timeout_ms = Some(6000);
+    // The stop's bound: 10 s for the hand-over (its commit included), then the 30 s close.
+    spec.env
+        .push(("KAFKA_DEDUP__OUTPUT__HANDOVER_TIMEOUT".to_string(), "10s".to_string()));
+    let mut filter = spec.start(dir.path());
+    kafka.produce_raw("in", 0, &numbered(0..100));
+    filter.wait_metric(RECORDS_FORWARDED, &[], 100.0, Duration::from_secs(60));
+    own.proxy.hold_from_api(8); // OffsetCommit: the stop waits for its commit
+    filter.signal(libc::SIGTERM);
+    std::thread::sleep(Duration::from_secs(3));
+    own.proxy.shut();
+    // Before `kafka::commit_within`, the stop waited in librdkafka's synchronous commit for as
+    // long as this test watched (120 s).
+    let status = filter.wait_exit(Duration::from_secs(90));
+    let logs = filter.logs();
+    assert!(status.success(), "{logs}");
+    assert!(logs.contains("kafka-dedup stopped"), "{logs}");
+    let lines = client_lines(&logs);
+    let default_context: Vec<&&str> = lines.iter().filter(|l| l.contains("rdkafka::client")).collect();
+    assert!(default_context.is_empty(), "{default_context:#?}");
+    assert!(
+        lines.len() <= 30,
+        "{} client lines in the stop with the broker gone:\n{}",
+        lines.len(),
+        lines.join("\n")
+    );
+}

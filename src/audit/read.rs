@@ -241,7 +241,7 @@ fn reader(cfg: &Config) -> Result<Reader, AuditError> {
             c.set(key, value);
         }
     }
-    Ok(c.create_with_context(ReaderContext)?)
+    Ok(c.create_with_context(ReaderContext::default())?)
 }
 
 /// The offsets `input.group_id` committed on `partitions` of the input topic (`None`: none).

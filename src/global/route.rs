@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -20,9 +20,9 @@ use tracing::{debug, error, info, warn};
 use super::{route_partition, RECORDS_ROUTED, ROUTE_COPIES_DROPPED, ROUTE_LAG, ROUTE_RESTAMPED};
 use crate::config::{Config, Delivery, Start};
 use crate::fingerprint::Fingerprinter;
+use crate::kafka::Throttle;
 use crate::kafka::{self, TopicError};
 use crate::partition::{InFlight, Target, SEQ_BITS};
-use crate::pipeline::delivery::Throttle;
 use crate::pipeline::refused::{with_timestamp_header, RETRY_FIRST, RETRY_MAX};
 use crate::pipeline::TimestampLimits;
 use crate::pipeline::{Fatal, HandoverError, RunError, Shutdown};
@@ -77,7 +77,7 @@ impl ClientContext for RouteDelivery {
     /// As the filter's producer ([`crate::pipeline::DeliveryContext`]): librdkafka's lines, the
     /// warning that `enable.gapless.guarantee` (set on purpose) is experimental at debug.
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
-        crate::pipeline::delivery::log_client_line(level, fac, log_message);
+        kafka::logs::log_client_line(&self.throttle, level, fac, log_message);
     }
 }
 
@@ -351,7 +351,7 @@ impl Router {
         if Instant::now() >= self.next_commit {
             self.next_commit = Instant::now() + self.cfg.checkpoint.interval;
             let parts: Vec<i32> = self.partitions.keys().copied().collect();
-            self.commit(consumer, &parts);
+            self.commit(consumer, &parts, KAFKA_TIMEOUT);
         }
         Ok(())
     }

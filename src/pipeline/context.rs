@@ -12,9 +12,9 @@ use rdkafka::statistics::Statistics;
 use rdkafka::TopicPartitionList;
 use tracing::warn;
 
-use super::delivery::Throttle;
 use super::filter::Filter;
 use crate::config::Config;
+use crate::kafka::Throttle;
 use crate::status::Status;
 use crate::telemetry;
 
@@ -43,6 +43,10 @@ impl ClientContext for StartupContext {
         if let Some(suppressed) = self.throttle.admit(&error, Instant::now()) {
             warn!(error = %error, reason, suppressed, "kafka client error");
         }
+    }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        crate::kafka::logs::log_client_line(&self.throttle, level, fac, log_message);
     }
 }
 
@@ -115,6 +119,10 @@ impl ClientContext for FilterContext {
         if let Some(suppressed) = self.throttle.admit(&error, Instant::now()) {
             warn!(error = %error, reason, suppressed, "kafka client error");
         }
+    }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        crate::kafka::logs::log_client_line(&self.throttle, level, fac, log_message);
     }
 }
 

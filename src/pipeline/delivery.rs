@@ -2,19 +2,16 @@
 //! callback runs on the thread that polls the producer (rust-rdkafka's `ThreadedProducer`
 //! polling thread; the pipeline thread itself while it flushes) and only sends a
 //! [`DeliveryEvent`] into a channel (the pipeline thread drains it, `acknowledge`), and the
-//! delivery opaque that names the record an event is for. Also the client-log helpers every
-//! context of kafka-dedup shares ([`Throttle`], [`log_client_line`]). Knows nothing of the
-//! `Filter`.
+//! delivery opaque that names the record an event is for. Its client errors and log lines go
+//! through `kafka::logs`, as every context's. Knows nothing of the `Filter`.
 //!
 //! Every produced record carries a delivery opaque, `partition << SEQ_BITS | seq`, naming the
 //! input partition and the record's sequence number in its [`InFlight`](crate::partition::InFlight)
 //! tracking.
 
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -22,9 +19,10 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 use rdkafka::Message;
-use tracing::{debug, error, info, warn};
+use tracing::warn;
 
 use super::refused::SideCopy;
+use crate::kafka::logs::{log_client_line, Throttle};
 use crate::partition::SEQ_BITS;
 use crate::status::Status;
 
@@ -131,44 +129,6 @@ impl DeliveryContext {
     }
 }
 
-/// How often one kind of client error is logged at most. While a broker is down librdkafka
-/// reports the same failure several times a second per client (about 6 lines a second before this
-/// bound); each error still reaches `/readyz` at once, only its log line waits.
-pub const ERROR_LOG_EVERY: Duration = Duration::from_secs(30);
-
-/// Logs each kind of client error (its message without librdkafka's varying explanation) at most
-/// once per [`ERROR_LOG_EVERY`]; the next line says how many were left out meanwhile.
-#[derive(Default)]
-pub struct Throttle {
-    /// Per kind: when it was last logged, and how many occurrences were left out since.
-    seen: Mutex<HashMap<String, (Instant, u64)>>,
-}
-
-impl Throttle {
-    /// `Some(left out since the last line)` when an occurrence of `error` at `now` is to be
-    /// logged, `None` when it is left out.
-    pub fn admit(&self, error: &KafkaError, now: Instant) -> Option<u64> {
-        let mut seen = self.seen.lock().ok()?;
-        match seen.entry(error.to_string()) {
-            Entry::Vacant(v) => {
-                v.insert((now, 0));
-                Some(0)
-            }
-            Entry::Occupied(mut o) => {
-                let (last, left_out) = o.get_mut();
-                if now.saturating_duration_since(*last) >= ERROR_LOG_EVERY {
-                    let n = *left_out;
-                    *o.get_mut() = (now, 0);
-                    Some(n)
-                } else {
-                    *left_out += 1;
-                    None
-                }
-            }
-        }
-    }
-}
-
 impl ClientContext for DeliveryContext {
     fn error(&self, error: KafkaError, reason: &str) {
         self.status.note_client_error(&error, reason);
@@ -181,26 +141,7 @@ impl ClientContext for DeliveryContext {
     /// that `enable.gapless.guarantee` is experimental: kafka-dedup sets it on purpose
     /// (`kafka::producer_config`), so it is logged at debug instead of at every start.
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-        log_client_line(level, fac, log_message);
-    }
-}
-
-/// Logs a librdkafka line of a producer kafka-dedup configured, as rust-rdkafka's default does,
-/// except the configuration warning that `enable.gapless.guarantee` is experimental: kafka-dedup
-/// sets it on purpose (`kafka::producer_config`), so it is logged at debug.
-pub fn log_client_line(level: RDKafkaLogLevel, fac: &str, log_message: &str) {
-    if fac == "CONFWARN" && log_message.contains("enable.gapless.guarantee") {
-        return debug!(target: "librdkafka", "librdkafka: {fac} {log_message} (set by kafka-dedup)");
-    }
-    match level {
-        RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
-            error!(target: "librdkafka", "librdkafka: {fac} {log_message}")
-        }
-        RDKafkaLogLevel::Warning => warn!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
-        RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
-            info!(target: "librdkafka", "librdkafka: {fac} {log_message}")
-        }
-        RDKafkaLogLevel::Debug => debug!(target: "librdkafka", "librdkafka: {fac} {log_message}"),
+        log_client_line(&self.throttle, level, fac, log_message);
     }
 }
 
@@ -236,7 +177,6 @@ impl ProducerContext for DeliveryContext {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rdkafka::error::RDKafkaErrorCode;
 
     /// The event stays as small as its documentation says (one goes through the channel per
     /// produced record): the failure boxed, the header list one pointer.
@@ -247,22 +187,5 @@ mod tests {
             "{}",
             std::mem::size_of::<DeliveryEvent>()
         );
-    }
-
-    /// Issue 16, item 6: one line per kind of error per [`ERROR_LOG_EVERY`], then one saying how
-    /// many were left out; another kind is logged at once.
-    #[test]
-    fn the_same_error_is_logged_at_a_bounded_rate() {
-        let t = Throttle::default();
-        let down = KafkaError::Global(RDKafkaErrorCode::AllBrokersDown);
-        let transport = KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure);
-        let start = Instant::now();
-        let at = |ms: u64| start + Duration::from_millis(ms);
-        assert_eq!(t.admit(&down, at(0)), Some(0));
-        let logged = (1..60).filter(|i| t.admit(&down, at(i * 166)).is_some()).count();
-        assert_eq!(logged, 0, "ten seconds at six errors a second");
-        assert_eq!(t.admit(&transport, at(10_000)), Some(0));
-        assert_eq!(t.admit(&down, at(30_000)), Some(59));
-        assert_eq!(t.admit(&down, at(30_001)), None);
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{Producer, PurgeConfig, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -50,6 +50,10 @@ const HOLD_RETRY: Duration = Duration::from_secs(5);
 
 /// Timeout of the metadata requests a recovery worker makes before recovering.
 const TOPOLOGY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The least a hand-over's commit waits for its answer when the acknowledgements took (almost)
+/// all of `output.handover_timeout`.
+const COMMIT_WAIT_MIN: Duration = Duration::from_secs(2);
 
 /// Before a recovery: how many partitions the input and output topics have now, asked through
 /// the producer's client (which thereby knows an output partition added since its last
@@ -363,7 +367,8 @@ impl Filter {
             .with_high_water(rec.high_water.clone());
         record.changelog = rec.changelog.clone();
         let t = Instant::now();
-        let committed = commit_list(&self.cfg, &[&record]).and_then(|tpl| consumer.commit(&tpl, CommitMode::Sync));
+        let committed =
+            commit_list(&self.cfg, &[&record]).and_then(|tpl| kafka::commit_within(consumer, &tpl, KAFKA_TIMEOUT));
         debug!(
             partition = p,
             seconds = t.elapsed().as_secs_f64(),
@@ -559,7 +564,10 @@ impl Filter {
         self.store_partitions(parts, &records);
         let tpl = commit_list(&self.cfg, &records.iter().collect::<Vec<_>>())?;
         crate::crash::point("handover-before-commit");
-        consumer.commit(&tpl, CommitMode::Sync)?;
+        // Within what is left of the hand-over's time (at least COMMIT_WAIT_MIN): a stop with the
+        // broker gone ends, uncommitted (`kafka::commit_within`).
+        let left = deadline.saturating_duration_since(Instant::now()).max(COMMIT_WAIT_MIN);
+        kafka::commit_within(consumer, &tpl, left)?;
         info!(partitions = ?parts, "offsets committed for a clean hand-over");
         Ok(())
     }

@@ -141,7 +141,7 @@ fn check(cancel: &AtomicBool) -> Result<(), RecoveryError> {
 /// Runs the recovery of `req.partition`: read, plan, execute. Blocking; call from a worker
 /// thread.
 pub fn recover(env: &RecoveryEnv, req: &RecoveryRequest) -> Result<Recovered, RecoveryError> {
-    let reader: kafka::Reader = kafka::reader_config(&env.cfg).create_with_context(kafka::ReaderContext)?;
+    let reader: kafka::Reader = kafka::reader_config(&env.cfg).create_with_context(kafka::ReaderContext::default())?;
     let facts = read::read(env, &reader, req)?;
     execute::execute(env, &reader, req, facts)
 }

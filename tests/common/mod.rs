@@ -845,7 +845,9 @@ fn read_records(config: &ClientConfig, topic: &str, partitions: i32) -> BTreeMap
     c.set("group.id", unique("reader"))
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true");
-    let consumer: kafka_dedup::kafka::Reader = c.create_with_context(kafka_dedup::kafka::ReaderContext).unwrap();
+    let consumer: kafka_dedup::kafka::Reader = c
+        .create_with_context(kafka_dedup::kafka::ReaderContext::default())
+        .unwrap();
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();

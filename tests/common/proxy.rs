@@ -60,6 +60,8 @@ pub struct Proxy {
     hold_api: Arc<AtomicI32>,
     /// Requests of that api held back since the last release.
     held_api: Arc<AtomicU64>,
+    /// Set by [`Self::shut`]: the listener is closed at the next connection.
+    shut: Arc<AtomicBool>,
 }
 
 impl Proxy {
@@ -72,9 +74,14 @@ impl Proxy {
         let (hold_api, held_api) = (Arc::new(AtomicI32::new(-1)), Arc::new(AtomicU64::new(0)));
         let (list, held) = (conns.clone(), held_produce.clone());
         let (api, api_held) = (hold_api.clone(), held_api.clone());
+        let shut = Arc::new(AtomicBool::new(false));
+        let closing = shut.clone();
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { continue };
+                if closing.load(Ordering::SeqCst) {
+                    break; // the listener is dropped: connections are refused from now on
+                }
                 let Ok(broker) = TcpStream::connect(("127.0.0.1", upstream)) else {
                     continue;
                 };
@@ -102,6 +109,17 @@ impl Proxy {
             held_produce,
             hold_api,
             held_api,
+            shut,
+        }
+    }
+
+    /// The broker as gone as a stopped one looks to its clients: every connection is closed and
+    /// new ones are refused (the listener closed), for good.
+    pub fn shut(&self) {
+        self.shut.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port)); // wakes the accept loop
+        for c in self.conns.lock().unwrap().iter() {
+            let _ = c.to_broker.lock().unwrap().stream.shutdown(Shutdown::Both);
         }
     }
 

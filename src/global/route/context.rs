@@ -59,6 +59,10 @@ impl ClientContext for RouteContext {
             warn!(error = %error, reason, suppressed, "kafka client error (route stage)");
         }
     }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        crate::kafka::logs::log_client_line(&self.throttle, level, fac, log_message);
+    }
 }
 
 impl ConsumerContext for RouteContext {

@@ -5,8 +5,9 @@ use super::*;
 
 impl Router {
     /// Commits, for each of `parts`, the input offset below which every copy is acknowledged,
-    /// when it moved. A failed commit is logged; the next one covers it.
-    pub(super) fn commit(&mut self, consumer: &RouteConsumer, parts: &[i32]) {
+    /// when it moved, waiting at most `timeout` for the answer (`kafka::commit_within`). A
+    /// failed commit is logged; the next one covers it.
+    pub(super) fn commit(&mut self, consumer: &RouteConsumer, parts: &[i32], timeout: Duration) {
         let mut tpl = TopicPartitionList::new();
         let mut moved = Vec::new();
         for p in parts {
@@ -23,7 +24,7 @@ impl Router {
         }
         // Copies acknowledged past the committed offsets: a crash here leaves them to be made again.
         crate::crash::point("route-before-commit");
-        match consumer.commit(&tpl, CommitMode::Sync) {
+        match kafka::commit_within(consumer, &tpl, timeout) {
             Ok(()) => {
                 for (p, w) in moved {
                     if let Some(t) = self.partitions.get_mut(&p) {
@@ -92,7 +93,11 @@ impl Router {
             }
         }
         if !lost {
-            self.commit(consumer, parts);
+            // Within what is left of the hand-over's time, at least a second.
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_secs(1));
+            self.commit(consumer, parts, left);
         }
         for p in parts {
             self.partitions.remove(p);

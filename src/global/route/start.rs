@@ -28,7 +28,7 @@ pub(super) fn start_at_the_end(consumer: &RouteConsumer, topic: &str, tpl: &Topi
             }
         }
         if ends.count() > 0 {
-            consumer.commit(&ends, CommitMode::Sync)?;
+            kafka::commit_within(consumer, &ends, KAFKA_TIMEOUT)?;
             info!(positions = ?ends.to_topic_map(), "route stage: nothing committed for these partitions; starting at the input's end (input.start = latest)");
         }
         Ok(())
@@ -113,7 +113,7 @@ pub(super) fn route_topic_limits(cfg: &Config) -> (TimestampLimits, Option<usize
 /// Checks that the input and route topics exist, retrying while the brokers cannot be reached.
 /// Returns the route topic's partition count; `None` when a stop was requested meanwhile.
 pub(super) fn wait_for_topics(cfg: &Config, shutdown: &Shutdown) -> Result<Option<usize>, RunError> {
-    let metadata: kafka::Reader = kafka::reader_config(cfg).create_with_context(kafka::ReaderContext)?;
+    let metadata: kafka::Reader = kafka::reader_config(cfg).create_with_context(kafka::ReaderContext::default())?;
     loop {
         match kafka::check_route_topic(
             metadata.client(),

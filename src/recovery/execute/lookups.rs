@@ -143,7 +143,8 @@ pub(super) fn transaction_ends(env: &RecoveryEnv, out_parts: &[i32]) -> Result<O
     }
     let mut c = kafka::reader_config(&env.cfg);
     c.set("isolation.level", "read_uncommitted");
-    let client: rdkafka::consumer::BaseConsumer = c.create()?;
+    let client: rdkafka::consumer::BaseConsumer<kafka::Logged> =
+        c.create_with_context(kafka::Logged::new("recovery's transaction look-up"))?;
     let mut ends = Positions::new();
     for q in out_parts {
         let (_, high) = client.fetch_watermarks(&env.cfg.output.topic, *q, REQUEST_TIMEOUT)?;
