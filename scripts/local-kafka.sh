@@ -25,6 +25,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { echo "[local-kafka] $*" >&2; }
+
+# Before anything is installed: the usage, and a port that is not one.
+case "${1:-}" in
+  -h | --help)
+    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  topics | produce | consume | "") ;;
+  *)
+    if ! [[ "$1" =~ ^[0-9]+$ ]] || [ "$1" -lt 1 ] || [ "$1" -gt 65535 ]; then
+      log "not a port: '$1' (usage: scripts/local-kafka.sh [PORT] | topics|produce|consume ARGS... | --help)"
+      exit 2
+    fi
+    ;;
+esac
 # shellcheck source=scripts/brokers.sh
 source scripts/brokers.sh
 install_kafka
