@@ -185,8 +185,8 @@ impl Report {
     pub fn write_text(&self, out: &mut impl Write) -> io::Result<()> {
         writeln!(
             out,
-            "audit {} -> {}: fingerprint source {}, on_missing {}; a replay less than {} (H_min) after the copy \
-             forwarded must be dropped, a repeat {} (H_max) or more after it forwarded",
+            "audit {} -> {}: fingerprint source {}, on_missing {}; a replay less than {} (H_min) after the \
+             forwarded copy must have been dropped, a repeat {} (H_max) or more after it must have been forwarded",
             self.input_topic,
             self.output_topic,
             self.fingerprint_source,
