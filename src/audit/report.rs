@@ -260,6 +260,17 @@ fn time(ms: i64) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
 
+/// A partition's word in the text report: `NOT CLEAN` with a finding, `clean` without one, and
+/// `nothing judged` when no input record was in its range (a new user read `clean` there as a
+/// verdict on records the audit had not judged yet).
+fn partition_verdict(clean: bool, judged: u64) -> &'static str {
+    match (clean, judged) {
+        (false, _) => "NOT CLEAN",
+        (true, 0) => "nothing judged",
+        (true, _) => "clean",
+    }
+}
+
 fn write_partition(out: &mut impl Write, p: &PartitionReport, horizon: Horizon) -> io::Result<()> {
     let (a, r) = (&p.audit, &p.range);
     let to = match r.to {
@@ -297,7 +308,7 @@ fn write_partition(out: &mut impl Write, p: &PartitionReport, horizon: Horizon) 
         a.not_forwardable,
         a.skipped.count,
         a.dead_lettered.count,
-        if a.clean() { "clean" } else { "NOT CLEAN" },
+        partition_verdict(a.clean(), a.input_records),
         match a.repeats_outside_horizon.count {
             0 => String::new(),
             n => format!("; {n} repeats outside the horizon"),
@@ -470,4 +481,21 @@ fn write_unexpected(out: &mut impl Write, u: &Unexpected) -> io::Result<()> {
         }
     };
     writeln!(out, "  UNEXPECTED output offset {}: {why}", u.output_offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::partition_verdict;
+
+    #[test]
+    fn a_partition_without_records_judged_is_not_called_clean() {
+        for (clean, judged, word) in [
+            (true, 0, "nothing judged"),
+            (true, 5, "clean"),
+            (false, 0, "NOT CLEAN"),
+            (false, 5, "NOT CLEAN"),
+        ] {
+            assert_eq!(partition_verdict(clean, judged), word, "{clean} {judged}");
+        }
+    }
 }
