@@ -248,6 +248,9 @@ pub struct Running {
 pub struct FirstForward {
     /// When the partition was assigned.
     pub assigned: Instant,
+    /// When it began to run (its recovery done): what comes after is the wait for input and the
+    /// first acknowledgement.
+    pub running: Instant,
     /// Output records its recovery re-read.
     pub rescanned: u64,
 }

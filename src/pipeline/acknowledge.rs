@@ -126,9 +126,12 @@ fn acknowledged(run: &mut Running, p: i32, seq: u64, ack: Acknowledgement, total
     run.metrics.forwarded.increment(1);
     Totals::bump(&totals.forwarded);
     if let Some(first) = run.first_forward.take() {
+        // `seconds` includes the wait for input: `since_running` (from the end of the recovery)
+        // tells an idle input from a slow recovery.
         info!(
             partition = p,
             seconds = first.assigned.elapsed().as_secs_f64(),
+            since_running = first.running.elapsed().as_secs_f64(),
             rescanned = first.rescanned,
             "first record forwarded since the partition was assigned"
         );

@@ -409,6 +409,7 @@ impl Filter {
             changelog: rec.changelog,
             first_forward: Some(FirstForward {
                 assigned: rec.since,
+                running: Instant::now(),
                 rescanned: rec.scanned,
             }),
             metrics,
