@@ -94,10 +94,13 @@ fn home_slot(key: u128, capacity: usize) -> usize {
     (((key >> 64) as u64 as u128 * capacity as u128) >> 64) as usize
 }
 
-/// `n` zeroed slots from `alloc_zeroed` (calloc): a fresh large allocation is mapped by the
-/// kernel as it is first touched, so allocating the next generation's table at a rotation costs
-/// no memset on the poll thread. (`vec![EMPTY; n]` would memset: std only treats arrays of up to
-/// 16 elements as zero, and a slot is 20 bytes.) Then [`advise_huge_pages`].
+/// `n` zeroed slots from `alloc_zeroed` (calloc), for a table made at once (a generation's
+/// table at a rotation, a snapshot loaded): memory mimalloc takes fresh from the kernel is
+/// mapped as it is first touched and costs no `memset`; memory it reuses it zeroes with one
+/// (about 6-15 ms for the 200 MB of a 10M-fingerprint table, measured beside this change).
+/// `vec![EMPTY; n]` would always `memset`: std only treats arrays of up to 16 elements as zero,
+/// and a slot is 20 bytes. Then [`advise_huge_pages`]. ([`FingerprintTable::grow`] writes its
+/// new slots itself.)
 fn zeroed_slots(n: usize) -> Vec<Slot> {
     let layout = std::alloc::Layout::array::<Slot>(n).expect("table size fits the address space");
     if layout.size() == 0 {
@@ -114,30 +117,32 @@ fn zeroed_slots(n: usize) -> Vec<Slot> {
         }
         Vec::from_raw_parts(p.cast::<Slot>(), n, n)
     };
-    advise_huge_pages(&slots);
+    advise_huge_pages(slots.as_ptr(), slots.len());
     slots
 }
 
-/// Asks Linux to back `slots` with transparent huge pages (2 MiB) where it can
-/// (`madvise(MADV_HUGEPAGE)`; effective when `/sys/kernel/mm/transparent_hugepage/enabled` is
-/// `madvise` or `always`). A lookup is one random access into a table of up to hundreds of MiB:
+/// Asks Linux to back the `n` slots allocated at `slots` with transparent huge pages (2 MiB)
+/// where it can (`madvise(MADV_HUGEPAGE)`; effective when
+/// `/sys/kernel/mm/transparent_hugepage/enabled` is `madvise` or `always`). A lookup is one
+/// random access into a table of up to hundreds of MiB:
 /// with 4 KiB pages nearly every one also misses the TLB, and the page walk (two-dimensional
 /// under a hypervisor) costs about as much as the access itself (BENCHMARKS.md). A hint only:
 /// contents and correctness are unaffected, and a failure is ignored.
-fn advise_huge_pages(slots: &[Slot]) {
+fn advise_huge_pages(slots: *const Slot, n: usize) {
     #[cfg(target_os = "linux")]
     {
         const PAGE: usize = 4096;
-        let bytes = std::mem::size_of_val(slots);
+        let bytes = n * SLOT_BYTES;
         if bytes < (2 << 20) {
             return;
         }
-        let start = slots.as_ptr() as usize;
+        let start = slots as usize;
         let first = (start + PAGE - 1) & !(PAGE - 1);
         let end = (start + bytes) & !(PAGE - 1);
         if end > first {
-            // SAFETY: the range lies inside the allocation `slots` owns; MADV_HUGEPAGE changes
-            // only how the kernel backs it, never its contents.
+            // SAFETY: the range lies inside the allocation of `n` slots at `slots` (the caller's,
+            // initialized or not); MADV_HUGEPAGE changes only how the kernel backs it, never
+            // its contents.
             unsafe {
                 libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
             }
@@ -286,22 +291,33 @@ impl FingerprintTable {
         self.slots.resize(n, EMPTY);
     }
 
+    /// Moves the entries into `capacity * 5/4` home slots (and their tail) in one sequential
+    /// pass: the old slots are in fingerprint order, so each goes to its home slot or right
+    /// after the previous one, and every slot of the new array is written once, in order, with
+    /// an entry or empty. Nothing is zeroed beforehand: a zeroed allocation costs mimalloc a
+    /// `memset` of memory it reuses (the growth series frees each table after the next is
+    /// allocated), which was three quarters of a growth's instructions
+    /// (`scripts/bench.sh --callgrind`, BENCHMARKS.md). Growing is for the first generation of
+    /// a partition only: the next ones are pre-sized ([`Self::with_capacity`]).
     #[cold]
     fn grow(&mut self) {
         let capacity = (self.capacity * GROW_NUM / GROW_DEN).max(MIN_CAPACITY);
-        let old = std::mem::replace(&mut self.slots, zeroed_slots(capacity + tail_for(capacity)));
-        self.capacity = capacity;
-        // The old slots are in fingerprint order, so each goes to its home slot or right after
-        // the previous one: one sequential pass.
-        let mut next = 0usize;
-        for slot in old.iter().filter(|s| key_of(s) != 0) {
-            let i = home_slot(key_of(slot), capacity).max(next);
-            if i + 1 >= self.slots.len() {
-                self.extend_tail();
-            }
-            self.slots[i] = *slot;
-            next = i + 1;
+        let tail = tail_for(capacity);
+        let mut slots: Vec<Slot> = Vec::with_capacity(capacity + tail);
+        advise_huge_pages(slots.as_ptr(), slots.capacity());
+        for slot in self.slots.iter().filter(|s| key_of(s) != 0) {
+            let i = home_slot(key_of(slot), capacity).max(slots.len());
+            slots.resize(i, EMPTY);
+            slots.push(*slot);
         }
+        // The tail keeps the last slot empty: extended as `extend_tail` would have.
+        let mut len = capacity + tail;
+        while len < slots.len() + 1 {
+            len += tail;
+        }
+        slots.resize(len, EMPTY);
+        self.slots = slots;
+        self.capacity = capacity;
     }
 
     /// Every (fingerprint, value) held, in increasing fingerprint order.
