@@ -56,10 +56,11 @@ impl Provenance {
     }
 
     /// [`Self::encode_parts`] written into `buf` instead of a new `String` (the per-record path:
-    /// one allocation less per forwarded record); the same bytes. `None` when they do not fit
-    /// (a topic name longer than Kafka allows).
-    pub fn encode_parts_into<'b>(
-        buf: &'b mut [u8; ENCODED_MAX],
+    /// no allocation; a small `N` keeps the buffer's zeroing a few stores); the same bytes.
+    /// `None` when they do not fit in `N` bytes (the caller then takes [`Self::encode_parts`]).
+    #[inline]
+    pub fn encode_parts_into<'b, const N: usize>(
+        buf: &'b mut [u8; N],
         topic: &str,
         partition: i32,
         offset: i64,
@@ -134,7 +135,7 @@ mod tests {
 
     #[test]
     fn encoding_into_a_buffer_writes_the_same_bytes() {
-        let mut buf = [0u8; ENCODED_MAX];
+        let (mut small, mut max) = ([0u8; 64], [0u8; ENCODED_MAX]);
         let long = "t".repeat(249);
         for (topic, p, o) in [
             ("events", 0, 0i64),
@@ -143,11 +144,18 @@ mod tests {
             ("e", -1, i64::MIN),
             (long.as_str(), i32::MIN, -7),
         ] {
-            let into = Provenance::encode_parts_into(&mut buf, topic, p, o).map(<[u8]>::to_vec);
-            assert_eq!(into, Some(Provenance::encode_parts(topic, p, o).into_bytes()));
+            let want = Provenance::encode_parts(topic, p, o).into_bytes();
+            let into = Provenance::encode_parts_into(&mut max, topic, p, o).map(<[u8]>::to_vec);
+            assert_eq!(into.as_ref(), Some(&want));
+            let into = Provenance::encode_parts_into(&mut small, topic, p, o).map(<[u8]>::to_vec);
+            assert_eq!(
+                into,
+                (want.len() <= 64).then_some(want),
+                "{topic}: in 64 bytes when it fits"
+            );
         }
         let too_long = "t".repeat(ENCODED_MAX);
-        assert_eq!(Provenance::encode_parts_into(&mut buf, &too_long, 1, 1), None);
+        assert_eq!(Provenance::encode_parts_into(&mut max, &too_long, 1, 1), None);
     }
 
     #[test]

@@ -30,8 +30,11 @@ impl Filter {
     /// Applies one acknowledgement: the record is done. A side copy that failed halts its
     /// partition (idempotent mode, see `halt`); any other failure stops the pipeline.
     fn apply_delivery(&mut self, ev: DeliveryEvent) {
-        // Freed here, on the thread that allocated it (see `DetachedHeaders`).
-        drop(ev.headers);
+        // Kept for the next record's provenance, or freed, here, on the thread that allocated
+        // it (see `DetachedHeaders`, `SpareHeaders`).
+        if let Some(list) = ev.headers {
+            self.spare_headers.give_back(list);
+        }
         let (p, seq) = decode_opaque(ev.opaque);
         let failure = match ev.result {
             Ok(ack) => {

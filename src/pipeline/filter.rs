@@ -12,7 +12,7 @@ use rdkafka::producer::ThreadedProducer;
 use rdkafka::Message;
 use tracing::{debug, error, info, warn};
 
-use super::delivery::{encode_opaque, DeliveryContext, DeliveryEvent};
+use super::delivery::{encode_opaque, DeliveryContext, DeliveryEvent, SpareHeaders};
 use super::mode::Mode;
 use super::produce::{self, refuse, send, timestamp_refusal, Added, Destination, Refused, TimestampLimits};
 use super::producers::Producers;
@@ -120,6 +120,8 @@ pub struct Filter {
     /// The last record counted and then given back (the producer's queue full, a stop), by
     /// input partition: taken again when its partition resumes, it is not counted twice.
     pub(super) counted: BTreeMap<i32, i64>,
+    /// Header lists of acknowledged records, emptied, for the next records' provenance.
+    pub(super) spare_headers: SpareHeaders,
 }
 
 /// What became of a record handed to [`Filter::on_record`].
@@ -216,6 +218,7 @@ impl Filter {
             side_timestamps,
             seeks: BTreeMap::new(),
             rewound: BTreeMap::new(),
+            spare_headers: SpareHeaders::default(),
             cfg,
         }))
     }
@@ -345,8 +348,8 @@ impl Filter {
         let sent = match target == Target::Output && self.output_timestamps.refuses(stamp, *now).is_some() {
             // The broker would refuse its batch (`INVALID_TIMESTAMP`), fatal to the producer under
             // the gapless guarantee: refused here instead, as a record too large.
-            true => Err(refuse(to, msg, opaque, timestamp_refusal())),
-            false => send(handle, &self.shutdown, to, msg, opaque, now),
+            true => Err(refuse(to, msg, opaque, timestamp_refusal(), &mut self.spare_headers)),
+            false => send(handle, &self.shutdown, to, msg, opaque, now, &mut self.spare_headers),
         };
         match sent {
             Ok(()) => {}
@@ -454,7 +457,15 @@ impl Filter {
             .take(offset, Target::Side)
             .expect("produced records are tracked");
         let handle = side_handle(&self.side_handles, dead_letter);
-        match send(handle, &self.shutdown, to, msg, encode_opaque(p, seq), now) {
+        match send(
+            handle,
+            &self.shutdown,
+            to,
+            msg,
+            encode_opaque(p, seq),
+            now,
+            &mut self.spare_headers,
+        ) {
             Ok(()) => {
                 run.high_water.take(offset, source, run.inflight.watermark());
                 Handled::Done

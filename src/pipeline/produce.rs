@@ -9,11 +9,12 @@ use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 use rdkafka::Message;
 
+use super::delivery::SpareHeaders;
 use super::refused::{with_timestamp_header, SideCopy};
 use super::topic::TopicHandle;
 use super::Shutdown;
 use crate::partition::Target;
-use crate::provenance::{Provenance, ENCODED_MAX, HEADER, REASON_HEADER};
+use crate::provenance::{Provenance, HEADER, REASON_HEADER};
 
 /// Where a produced copy of a record goes.
 pub(super) struct Destination<'a> {
@@ -157,8 +158,9 @@ pub(super) fn send(
     msg: &BorrowedMessage<'_>,
     opaque: usize,
     now: &mut i64,
+    spares: &mut SpareHeaders,
 ) -> Result<(), Refused> {
-    let mut record = record_of(&to, msg, opaque);
+    let mut record = record_of(&to, msg, opaque, spares);
     let mut full_since: Option<Instant> = None;
     loop {
         match topic.send(record) {
@@ -186,22 +188,32 @@ pub(super) fn send(
 /// Refuses the copy of `msg` for `to` without producing it, with `error` (the refusal the
 /// broker would answer, e.g. [`timestamp_refusal`]): what [`send`] gives back for a record the
 /// producer refused, the copy kept to be sent again (`halt`) or dead-lettered.
-pub(super) fn refuse(to: Destination<'_>, msg: &BorrowedMessage<'_>, opaque: usize, error: KafkaError) -> Refused {
-    Refused::Kafka(error, Some(Box::new(SideCopy::of_record(record_of(&to, msg, opaque)))))
+pub(super) fn refuse(
+    to: Destination<'_>,
+    msg: &BorrowedMessage<'_>,
+    opaque: usize,
+    error: KafkaError,
+    spares: &mut SpareHeaders,
+) -> Refused {
+    Refused::Kafka(
+        error,
+        Some(Box::new(SideCopy::of_record(record_of(&to, msg, opaque, spares)))),
+    )
 }
 
 /// The record [`send`] produces for `to`: [`copy_of`] `msg`, to `to`'s partition, with the
-/// headers `to` adds.
+/// headers `to` adds (in a list from `spares` when the record has none of its own).
 fn record_of<'a>(
     to: &Destination<'a>,
     msg: &'a BorrowedMessage<'_>,
     opaque: usize,
+    spares: &mut SpareHeaders,
 ) -> BaseRecord<'a, [u8], [u8], usize> {
     let mut record = copy_of(msg, BaseRecord::with_opaque_to(to.topic, opaque));
     if let Some(p) = to.partition {
         record = record.partition(p);
     }
-    if let Some(h) = headers(msg, to.input, to.added) {
+    if let Some(h) = headers(msg, to.input, to.added, spares) {
         record = record.headers(h);
     }
     // A side copy is for inspection: its timestamp is not the record's identity, and a copy
@@ -251,33 +263,40 @@ pub(super) enum Added<'a> {
 
 /// The record's own headers followed by the `added` ones. The source is the record's own topic
 /// (`input`, the one topic the consumer subscribes to: not asked of each record), partition and
-/// offset (it is an input record).
-fn headers(msg: &BorrowedMessage<'_>, input: &str, added: Added<'_>) -> Option<OwnedHeaders> {
+/// offset (it is an input record). A record without headers of its own gets an empty list from
+/// `spares`.
+fn headers(
+    msg: &BorrowedMessage<'_>,
+    input: &str,
+    added: Added<'_>,
+    spares: &mut SpareHeaders,
+) -> Option<OwnedHeaders> {
     let own = msg.headers().map(|h| h.detach());
     let reason = match added {
         Added::Nothing => return own,
         Added::Source => None,
         Added::ReasonAndSource(reason) => Some(reason),
     };
-    let mut all = own.unwrap_or_else(|| OwnedHeaders::new_with_capacity(2));
+    let mut all = own.unwrap_or_else(|| spares.take());
     if let Some(reason) = reason {
         all = all.insert(Header {
             key: REASON_HEADER,
             value: Some(reason),
         });
     }
-    let mut buf = [0u8; ENCODED_MAX];
     debug_assert_eq!(msg.topic(), input, "a record of another topic than input.topic");
-    let (topic, partition, offset) = (input, msg.partition(), msg.offset());
+    let (partition, offset) = (msg.partition(), msg.offset());
+    // Room for a topic name of up to 95 bytes (a partition and an offset take at most 32).
+    let mut buf = [0u8; 128];
     Some(
-        match Provenance::encode_parts_into(&mut buf, topic, partition, offset) {
+        match Provenance::encode_parts_into(&mut buf, input, partition, offset) {
             Some(source) => all.insert(Header {
                 key: HEADER,
                 value: Some(source),
             }),
             None => all.insert(Header {
                 key: HEADER,
-                value: Some(&Provenance::encode_parts(topic, partition, offset)),
+                value: Some(&Provenance::encode_parts(input, partition, offset)),
             }),
         },
     )

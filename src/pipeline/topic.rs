@@ -134,7 +134,7 @@ impl<C: ProducerContext<DeliveryOpaque = usize> + 'static> TopicHandle<C> {
 
 /// The librdkafka header list `headers` wraps (rust-rdkafka's `OwnedHeaders::ptr` is private:
 /// its `as_borrowed` is the same pointer, cast).
-fn headers_ptr(headers: &OwnedHeaders) -> *mut RDKafkaHeaders {
+pub(super) fn headers_ptr(headers: &OwnedHeaders) -> *mut RDKafkaHeaders {
     headers.as_borrowed() as *const BorrowedHeaders as *mut RDKafkaHeaders
 }
 
