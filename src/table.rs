@@ -297,8 +297,10 @@ impl FingerprintTable {
     /// an entry or empty. Nothing is zeroed beforehand: a zeroed allocation costs mimalloc a
     /// `memset` of memory it reuses (the growth series frees each table after the next is
     /// allocated), which was three quarters of a growth's instructions
-    /// (`scripts/bench.sh --callgrind`, BENCHMARKS.md). Growing is for the first generation of
-    /// a partition only: the next ones are pre-sized ([`Self::with_capacity`]).
+    /// (`scripts/bench.sh --callgrind`, BENCHMARKS.md). A table grows from empty in a
+    /// partition's first generation; a later generation is sized at rotation for 1.125x its
+    /// predecessor's count (`Generations::rotate`, [`Self::with_capacity`]) and grows only when
+    /// it takes more than that.
     #[cold]
     fn grow(&mut self) {
         let capacity = (self.capacity * GROW_NUM / GROW_DEN).max(MIN_CAPACITY);

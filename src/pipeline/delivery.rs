@@ -179,19 +179,19 @@ impl DetachedHeaders {
 
 /// Whether rust-rdkafka's [`OwnedHeaders`] is laid out as the bare pointer to its librdkafka
 /// list (`OwnedHeaders { ptr: NativePtr { ptr: NonNull } }` in rdkafka 0.39, whose constructor
-/// from a pointer is private): the same size and alignment as a pointer, and the bytes of a
-/// real one are the pointer its `as_borrowed` gives. Checked once a process.
+/// from a pointer is private): the bytes of a real one are the pointer its `as_borrowed` gives.
+/// Checked once a process. (That it has a pointer's size and alignment is checked when this
+/// compiles: a rust-rdkafka that changes them fails the build here.)
 fn owned_headers_are_a_pointer() -> bool {
+    type Ptr = *mut rdkafka::bindings::rd_kafka_headers_t;
+    const _: () = assert!(
+        std::mem::size_of::<OwnedHeaders>() == std::mem::size_of::<Ptr>()
+            && std::mem::align_of::<OwnedHeaders>() == std::mem::align_of::<Ptr>()
+    );
     static CHECKED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *CHECKED.get_or_init(|| {
-        type Ptr = *mut rdkafka::bindings::rd_kafka_headers_t;
-        if std::mem::size_of::<OwnedHeaders>() != std::mem::size_of::<Ptr>()
-            || std::mem::align_of::<OwnedHeaders>() != std::mem::align_of::<Ptr>()
-        {
-            return false;
-        }
         let probe = OwnedHeaders::new_with_capacity(0);
-        // SAFETY: the sizes are equal (checked above); reading the bytes as a pointer moves
+        // SAFETY: the sizes are equal (asserted above); reading the bytes as a pointer moves
         // nothing (`probe` still owns its list).
         let bytes: Ptr = unsafe { std::mem::transmute_copy(&probe) };
         bytes == super::topic::headers_ptr(&probe)
@@ -305,7 +305,8 @@ mod tests {
     }
 
     /// The pool is on: rust-rdkafka's `OwnedHeaders` is the bare pointer `into_owned` relies on
-    /// (a rust-rdkafka that changes it fails here, and every list is then destroyed instead).
+    /// (a rust-rdkafka that keeps its size but changes what its bytes are fails here, and every
+    /// list is then destroyed instead; one that changes its size fails to build).
     #[test]
     fn owned_headers_are_the_pointer_to_their_list() {
         assert!(owned_headers_are_a_pointer());

@@ -286,7 +286,8 @@ fn headers(
     }
     debug_assert_eq!(msg.topic(), input, "a record of another topic than input.topic");
     let (partition, offset) = (msg.partition(), msg.offset());
-    // Room for a topic name of up to 95 bytes (a partition and an offset take at most 32).
+    // Room for a topic name of up to 95 bytes (the two `/`, a partition and an offset take at
+    // most 33: `-2147483648`, `-9223372036854775808`).
     let mut buf = [0u8; 128];
     Some(
         match Provenance::encode_parts_into(&mut buf, input, partition, offset) {
