@@ -17,8 +17,9 @@ use std::time::Instant;
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, OwnedHeaders};
+use rdkafka::message::{BorrowedHeaders, BorrowedMessage, OwnedHeaders};
 use rdkafka::producer::{DeliveryResult, ProducerContext};
+use rdkafka::types::RDKafkaHeaders;
 use rdkafka::Message;
 use tracing::warn;
 
@@ -194,8 +195,14 @@ fn owned_headers_are_a_pointer() -> bool {
         // SAFETY: the sizes are equal (asserted above); reading the bytes as a pointer moves
         // nothing (`probe` still owns its list).
         let bytes: Ptr = unsafe { std::mem::transmute_copy(&probe) };
-        bytes == super::topic::headers_ptr(&probe)
+        bytes == headers_ptr(&probe)
     })
+}
+
+/// The librdkafka header list `headers` wraps (rust-rdkafka's `OwnedHeaders::ptr` is private:
+/// its `as_borrowed` is the same pointer, cast).
+pub(super) fn headers_ptr(headers: &OwnedHeaders) -> *mut RDKafkaHeaders {
+    headers.as_borrowed() as *const BorrowedHeaders as *mut RDKafkaHeaders
 }
 
 /// The delivery opaque of the record with sequence number `seq` of input partition `partition`.
@@ -293,7 +300,7 @@ mod tests {
                 value: Some(*value),
             });
         }
-        let ptr = NonNull::new(super::super::topic::headers_ptr(&owned)).expect("a list");
+        let ptr = NonNull::new(headers_ptr(&owned)).expect("a list");
         std::mem::forget(owned);
         DetachedHeaders(ptr)
     }
@@ -314,7 +321,7 @@ mod tests {
         let list = detached(&[("a", "1")]);
         let ptr = list.0.as_ptr();
         let owned = list.into_owned().expect("an OwnedHeaders");
-        assert_eq!(super::super::topic::headers_ptr(&owned), ptr);
+        assert_eq!(headers_ptr(&owned), ptr);
         assert_eq!(pairs(&owned), vec![("a".to_string(), Some(b"1".to_vec()))]);
     }
 

@@ -18,12 +18,11 @@ use std::sync::Arc;
 
 use rdkafka::bindings as rdsys;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedHeaders, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::types::{RDKafkaHeaders, RDKafkaRespErr, RDKafkaTopic};
+use rdkafka::types::{RDKafkaRespErr, RDKafkaTopic};
 use rdkafka::util::IntoOpaque;
 
-use super::delivery::DeliveryContext;
+use super::delivery::{headers_ptr, DeliveryContext};
 
 /// The record [`TopicHandle::send`] takes: key and value as bytes, the delivery opaque of
 /// [`DeliveryContext`] (`encode_opaque`).
@@ -132,12 +131,6 @@ impl<C: ProducerContext<DeliveryOpaque = usize> + 'static> TopicHandle<C> {
     }
 }
 
-/// The librdkafka header list `headers` wraps (rust-rdkafka's `OwnedHeaders::ptr` is private:
-/// its `as_borrowed` is the same pointer, cast).
-pub(super) fn headers_ptr(headers: &OwnedHeaders) -> *mut RDKafkaHeaders {
-    headers.as_borrowed() as *const BorrowedHeaders as *mut RDKafkaHeaders
-}
-
 impl<C: ProducerContext<DeliveryOpaque = usize> + 'static> Drop for TopicHandle<C> {
     fn drop(&mut self) {
         // SAFETY: the handle's own application reference, released once; the producer it
@@ -152,7 +145,7 @@ mod tests {
     use std::time::Duration;
 
     use rdkafka::client::ClientContext;
-    use rdkafka::message::{Header, Headers};
+    use rdkafka::message::{Header, Headers, OwnedHeaders};
     use rdkafka::producer::{DeliveryResult, PurgeConfig};
     use rdkafka::{ClientConfig, Message};
 
