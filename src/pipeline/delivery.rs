@@ -205,6 +205,15 @@ pub(super) fn headers_ptr(headers: &OwnedHeaders) -> *mut RDKafkaHeaders {
     headers.as_borrowed() as *const BorrowedHeaders as *mut RDKafkaHeaders
 }
 
+/// A header list's (name, value) pairs, in order: what tests compare.
+#[cfg(test)]
+pub(super) fn header_pairs(h: &OwnedHeaders) -> Vec<(String, Option<Vec<u8>>)> {
+    use rdkafka::message::Headers;
+    h.iter()
+        .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
+        .collect()
+}
+
 /// The delivery opaque of the record with sequence number `seq` of input partition `partition`.
 pub(super) fn encode_opaque(partition: i32, seq: u64) -> usize {
     ((partition as u64) << SEQ_BITS | seq) as usize
@@ -305,12 +314,6 @@ mod tests {
         DetachedHeaders(ptr)
     }
 
-    fn pairs(h: &OwnedHeaders) -> Vec<(String, Option<Vec<u8>>)> {
-        h.iter()
-            .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-            .collect()
-    }
-
     /// The pool is on: rust-rdkafka's `OwnedHeaders` is the bare pointer `into_owned` relies on
     /// (a rust-rdkafka that keeps its size but changes what its bytes are fails here, and every
     /// list is then destroyed instead; one that changes its size fails to build).
@@ -322,7 +325,7 @@ mod tests {
         let ptr = list.0.as_ptr();
         let owned = list.into_owned().expect("an OwnedHeaders");
         assert_eq!(headers_ptr(&owned), ptr);
-        assert_eq!(pairs(&owned), vec![("a".to_string(), Some(b"1".to_vec()))]);
+        assert_eq!(header_pairs(&owned), vec![("a".to_string(), Some(b"1".to_vec()))]);
     }
 
     /// A case: its name, the list's headers (name, value), whether it is kept.
@@ -366,7 +369,7 @@ mod tests {
                 key: HEADER,
                 value: Some("events/1/8"),
             });
-            assert_eq!(pairs(&next), pairs(&fresh), "{name}");
+            assert_eq!(header_pairs(&next), header_pairs(&fresh), "{name}");
             assert_eq!(spares.len(), 0, "{name}");
         }
     }

@@ -145,10 +145,11 @@ mod tests {
     use std::time::Duration;
 
     use rdkafka::client::ClientContext;
-    use rdkafka::message::{Header, Headers, OwnedHeaders};
+    use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::{DeliveryResult, PurgeConfig};
     use rdkafka::{ClientConfig, Message};
 
+    use super::super::delivery::header_pairs;
     use super::*;
 
     const TOPIC: &str = "kd-topic-handle";
@@ -216,12 +217,6 @@ mod tests {
         Option<i64>,
         Option<Vec<(String, Option<Vec<u8>>)>>,
     );
-
-    fn header_pairs(h: &OwnedHeaders) -> Vec<(String, Option<Vec<u8>>)> {
-        h.iter()
-            .map(|h| (h.key.to_string(), h.value.map(<[u8]>::to_vec)))
-            .collect()
-    }
 
     /// The handle's send answers every record as rust-rdkafka's `send` does, and a refused record
     /// comes back whole.
