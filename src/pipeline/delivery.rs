@@ -111,9 +111,13 @@ impl Drop for DetachedHeaders {
 ///
 /// At most [`SpareHeaders::MAX`] lists are kept (about 64 bytes each: 2 MiB): the broker
 /// acknowledges a produced batch at once (librdkafka's `batch.num.messages`, 10,000 by default),
-/// so a batch's lists wait here for the next records. (With 4,096 kept, a run of 100,000 records
-/// reused 46 % of its lists; the pool never holds more lists than were in flight at once, which
-/// the producer's `queue.buffering.max.messages` bounds.)
+/// so a batch's lists wait here for the next records. The pool never holds more lists than were
+/// in flight at once, which the producer's `queue.buffering.max.messages` bounds. (In a run of
+/// 100,000 records of 100 B, none with headers of its own, 41,156 of the 89,968 forwarded took a
+/// list from the pool, 46 %: 48,812 lists were made, and the lists of the last records came back
+/// after the input had run out, filling the pool; 16,043 were destroyed at its bound.
+/// `scripts/bench.sh --callgrind`, calls of `OwnedHeaders::new_with_capacity` and of
+/// `rd_kafka_header_remove`.)
 #[derive(Default)]
 pub(super) struct SpareHeaders {
     /// The lists kept, each empty.
