@@ -10,6 +10,9 @@
 # broker's pid goes to the benchmark in KD_E2E_BROKER_PID (its CPU per record).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/help.sh
+source scripts/help.sh
+help_on_request "$@"
 
 log() { echo "[bench.sh] $*" >&2; }
 # shellcheck source=scripts/brokers.sh

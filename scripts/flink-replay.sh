@@ -30,6 +30,9 @@
 # names and, with --dir, leaves DIR/run.env with them (tests/flink.rs reads it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/help.sh
+source scripts/help.sh
+help_on_request "$@"
 
 log() { echo "[flink-replay] $(date +%H:%M:%S) $*" >&2; }
 # shellcheck source=scripts/brokers.sh

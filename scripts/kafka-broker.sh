@@ -18,6 +18,9 @@
 # sessions allowed); each is Apache Kafka's documented broker config (kafka.apache.org, "Broker
 # Configs").
 set -euo pipefail
+# shellcheck source=scripts/help.sh
+source "$(dirname "$0")/help.sh"
+help_on_request "$@"
 
 dir="$1" port="$2" advertised="${3:-0}" sasl="${4:-0}"
 [ "$advertised" != 0 ] || advertised="$port"

@@ -27,11 +27,10 @@ cd "$(dirname "$0")/.."
 log() { echo "[local-kafka] $*" >&2; }
 
 # Before anything is installed: the usage, and a port that is not one.
+# shellcheck source=scripts/help.sh
+source scripts/help.sh
+help_on_request "$@"
 case "${1:-}" in
-  -h | --help)
-    sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
-    exit 0
-    ;;
   topics | produce | consume | "") ;;
   *)
     if ! [[ "$1" =~ ^[0-9]+$ ]] || [ "$1" -lt 1 ] || [ "$1" -gt 65535 ]; then

@@ -14,6 +14,9 @@
 # CARGO_MUTANTS_ARGS) re-tests only what was missed last time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/help.sh
+source scripts/help.sh
+help_on_request "$@"
 
 log() { echo "[mutants.sh] $*" >&2; }
 mode="${1:-unit}"

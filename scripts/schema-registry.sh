@@ -12,6 +12,9 @@
 # ${KAFKA_DEDUP_CACHE:-~/.cache/kafka-dedup}/schema-registry-HASH. Needs Java 17 and Maven.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/help.sh
+source scripts/help.sh
+help_on_request "$@"
 CACHE="${KAFKA_DEDUP_CACHE:-$HOME/.cache/kafka-dedup}"
 src=java/schema-registry
 hash="$(cat "$src/pom.xml" "$src/settings.xml" $(find "$src/src" -type f | sort) | sha256sum | cut -c1-12)"

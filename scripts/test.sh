@@ -15,6 +15,9 @@
 # (a developer's long-lived broker; the SASL tests then need KAFKA_DEDUP_TEST_SASL_* too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/help.sh
+source scripts/help.sh
+help_on_request "$@"
 
 log() { echo "[test.sh] $*" >&2; }
 # shellcheck source=scripts/brokers.sh

@@ -1,6 +1,6 @@
 //! The documentation keeps up with the code: every configuration key the code accepts is in the
 //! configuration page's reference block (docs/configuration.md), and every key there is one the
-//! code accepts.
+//! code accepts; every script under scripts/ says its usage for `--help`.
 
 use std::collections::BTreeSet;
 
@@ -57,4 +57,52 @@ fn every_configuration_key_is_documented_and_every_documented_key_exists() {
     );
     // Every key the reference block shows is accepted by the parser as written there.
     Config::from_toml_str(block, Some(Default::default())).expect("the reference block loads as a configuration");
+}
+
+/// Every script a person runs prints its usage (its header comment) for `--help` and exits 0,
+/// before it installs, builds or starts anything: `scripts/bench.sh --help` started a release
+/// build, `scripts/flink-replay.sh --help` exited 2 ("unknown option"), `scripts/mutants.sh
+/// --help` would have installed cargo-mutants. (scripts/brokers.sh is sourced, not run.)
+#[test]
+fn every_script_prints_its_usage_for_help_before_doing_anything() {
+    use std::process::{Command, Stdio};
+    use std::time::Duration;
+    use wait_timeout::ChildExt;
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut scripts: Vec<String> = std::fs::read_dir(root.join("scripts"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".sh") && n != "brokers.sh" && n != "help.sh")
+        .collect();
+    scripts.sort();
+    assert!(scripts.len() >= 7, "the scripts: {scripts:?}");
+    for name in &scripts {
+        for flag in ["--help", "-h"] {
+            let mut child = Command::new("bash")
+                .arg(root.join("scripts").join(name))
+                .arg(flag)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            // Printing a comment takes milliseconds; an install or a build takes minutes.
+            let Some(status) = child.wait_timeout(Duration::from_secs(20)).unwrap() else {
+                let _ = child.kill();
+                panic!("scripts/{name} {flag} still running after 20 s: it does more than print its usage");
+            };
+            let out = child.wait_with_output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                status.success(),
+                "scripts/{name} {flag}: {status}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                stdout.contains(&format!("scripts/{name}")) && !stdout.contains("set -euo"),
+                "scripts/{name} {flag} prints its header, which names it: {stdout}"
+            );
+        }
+    }
 }
