@@ -8,6 +8,11 @@
 # installed with pip into $CACHE/peers/python) with a redis-server of its own on a free loopback
 # port; none of it is installed without `--peers`. `--callgrind DIR` installs valgrind. The
 # broker's pid goes to the benchmark in KD_E2E_BROKER_PID (its CPU per record).
+#
+# The benchmark's own options (benches/e2e.rs) pass through, among them --records N (default
+# 100000), --record-bytes 100,1000, --partitions 3,30, --duplicates 0.1, --rounds N,
+# --latency-seconds S and --binary NAME=PATH (an older release side by side). All of them, with
+# their defaults: `cargo bench --bench e2e -- --help` (builds the benchmark; no broker needed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/help.sh

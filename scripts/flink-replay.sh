@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The seed's scenario for real: a Flink job (examples/flink-replay, a MiniCluster in one JVM) copies
+# A real Flink job replaying into kafka-dedup: a Flink job (examples/flink-replay, a MiniCluster in one JVM) copies
 # increasing integers from one topic to another with KafkaSink; its JVM is SIGKILLed a few times at
 # random moments between checkpoints and relaunched from its newest retained checkpoint; kafka-dedup
 # runs between the job's output and a final topic. At the end it prints, for each topic read: records,

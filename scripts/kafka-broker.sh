@@ -14,9 +14,9 @@
 #
 # Formats the data directory, then runs the broker in the foreground (exec): the caller sends
 # SIGTERM to stop it and waits for "Kafka Server started" in DIR/server.log to know it is ready.
-# The settings below are one node's (replication factor 1) and a test's (fast group joins, short
-# sessions allowed); each is Apache Kafka's documented broker config (kafka.apache.org, "Broker
-# Configs").
+# The broker settings this script writes into DIR/server.properties are one node's (replication
+# factor 1) and a test's (fast group joins, short sessions allowed); each is Apache Kafka's
+# documented broker config (kafka.apache.org, "Broker Configs").
 set -euo pipefail
 # shellcheck source=scripts/help.sh
 source "$(dirname "$0")/help.sh"

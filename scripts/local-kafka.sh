@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Apache Kafka on this machine, to try the README's quick start without a cluster. Installs the
 # broker's jars once (java/broker/pom.xml through Maven; Java 17 and Maven from Debian if missing;
-# about 50 MB, the suite's own install) and then:
+# about 45 MB, the suite's own install) and then:
 #
 #   scripts/local-kafka.sh [PORT]           one node (KRaft, scripts/kafka-broker.sh) with a
 #                                           PLAINTEXT listener on 127.0.0.1:PORT (default 9092),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real Schema Registry on loopback for the avro: fingerprint source's tests: Apicurio Registry
+# A real Schema Registry on loopback for the tests of the avro: and protobuf: fingerprint sources: Apicurio Registry
 # 2.4.2.Final (java/schema-registry/pom.xml), its Confluent-compatible API at
 # http://127.0.0.1:PORT/apis/ccompat/v7, schemas kept in an H2 database under DATA_DIR (so a
 # registry stopped and started again on the same DATA_DIR keeps its schemas and ids).

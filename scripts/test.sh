@@ -4,12 +4,18 @@
 #     Java 17 and Maven for the broker, `prometheus` (2.42: `promtool` checks and unit-tests the
 #     alerting rules and `prometheus` scrapes a live kafka-dedup in tests/prometheus.rs; its own
 #     service is not started, the tests run their own on free ports);
-#   - Apache Kafka's jars (java/broker/pom.xml, through Maven; cached in $KAFKA_DEDUP_CACHE,
-#     outside the clone, with Maven's downloads in ~/.m2).
+#   - Apache Kafka 4.2.0's jars (java/broker/pom.xml, through Maven, about 45 MB; cached in
+#     $KAFKA_DEDUP_CACHE, default ~/.cache/kafka-dedup, outside the clone, with Maven's downloads
+#     in ~/.m2);
+#   - the Flink example's jars (examples/flink-replay, Maven, about 85 MB) for tests/flink.rs;
+#   - a Schema Registry (Apicurio 2.4.2, scripts/schema-registry.sh --build, Maven) and, from PyPI,
+#     the Python client's Avro and Protobuf serializers (confluent-kafka, protobuf) that write its
+#     records, for tests/schema_registry.rs.
+# Each is installed once per machine (the first run: about 10 minutes more).
 # Then it starts one Apache Kafka node (KRaft, broker and controller) on free loopback ports, with
 # a PLAINTEXT listener and a SASL_SSL one (SCRAM-SHA-512, a CA made for the run), runs
 # `cargo test` with any arguments given (e.g. `scripts/test.sh --test filter`), and stops the
-# broker, whatever the tests did.
+# broker, whatever the tests did. The whole suite takes about 20 minutes on 2 cores.
 #
 # KAFKA_DEDUP_TEST_BROKER set beforehand: the tests use that broker instead and none is started
 # (a developer's long-lived broker; the SASL tests then need KAFKA_DEDUP_TEST_SASL_* too).
