@@ -106,8 +106,16 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
             Some(filter_cfg) => run_global(&cfg, Arc::new(filter_cfg), &shutdown, &status).await?,
         };
         if result.is_ok() {
-            // The last line of a clean stop (exit 0); an error is printed by the caller.
-            info!("kafka-dedup stopped");
+            // The last line of a clean stop (exit 0), with the run's totals; an error is
+            // printed by the caller.
+            let t = status.totals.progress();
+            info!(
+                consumed = t.consumed,
+                forwarded = t.forwarded,
+                replays_dropped = t.replays_dropped,
+                unfingerprintable = t.unfingerprintable,
+                "kafka-dedup stopped"
+            );
         }
         let _ = http_stop_tx.send(());
         if let Some(t) = http_task {

@@ -686,6 +686,43 @@ impl Totals {
     pub fn get(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
     }
+
+    /// The counts a progress line gives (each checkpoint's, the stop's), read now.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            consumed: Self::get(&self.consumed),
+            forwarded: Self::get(&self.forwarded),
+            replays_dropped: Self::get(&self.duplicates),
+            unfingerprintable: Self::get(&self.unfingerprintable),
+        }
+    }
+}
+
+/// Records counted by [`Totals`] at one moment, or between two ([`Progress::since`]): what the log
+/// says at each checkpoint (since the previous checkpoint's line) and at the stop (since the start).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Records consumed.
+    pub consumed: u64,
+    /// Records acknowledged by the output topic.
+    pub forwarded: u64,
+    /// Replays dropped.
+    pub replays_dropped: u64,
+    /// Records without a fingerprint (any `fingerprint.on_missing` action).
+    pub unfingerprintable: u64,
+}
+
+impl Progress {
+    /// The counts from `earlier` to `self` (counters only grow; an `earlier` read later than
+    /// `self` gives 0s, not a wrapped count).
+    pub fn since(self, earlier: Progress) -> Progress {
+        Progress {
+            consumed: self.consumed.saturating_sub(earlier.consumed),
+            forwarded: self.forwarded.saturating_sub(earlier.forwarded),
+            replays_dropped: self.replays_dropped.saturating_sub(earlier.replays_dropped),
+            unfingerprintable: self.unfingerprintable.saturating_sub(earlier.unfingerprintable),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -128,6 +128,84 @@ fn retried_batch_horizon_diagnostics() {
     assert!(filter.terminate().success(), "{}", filter.logs());
 }
 
+/// The sum of field `field` (`name=N`) over the log lines whose message is `message` exactly
+/// (`tracing`'s format: `... target: message field=value ...`).
+fn sum_of(logs: &str, message: &str, field: &str) -> u64 {
+    let (head, key) = (format!(": {message} "), format!(" {field}="));
+    logs.lines()
+        .filter(|l| {
+            l.find(&head)
+                .is_some_and(|i| l[i + head.len()..].split(' ').next().is_some_and(|w| w.contains('=')))
+        })
+        .filter_map(|l| {
+            let rest = &l[l.find(&key)? + key.len()..];
+            rest.split(' ').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// What the log says without a scrape (a new user's first look at it): each checkpoint's line
+/// gives what was consumed, forwarded and dropped since the previous line (so the lines add up
+/// to the totals, each record counted once), and the stop's last line gives the totals. In both
+/// delivery modes (`commit=sent`: the offset commit; `commit=committed`: the transaction).
+#[test]
+fn the_log_says_what_each_checkpoint_forwarded_and_dropped_and_the_stop_the_totals() {
+    for delivery in ["idempotent", "transactional"] {
+        log_says_counts(delivery);
+    }
+}
+
+fn log_says_counts(delivery: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = (unique("ops-progress-in"), unique("ops-progress-out"));
+    kafka().create_topic(&input, 1);
+    kafka().create_topic(&output, 1);
+    let mut records = numbered(1..501);
+    records.extend(numbered(401..501));
+    records.extend(numbered(501..1001));
+    kafka().produce_raw(&input, 0, &records);
+
+    let mut spec = FilterSpec::new(&input, &output, dir.path());
+    spec.env.push(("KAFKA_DEDUP__OUTPUT__DELIVERY".into(), delivery.into()));
+    if delivery == "transactional" {
+        spec.env
+            .push(("KAFKA_DEDUP__OUTPUT__TRANSACTIONAL_ID".into(), unique("progress-txn")));
+    }
+    let mut filter = spec.start(dir.path());
+    filter.wait_metric(RECORDS_FORWARDED, &[], 1000.0, Duration::from_secs(60));
+    // The checkpoint after the last acknowledgement counts it (every `spec.interval`, 1 s).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sum_of(&filter.logs(), "checkpoint", "forwarded") < 1000 {
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint line counts 1000 forwarded:\n{}",
+            filter.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let logs = filter.logs();
+    let commit = if delivery == "transactional" {
+        "commit=committed"
+    } else {
+        "commit=sent"
+    };
+    assert!(
+        logs.lines().any(|l| l.contains(": checkpoint ") && l.contains(commit)),
+        "{delivery}: no checkpoint line with {commit}:\n{logs}"
+    );
+    assert_eq!(sum_of(&logs, "checkpoint", "forwarded"), 1000, "{logs}");
+    assert_eq!(sum_of(&logs, "checkpoint", "consumed"), 1100, "{logs}");
+    assert_eq!(sum_of(&logs, "checkpoint", "replays_dropped"), 100, "{logs}");
+    assert_eq!(sum_of(&logs, "checkpoint", "unfingerprintable"), 0, "{logs}");
+    assert!(filter.terminate().success(), "{}", filter.logs());
+    let logs = filter.logs();
+    let last = logs.lines().last().unwrap_or_default();
+    assert!(last.contains(": kafka-dedup stopped "), "{logs}");
+    assert_eq!(sum_of(last, "kafka-dedup stopped", "consumed"), 1100, "{logs}");
+    assert_eq!(sum_of(last, "kafka-dedup stopped", "forwarded"), 1000, "{logs}");
+    assert_eq!(sum_of(last, "kafka-dedup stopped", "replays_dropped"), 100, "{logs}");
+}
+
 /// Case 2: a restart without the local store rebuilds the partition from the output topic
 /// (30,000 records). While it re-reads, `/readyz` answers 503 with the reason; it answers 200
 /// only once everything is re-read; `/healthz` answers 200 throughout.

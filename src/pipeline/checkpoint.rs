@@ -151,7 +151,7 @@ impl Filter {
         let attempt = if resuming { COMMIT_RETRY_ATTEMPT } else { KAFKA_TIMEOUT };
         match self.commit_transaction(consumer, &[], true, attempt) {
             Ok(()) => {
-                debug!(partitions = parts, "checkpoint committed (transaction)");
+                self.log_checkpoint(parts, "committed");
                 Ok(())
             }
             Err(e) if e.retriable() && Instant::now() + COMMIT_RETRY_ATTEMPT < began + commit_deadline(&self.cfg) => {
@@ -421,7 +421,27 @@ impl Filter {
         let secs = ckpt.started.elapsed().as_secs_f64();
         telemetry::checkpoint_duration(secs);
         Totals::bump(&self.totals.checkpoints);
-        debug!(partitions = tpl.count(), seconds = secs, "checkpoint commit sent");
+        self.log_checkpoint(records.len(), "sent");
+    }
+
+    /// Logs a checkpoint at info: its input partitions, its commit (`sent`: the offset commit, which
+    /// the group coordinator confirms later, a refusal logged then; `committed`: the transaction)
+    /// and the records consumed, forwarded, dropped as replays and without a fingerprint since
+    /// the previous checkpoint's line (the lines add up to the totals that the stop's last line
+    /// gives: `/metrics` without a scrape).
+    fn log_checkpoint(&mut self, partitions: usize, commit: &'static str) {
+        let now = self.totals.progress();
+        let d = now.since(self.logged);
+        self.logged = now;
+        info!(
+            partitions,
+            commit = %commit,
+            consumed = d.consumed,
+            forwarded = d.forwarded,
+            replays_dropped = d.replays_dropped,
+            unfingerprintable = d.unfingerprintable,
+            "checkpoint"
+        );
     }
 
     /// Waits for a background store write and commits its checkpoint (before a hand-over). The

@@ -31,7 +31,7 @@ use crate::partition::{behind, Behind, Partition, Running, Target};
 use crate::provenance::Provenance;
 use crate::status::Status;
 use crate::store::{Store, StoreError};
-use crate::telemetry::{self, Totals};
+use crate::telemetry::{self, Progress, Totals};
 
 /// The pipeline state: partitions, producer, store, checkpoint. Owned by
 /// [`FilterContext`](super::FilterContext).
@@ -77,6 +77,8 @@ pub struct Filter {
     shutdown: Shutdown,
     /// Last time gauges were refreshed.
     pub(super) last_gauges: Instant,
+    /// The counts the previous checkpoint's log line gave ([`Filter::log_checkpoint`]).
+    pub(super) logged: Progress,
     /// Whether and since when this instance owns no partition.
     pub(super) idle: Idle,
     /// Questions of the live `/store/*` routes, answered in [`Filter::tick`] from this thread's
@@ -199,6 +201,7 @@ impl Filter {
             failure: None,
             topics,
             totals: status.totals.clone(),
+            logged: status.totals.progress(),
             status,
             shutdown,
             last_gauges: Instant::now(),

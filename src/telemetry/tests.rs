@@ -228,3 +228,32 @@ fn partition_label_of_a_sample_line() {
     assert_eq!(partition_of("a 1"), None);
     assert_eq!(partition_of("# HELP a{partition=\"1\"} x"), None);
 }
+
+/// `Progress::since`: the counts between two reads, field by field; an `earlier` read after
+/// `self` (a line logged from another read) gives 0, never a wrapped count.
+#[test]
+fn progress_since_counts_between_two_reads() {
+    let p = |consumed, forwarded, replays_dropped, unfingerprintable| Progress {
+        consumed,
+        forwarded,
+        replays_dropped,
+        unfingerprintable,
+    };
+    let table = [
+        (p(0, 0, 0, 0), p(0, 0, 0, 0), p(0, 0, 0, 0)),
+        (p(1100, 1000, 100, 0), p(0, 0, 0, 0), p(1100, 1000, 100, 0)),
+        (p(1100, 1000, 100, 3), p(600, 500, 100, 1), p(500, 500, 0, 2)),
+        (p(5, 5, 0, 0), p(7, 6, 1, 1), p(0, 0, 0, 0)),
+    ];
+    for (now, earlier, want) in table {
+        assert_eq!(now.since(earlier), want, "{now:?} since {earlier:?}");
+    }
+    let totals = Totals::default();
+    for _ in 0..3 {
+        Totals::bump(&totals.consumed);
+    }
+    Totals::bump(&totals.forwarded);
+    Totals::bump(&totals.duplicates);
+    Totals::bump(&totals.unfingerprintable);
+    assert_eq!(totals.progress(), p(3, 1, 1, 1));
+}
