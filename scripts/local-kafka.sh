@@ -8,7 +8,7 @@
 #                                           in the foreground until Ctrl-C (or SIGTERM to
 #                                           this script, when it runs in the background); its data and
 #                                           server.log go to a temporary directory, removed
-#                                           when it stops
+#                                           when it stops (its last line says so)
 #   scripts/local-kafka.sh topics ARGS...   Apache Kafka's kafka-topics.sh (TopicCommand), e.g.
 #     scripts/local-kafka.sh topics --bootstrap-server 127.0.0.1:9092 --create --topic events --partitions 6
 #   scripts/local-kafka.sh produce ARGS...  kafka-console-producer.sh (ConsoleProducer): a record
@@ -64,6 +64,7 @@ pids+=("$!")
 for _ in $(seq 1 900); do
   if grep -qs "Kafka Server started" "$dir/server.log"; then
     log "Apache Kafka $KAFKA_VERSION ready on 127.0.0.1:$port (log: $dir/server.log); Ctrl-C (or SIGTERM to pid $$) stops it"
+    trap 'cleanup; log "Apache Kafka stopped; its data and log removed"' EXIT
     wait "${pids[0]}" || true
     exit 0
   fi

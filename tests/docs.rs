@@ -106,3 +106,63 @@ fn every_script_prints_its_usage_for_help_before_doing_anything() {
         }
     }
 }
+
+/// The quick start's broker, `scripts/local-kafka.sh PORT`, stops on Ctrl-C as its usage says
+/// (SIGINT to the terminal's foreground group: the script and the broker it started), leaves no
+/// process and no listener behind, and says that it stopped (before, it printed nothing: a new
+/// user could not tell it from a hang). Needs Apache Kafka's jars (`scripts/test.sh` installs
+/// them; the script installs them itself otherwise).
+#[test]
+fn local_kafka_stops_its_broker_on_ctrl_c_and_says_so() {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    use wait_timeout::ChildExt;
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("local-kafka.log");
+    let mut child = Command::new("bash")
+        .arg(root.join("scripts/local-kafka.sh"))
+        .arg(port.to_string())
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .process_group(0) // its own group, as a terminal's foreground job is
+        .spawn()
+        .unwrap();
+    let group = child.id() as i32;
+    let read = || std::fs::read_to_string(&log).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(300); // the jars' install, on a fresh machine
+    while !read().contains("ready on") {
+        if Instant::now() >= deadline || child.try_wait().unwrap().is_some() {
+            unsafe { libc::killpg(group, libc::SIGKILL) };
+            panic!("scripts/local-kafka.sh {port} did not get ready:\n{}", read());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(), "{}", read());
+    // Ctrl-C: SIGINT to the whole foreground group.
+    unsafe { libc::killpg(group, libc::SIGINT) };
+    let status = child.wait_timeout(Duration::from_secs(40)).unwrap();
+    let alive = unsafe { libc::killpg(group, 0) } == 0;
+    if status.is_none() || alive {
+        unsafe { libc::killpg(group, libc::SIGKILL) };
+    }
+    assert!(status.is_some(), "still running 40 s after Ctrl-C:\n{}", read());
+    assert!(
+        !alive,
+        "a process of its group (the broker) outlived the script:\n{}",
+        read()
+    );
+    assert!(read().contains("Apache Kafka stopped"), "{}", read());
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "port {port} still answers"
+    );
+}
