@@ -198,6 +198,11 @@ fn check_config(config: &Path, connect: bool) -> ExitCode {
         eprintln!("kafka-dedup: problem: {p}");
     }
     if report.problems.is_empty() {
+        eprintln!(
+            "kafka-dedup: no problem found ({} checks passed, {} warning(s))",
+            report.passed.len(),
+            report.warnings.len()
+        );
         ExitCode::SUCCESS
     } else {
         eprintln!("kafka-dedup: {} problem(s) found", report.problems.len());
