@@ -11,7 +11,8 @@
 #   - a Schema Registry (Apicurio 2.4.2, scripts/schema-registry.sh --build, Maven) and, from PyPI,
 #     the Python client's Avro and Protobuf serializers (confluent-kafka, protobuf) that write its
 #     records, for tests/schema_registry.rs.
-# Each is installed once per machine (the first run: about 10 minutes more).
+# Each is installed once per machine (the first run: a few minutes more, besides librdkafka's
+# first build: the jars 10-30 s, the Flink example about 2 minutes, the Schema Registry about 1).
 # Then it starts one Apache Kafka node (KRaft, broker and controller) on free loopback ports, with
 # a PLAINTEXT listener and a SASL_SSL one (SCRAM-SHA-512, a CA made for the run), runs
 # `cargo test` with any arguments given (e.g. `scripts/test.sh --test filter`), and stops the
