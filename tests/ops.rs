@@ -199,8 +199,11 @@ fn log_says_counts(delivery: &str) {
     assert_eq!(sum_of(&logs, "checkpoint", "unfingerprintable"), 0, "{logs}");
     assert!(filter.terminate().success(), "{}", filter.logs());
     let logs = filter.logs();
-    let last = logs.lines().last().unwrap_or_default();
-    assert!(last.contains(": kafka-dedup stopped "), "{logs}");
+    let last = logs
+        .lines()
+        .rfind(|l| l.contains(": kafka-dedup stopped "))
+        .unwrap_or_default();
+    assert!(!last.is_empty(), "no stop line:\n{logs}");
     assert_eq!(sum_of(last, "kafka-dedup stopped", "consumed"), 1100, "{logs}");
     assert_eq!(sum_of(last, "kafka-dedup stopped", "forwarded"), 1000, "{logs}");
     assert_eq!(sum_of(last, "kafka-dedup stopped", "replays_dropped"), 100, "{logs}");
