@@ -63,10 +63,13 @@ scripts/kafka-broker.sh "$dir" "$port" >"$dir/stdout.log" 2>&1 &
 pids+=("$!")
 for _ in $(seq 1 900); do
   if grep -qs "Kafka Server started" "$dir/server.log"; then
-    log "Apache Kafka $KAFKA_VERSION ready on 127.0.0.1:$port (log: $dir/server.log); Ctrl-C (or SIGTERM to pid $$) stops it"
     trap 'cleanup; log "Apache Kafka stopped; its data and log removed"' EXIT
+    log "Apache Kafka $KAFKA_VERSION ready on 127.0.0.1:$port (log: $dir/server.log); Ctrl-C (or SIGTERM to pid $$) stops it"
+    # Returns only when the broker ended by itself (a signal to this script ends it first).
     wait "${pids[0]}" || true
-    exit 0
+    tail -n 50 "$dir/server.log" 2>/dev/null || true
+    log "Apache Kafka ended by itself (its log above)"
+    exit 1
   fi
   kill -0 "${pids[0]}" 2>/dev/null || break
   sleep 0.2

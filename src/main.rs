@@ -178,7 +178,8 @@ fn check_config(config: &Path, connect: bool) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    for w in cfg.kafka.warnings() {
+    let config_warnings = cfg.kafka.warnings();
+    for w in &config_warnings {
         eprintln!("kafka-dedup: warning: {w}");
     }
     // A comment, so that the output stays a valid configuration file.
@@ -201,7 +202,7 @@ fn check_config(config: &Path, connect: bool) -> ExitCode {
         eprintln!(
             "kafka-dedup: no problem found ({} checks passed, {} warning(s))",
             report.passed.len(),
-            report.warnings.len()
+            config_warnings.len() + report.warnings.len()
         );
         ExitCode::SUCCESS
     } else {

@@ -125,42 +125,54 @@ fn local_kafka_stops_its_broker_on_ctrl_c_and_says_so() {
         .local_addr()
         .unwrap()
         .port();
+    /// Kills what is left of the group however the test ends (it is not the test's group).
+    struct Group(i32);
+    impl Drop for Group {
+        fn drop(&mut self) {
+            unsafe { libc::killpg(self.0, libc::SIGKILL) };
+        }
+    }
+
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("local-kafka.log");
+    let out = std::fs::File::create(&log).unwrap();
     let mut child = Command::new("bash")
         .arg(root.join("scripts/local-kafka.sh"))
         .arg(port.to_string())
         .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(std::fs::File::create(&log).unwrap())
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
         .process_group(0) // its own group, as a terminal's foreground job is
         .spawn()
         .unwrap();
-    let group = child.id() as i32;
+    let group = Group(child.id() as i32);
     let read = || std::fs::read_to_string(&log).unwrap_or_default();
     let deadline = Instant::now() + Duration::from_secs(300); // the jars' install, on a fresh machine
     while !read().contains("ready on") {
-        if Instant::now() >= deadline || child.try_wait().unwrap().is_some() {
-            unsafe { libc::killpg(group, libc::SIGKILL) };
-            panic!("scripts/local-kafka.sh {port} did not get ready:\n{}", read());
-        }
+        assert!(
+            Instant::now() < deadline && child.try_wait().unwrap().is_none(),
+            "scripts/local-kafka.sh {port} did not get ready:\n{}",
+            read()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(), "{}", read());
-    // Ctrl-C: SIGINT to the whole foreground group.
-    unsafe { libc::killpg(group, libc::SIGINT) };
-    let status = child.wait_timeout(Duration::from_secs(40)).unwrap();
-    let alive = unsafe { libc::killpg(group, 0) } == 0;
-    if status.is_none() || alive {
-        unsafe { libc::killpg(group, libc::SIGKILL) };
-    }
-    assert!(status.is_some(), "still running 40 s after Ctrl-C:\n{}", read());
+    // Ctrl-C: SIGINT to the whole foreground group. The script stops the broker (SIGTERM, then
+    // SIGKILL after 20 s) before it exits.
+    unsafe { libc::killpg(group.0, libc::SIGINT) };
+    let status = child.wait_timeout(Duration::from_secs(60)).unwrap();
+    let alive = unsafe { libc::killpg(group.0, 0) } == 0;
+    assert!(status.is_some(), "still running 60 s after Ctrl-C:\n{}", read());
     assert!(
         !alive,
         "a process of its group (the broker) outlived the script:\n{}",
         read()
     );
-    assert!(read().contains("Apache Kafka stopped"), "{}", read());
+    assert!(
+        read().contains("Apache Kafka stopped") && !read().contains("ended by itself"),
+        "{}",
+        read()
+    );
     assert!(
         std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
         "port {port} still answers"

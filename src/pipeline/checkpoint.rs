@@ -425,11 +425,12 @@ impl Filter {
     }
 
     /// Logs a checkpoint at info: its input partitions, its commit (`sent`: the offset commit, which
-    /// the group coordinator confirms later, a refusal logged then; `committed`: the transaction)
-    /// and the records consumed, forwarded, dropped as replays and without a fingerprint since
-    /// the previous checkpoint's line (the lines add up to the totals that the stop's last line
-    /// gives: `/metrics` without a scrape).
-    fn log_checkpoint(&mut self, partitions: usize, commit: &'static str) {
+    /// the group coordinator confirms later, a refusal logged then; `committed`: the transaction;
+    /// `hand-over`: the commit of partitions handed over, at a revocation or the stop) and the
+    /// records of the whole process consumed, forwarded, dropped as replays and without a
+    /// fingerprint since the previous line (so the lines of a run whose stop's hand-over commits
+    /// add up to the totals that the stop's last line gives: `/metrics` without a scrape).
+    pub(super) fn log_checkpoint(&mut self, partitions: usize, commit: &'static str) {
         let now = self.totals.progress();
         let d = now.since(self.logged);
         self.logged = now;

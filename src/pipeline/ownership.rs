@@ -552,7 +552,9 @@ impl Filter {
         let deadline = Instant::now() + self.cfg.output.handover_timeout;
         self.finish_persisting(consumer, deadline);
         if let Mode::Transactional { .. } = self.mode {
-            return Ok(self.commit_transaction(consumer, parts, continuing, KAFKA_TIMEOUT)?);
+            self.commit_transaction(consumer, parts, continuing, KAFKA_TIMEOUT)?;
+            self.log_checkpoint(parts.len(), "hand-over");
+            return Ok(());
         }
         if !self.wait_deliveries(parts, deadline) {
             return Err(match &self.failure {
@@ -570,6 +572,7 @@ impl Filter {
         let left = deadline.saturating_duration_since(Instant::now()).max(COMMIT_WAIT_MIN);
         kafka::commit_within(consumer, &tpl, left)?;
         info!(partitions = ?parts, "offsets committed for a clean hand-over");
+        self.log_checkpoint(parts.len(), "hand-over");
         Ok(())
     }
 
