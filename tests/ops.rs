@@ -90,18 +90,26 @@ fn load_dashboard() -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// Case 1, horizon diagnostics: 1..500, 401..500 again, 501..1000. Each replay sits exactly 100
-/// input offsets after its first copy, so the distance histogram holds 100 samples of 100.
-#[test]
-fn retried_batch_horizon_diagnostics() {
-    let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("ops-retry-in"), unique("ops-retry-out"));
+/// Given: topics `<name>-in-…` and `<name>-out-…` of one partition, the input holding issue 4's
+/// retried batch: 1..500, then 401..500 again (100 replays), then 501..1000: 1,100 records,
+/// 1,000 distinct. Returns (input, output).
+fn retried_batch(name: &str) -> (String, String) {
+    let (input, output) = (unique(&format!("{name}-in")), unique(&format!("{name}-out")));
     kafka().create_topic(&input, 1);
     kafka().create_topic(&output, 1);
     let mut records = numbered(1..501);
     records.extend(numbered(401..501));
     records.extend(numbered(501..1001));
     kafka().produce_raw(&input, 0, &records);
+    (input, output)
+}
+
+/// Case 1, horizon diagnostics: 1..500, 401..500 again, 501..1000. Each replay sits exactly 100
+/// input offsets after its first copy, so the distance histogram holds 100 samples of 100.
+#[test]
+fn retried_batch_horizon_diagnostics() {
+    let dir = tempfile::tempdir().unwrap();
+    let (input, output) = retried_batch("ops-retry");
 
     let spec = FilterSpec::new(&input, &output, dir.path());
     let mut filter = spec.start(dir.path());
@@ -158,13 +166,7 @@ fn the_log_says_what_each_checkpoint_forwarded_and_dropped_and_the_stop_the_tota
 
 fn log_says_counts(delivery: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let (input, output) = (unique("ops-progress-in"), unique("ops-progress-out"));
-    kafka().create_topic(&input, 1);
-    kafka().create_topic(&output, 1);
-    let mut records = numbered(1..501);
-    records.extend(numbered(401..501));
-    records.extend(numbered(501..1001));
-    kafka().produce_raw(&input, 0, &records);
+    let (input, output) = retried_batch("ops-progress");
 
     let mut spec = FilterSpec::new(&input, &output, dir.path());
     spec.env.push(("KAFKA_DEDUP__OUTPUT__DELIVERY".into(), delivery.into()));
