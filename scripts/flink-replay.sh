@@ -86,7 +86,12 @@ run="$(cd "$run" && pwd)"
 
 # Flink's JVM flags (its config.yaml's env.java.opts.all) for JDK 17; the client compiler only and
 # the serial collector: a relaunch starts faster on 2 cores, and 200 records/s need no more.
-flink_java=(java -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1
+# java.io.tmpdir in $WORK (removed at exit): the MiniCluster unpacks its RPC jar (21 MB) and makes
+# its io, netty-shuffle, dist-cache and minicluster_ directories there, which only a shutdown hook
+# removes, and a SIGKILLed JVM runs none: in /tmp each kill left them behind.
+java_tmp="$WORK/java-tmp"
+mkdir -p "$java_tmp"
+flink_java=(java -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "-Djava.io.tmpdir=$java_tmp"
   --add-exports=java.base/sun.net.util=ALL-UNNAMED --add-exports=java.rmi/sun.rmi.registry=ALL-UNNAMED
   --add-exports=java.security.jgss/sun.security.krb5=ALL-UNNAMED
   --add-opens=java.base/java.lang=ALL-UNNAMED --add-opens=java.base/java.net=ALL-UNNAMED
@@ -97,7 +102,7 @@ flink_java=(java -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1
   --add-opens=java.base/java.util.concurrent.atomic=ALL-UNNAMED
   --add-opens=java.base/java.util.concurrent.locks=ALL-UNNAMED
   -cp "$FLINK_REPLAY_LIBS/*" kafkadedup.flinkreplay.Main)
-tool_java=(java -Xmx256m -XX:+UseSerialGC -cp "$FLINK_REPLAY_LIBS/*" kafkadedup.flinkreplay.Main)
+tool_java=(java -Xmx256m -XX:+UseSerialGC "-Djava.io.tmpdir=$java_tmp" -cp "$FLINK_REPLAY_LIBS/*" kafkadedup.flinkreplay.Main)
 
 p="flink-replay-$(date +%s)-$$"
 input="$p.in"
