@@ -9,7 +9,7 @@
 //! describe ACLs is needed) include READ on the topics it consumes (input, output for recovery,
 //! route) and WRITE on those it produces to (output, side topics, route); the group coordinator
 //! answers a committed-offsets fetch for `input.group_id` (and `<group>-global`), asked again
-//! while it is not ready ([`coordinator_not_ready`]). Not checked:
+//! while it is not ready ([`kafka::coordinator_not_ready`]). Not checked:
 //! READ on the group itself (a commit would write an offset; the fetch needs only DESCRIBE), a
 //! transactional id's permission (`init_transactions` would fence a running instance), and the
 //! topics' configuration (retention, `max.message.bytes`).
@@ -277,31 +277,8 @@ fn describe_topics<C: ConsumerContext>(
     }
 }
 
-/// How long the committed-offsets fetch is asked again while the group coordinator is being
-/// elected or loads its offsets ([`coordinator_not_ready`]): Kafka's
-/// `offsets.topic` load of a fresh broker takes seconds; `run` waits it out as well.
-const COORDINATOR_WAIT: Duration = Duration::from_secs(30);
-
-/// Pause between two committed-offsets fetches while the coordinator is not ready.
-const COORDINATOR_RETRY: Duration = Duration::from_millis(500);
-
-/// Whether `code` from an OffsetFetch says the group coordinator is not ready yet, which Kafka's
-/// protocol marks retriable (`NOT_COORDINATOR`, `COORDINATOR_LOAD_IN_PROGRESS`,
-/// `COORDINATOR_NOT_AVAILABLE`; Kafka's `Errors` enum): a broker that just started answers so
-/// while it elects the coordinator and loads `__consumer_offsets`. librdkafka's
-/// `rd_kafka_committed` returns them to the caller instead of waiting.
-pub fn coordinator_not_ready(code: rdkafka::types::RDKafkaErrorCode) -> bool {
-    use rdkafka::types::RDKafkaErrorCode as E;
-    matches!(
-        code,
-        E::NotCoordinator | E::CoordinatorLoadInProgress | E::CoordinatorNotAvailable
-    )
-}
-
 /// The committed offsets of `tpl` for `group`, asked with `cfg`'s client settings; asked again
-/// for up to [`COORDINATOR_WAIT`] while the coordinator is not ready
-/// ([`coordinator_not_ready`]). Errors: any other error at once, or the last one when the wait
-/// is over.
+/// while the coordinator is not ready ([`kafka::committed_when_ready`]).
 fn fetch_committed(
     cfg: &Config,
     group: &str,
@@ -310,18 +287,7 @@ fn fetch_committed(
     let client = kafka::reader_config(cfg)
         .set("group.id", group)
         .create::<BaseConsumer>()?;
-    let deadline = std::time::Instant::now() + COORDINATOR_WAIT;
-    loop {
-        match client.committed_offsets(tpl.clone(), TIMEOUT) {
-            Err(e)
-                if e.rdkafka_error_code().is_some_and(coordinator_not_ready)
-                    && std::time::Instant::now() + COORDINATOR_RETRY < deadline =>
-            {
-                std::thread::sleep(COORDINATOR_RETRY);
-            }
-            other => return other,
-        }
-    }
+    kafka::committed_when_ready(&client, &tpl, TIMEOUT)
 }
 
 /// What `check-config --connect` found: the problems (exit 1 when any) and warnings, and one
@@ -454,7 +420,7 @@ mod tests {
             (E::OperationTimedOut, false),
             (E::UnknownTopicOrPartition, false),
         ] {
-            assert_eq!(coordinator_not_ready(code), again, "{code:?}");
+            assert_eq!(kafka::coordinator_not_ready(code), again, "{code:?}");
         }
     }
 
@@ -497,7 +463,7 @@ mod tests {
             err.rdkafka_error_code(),
             Some(rdkafka::types::RDKafkaErrorCode::GroupAuthorizationFailed)
         );
-        assert!(started.elapsed() < COORDINATOR_WAIT, "{:?}", started.elapsed());
+        assert!(started.elapsed() < kafka::COORDINATOR_WAIT, "{:?}", started.elapsed());
     }
 
     /// Each row: the facts, the problems expected (substrings, in order), the warnings count.

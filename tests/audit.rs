@@ -163,7 +163,7 @@ fn planted(provenance: bool) {
     let text = given.audit(&["--partition", "0"]);
     assert!(
         text.stdout
-            .contains("\nCLEAN: 1 partition(s), 41 input records judged (40 forwarded, 1 replays"),
+            .contains("\nCLEAN: 1 partition(s), 41 input records judged (40 forwarded, 1 replay(s)"),
         "{}",
         text.stdout
     );
@@ -525,7 +525,7 @@ fn repeats_outside_the_horizon_are_counted_not_failed() {
     assert_eq!(text.code, 0);
     for needle in [
         "REPEAT output offset 40 repeats output offset 0",
-        "80 forwarded, 0 replays",
+        "80 forwarded, 0 replay(s)",
         "80 repeats outside the horizon",
     ] {
         assert!(text.stdout.contains(needle), "{needle:?} in:\n{}", text.stdout);

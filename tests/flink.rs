@@ -82,7 +82,11 @@ fn flink_job_killed_three_times_replays_and_kafka_dedup_forwards_each_integer_on
         .difference(&flink_files_before)
         .cloned()
         .collect();
-    assert!(left.is_empty(), "the Flink job's JVMs left files in {}: {left:?}", std::env::temp_dir().display());
+    assert!(
+        left.is_empty(),
+        "the Flink job's JVMs left files in {}: {left:?}",
+        std::env::temp_dir().display()
+    );
 
     let env = run_env(dir.path());
     let partitions: i32 = env["PARTITIONS"].parse().unwrap();

@@ -215,7 +215,7 @@ impl Report {
         let t = &self.totals;
         writeln!(
             out,
-            "{}: {} partition(s), {} input records judged ({} forwarded, {} replays, {} not forwardable, \
+            "{}: {} partition(s), {} input records judged ({} forwarded, {} replay(s), {} not forwardable, \
              {} skipped, {} dead-lettered), {} output records; {} duplicate(s), {} lost, {} out of order, {} unexpected",
             match (self.clean, t.input_records) {
                 (false, _) => "NOT CLEAN",
@@ -302,7 +302,7 @@ fn write_partition(out: &mut impl Write, p: &PartitionReport, horizon: Horizon) 
     )?;
     writeln!(
         out,
-        "  {} forwarded, {} replays, {} not forwardable, {} skipped, {} dead-lettered; {}{}",
+        "  {} forwarded, {} replay(s), {} not forwardable, {} skipped, {} dead-lettered; {}{}",
         a.forwarded,
         a.replays,
         a.not_forwardable,

@@ -1,6 +1,7 @@
-//! The bounded synchronous offset commit ([`commit_within`]).
+//! The bounded synchronous offset commit ([`commit_within`]) and the committed offsets' fetch
+//! that waits for a group coordinator still starting ([`committed_when_ready`]).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
@@ -53,5 +54,52 @@ pub fn commit_within<C: ConsumerContext>(
     match RDKafkaErrorCode::from(code) {
         RDKafkaErrorCode::NoError => Ok(()),
         other => Err(KafkaError::ConsumerCommit(other)),
+    }
+}
+
+/// How long [`committed_when_ready`] asks again while the group coordinator is being elected or
+/// loads its offsets ([`coordinator_not_ready`]): Kafka's `__consumer_offsets` load on a broker
+/// just started takes seconds.
+pub const COORDINATOR_WAIT: Duration = Duration::from_secs(30);
+
+/// Pause between two committed-offsets fetches while the coordinator is not ready.
+const COORDINATOR_RETRY: Duration = Duration::from_millis(500);
+
+/// Whether `code` from an OffsetFetch says the group coordinator is not ready yet, which Kafka's
+/// protocol marks retriable (`NOT_COORDINATOR`, `COORDINATOR_LOAD_IN_PROGRESS`,
+/// `COORDINATOR_NOT_AVAILABLE`; Kafka's `Errors` enum): a broker that just started answers so
+/// while it elects the coordinator and loads `__consumer_offsets`. librdkafka's
+/// `rd_kafka_committed` returns them to the caller instead of waiting.
+pub fn coordinator_not_ready(code: RDKafkaErrorCode) -> bool {
+    use RDKafkaErrorCode as E;
+    matches!(
+        code,
+        E::NotCoordinator | E::CoordinatorLoadInProgress | E::CoordinatorNotAvailable
+    )
+}
+
+/// The offsets `consumer`'s group committed on `tpl` (`consumer.committed_offsets`, each ask
+/// bounded by `timeout`), asked again every 500 ms for up to [`COORDINATOR_WAIT`] while the
+/// coordinator is not ready ([`coordinator_not_ready`]). For the one-shot readers of committed
+/// offsets (`audit`, `check-config --connect`, the route stage's start); a partition's recovery
+/// retries its whole read instead, cancellable by a revocation.
+///
+/// Errors: any other error at once, or the last "not ready" one when the wait is over.
+pub fn committed_when_ready<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    tpl: &TopicPartitionList,
+    timeout: Duration,
+) -> KafkaResult<TopicPartitionList> {
+    let deadline = Instant::now() + COORDINATOR_WAIT;
+    loop {
+        match consumer.committed_offsets(tpl.clone(), timeout) {
+            Err(e)
+                if e.rdkafka_error_code().is_some_and(coordinator_not_ready)
+                    && Instant::now() + COORDINATOR_RETRY < deadline =>
+            {
+                std::thread::sleep(COORDINATOR_RETRY);
+            }
+            other => return other,
+        }
     }
 }
