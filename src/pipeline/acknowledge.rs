@@ -3,13 +3,13 @@
 //! each marks its record done in the partition's [`InFlight`](crate::partition::InFlight), or
 //! halts the partition (a refused side copy, `halt`), or stops the pipeline.
 
-use std::sync::mpsc::{RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use rdkafka::error::RDKafkaErrorCode;
 use tracing::{error, info};
 
 use super::delivery::{decode_opaque, Acknowledgement, DeliveryEvent, DeliveryFailure};
+use super::delivery_queue::Waited;
 use super::filter::Filter;
 use super::mode::Mode;
 use super::Fatal;
@@ -17,13 +17,20 @@ use crate::partition::{Partition, Running, Target};
 use crate::telemetry::Totals;
 
 impl Filter {
-    /// Applies every acknowledgement that arrived.
+    /// Applies every acknowledgement that arrived, a batch at a time (those that arrive
+    /// meanwhile too), in the order they were sent.
     pub(super) fn drain_deliveries(&mut self) {
         loop {
-            match self.deliveries.try_recv() {
-                Ok(ev) => self.apply_delivery(ev),
-                Err(TryRecvError::Empty) | Err(TryRecvError::Disconnected) => return,
+            let mut batch = std::mem::take(&mut self.delivery_batch);
+            self.deliveries.take_into(&mut batch);
+            if batch.is_empty() {
+                self.delivery_batch = batch;
+                return;
             }
+            for ev in batch.drain(..) {
+                self.apply_delivery(ev);
+            }
+            self.delivery_batch = batch;
         }
     }
 
@@ -107,10 +114,9 @@ impl Filter {
             if left.is_zero() {
                 return false;
             }
-            match self.deliveries.recv_timeout(left.min(Duration::from_millis(100))) {
-                Ok(ev) => self.apply_delivery(ev),
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => return false,
+            match self.deliveries.wait(left.min(Duration::from_millis(100))) {
+                Waited::Ready | Waited::Timeout => {}
+                Waited::Disconnected => return false,
             }
         }
     }

@@ -1,7 +1,7 @@
 //! The producer's side of librdkafka: the producer context ([`DeliveryContext`]), whose delivery
 //! callback runs on the thread that polls the producer (rust-rdkafka's `ThreadedProducer`
 //! polling thread; the pipeline thread itself while it flushes) and only sends a
-//! [`DeliveryEvent`] into a channel (the pipeline thread drains it, `acknowledge`), and the
+//! [`DeliveryEvent`] into a queue (`delivery_queue`; the pipeline thread drains it, `acknowledge`), and the
 //! delivery opaque that names the record an event is for. Its client errors and log lines go
 //! through `kafka::logs`, as every context's. Knows nothing of the `Filter`.
 //!
@@ -10,7 +10,6 @@
 //! tracking.
 
 use std::ptr::NonNull;
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,6 +22,7 @@ use rdkafka::types::RDKafkaHeaders;
 use rdkafka::Message;
 use tracing::warn;
 
+use super::delivery_queue::DeliverySender;
 use super::refused::SideCopy;
 use crate::kafka::logs::{log_client_line, Throttle};
 use crate::partition::SEQ_BITS;
@@ -231,9 +231,8 @@ pub(super) fn decode_opaque(opaque: usize) -> (i32, u64) {
 
 /// Producer context: forwards every acknowledgement to the pipeline thread.
 pub struct DeliveryContext {
-    /// Where acknowledgements go; drained by `Filter::tick` on the pipeline thread. (`Sender` is
-    /// `Sync`: no lock per acknowledgement.)
-    tx: Sender<DeliveryEvent>,
+    /// Where acknowledgements go; drained by `Filter::tick` on the pipeline thread.
+    tx: DeliverySender<DeliveryEvent>,
     /// Receives client errors: the producer's background thread reports an authentication or
     /// TLS failure at once, with librdkafka's explanation (`/readyz`).
     status: Arc<Status>,
@@ -243,7 +242,7 @@ pub struct DeliveryContext {
 
 impl DeliveryContext {
     /// A context that sends acknowledgements to `tx` and client errors to `status`.
-    pub(super) fn new(tx: Sender<DeliveryEvent>, status: Arc<Status>) -> Self {
+    pub(super) fn new(tx: DeliverySender<DeliveryEvent>, status: Arc<Status>) -> Self {
         DeliveryContext {
             tx,
             status,
@@ -289,7 +288,7 @@ impl ProducerContext for DeliveryContext {
                 None,
             ),
         };
-        let _ = self.tx.send(DeliveryEvent {
+        self.tx.send(DeliveryEvent {
             opaque,
             result,
             headers,

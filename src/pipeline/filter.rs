@@ -13,6 +13,7 @@ use rdkafka::Message;
 use tracing::{debug, error, info, warn};
 
 use super::delivery::{encode_opaque, DeliveryContext, DeliveryEvent, SpareHeaders};
+use super::delivery_queue::{self, DeliveryReceiver};
 use super::mode::Mode;
 use super::produce::{self, refuse, send, timestamp_refusal, Added, Destination, Refused, TimestampLimits};
 use super::producers::Producers;
@@ -54,7 +55,10 @@ pub struct Filter {
     /// set), of `side_producer` when there is one, of `producer` otherwise.
     side_handles: Vec<TopicHandle>,
     /// Acknowledgements from the producer thread.
-    pub(super) deliveries: Receiver<DeliveryEvent>,
+    pub(super) deliveries: DeliveryReceiver<DeliveryEvent>,
+    /// The acknowledgements being applied, taken from `deliveries` a batch at a time (empty
+    /// between two batches, kept for its allocation: `delivery_queue`).
+    pub(super) delivery_batch: Vec<DeliveryEvent>,
     /// The local store: checkpoints write it, recoveries read it.
     pub(super) store: Store,
     /// Owned input partitions and their life-cycle state.
@@ -161,7 +165,7 @@ impl Filter {
     ) -> Result<Option<Filter>, RunError> {
         let (live_tx, live) = mpsc::sync_channel(crate::http::LIVE_QUEUE);
         status.set_live(live_tx);
-        let (dtx, deliveries) = mpsc::channel();
+        let (dtx, deliveries) = delivery_queue::queue();
         let Some(Producers {
             producer,
             side_producer,
@@ -193,6 +197,7 @@ impl Filter {
             output_handle,
             side_handles,
             deliveries,
+            delivery_batch: Vec::new(),
             store,
             partitions: BTreeMap::new(),
             recoveries: Recoveries::new(),

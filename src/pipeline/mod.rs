@@ -39,6 +39,7 @@ mod checkpoint;
 mod checkpoint_state;
 pub mod context;
 pub mod delivery;
+mod delivery_queue;
 mod filter;
 mod halt;
 mod mode;

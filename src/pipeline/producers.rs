@@ -4,7 +4,6 @@
 //! transactional mode, `init_transactions` retried while the broker is unreachable.
 
 use std::collections::BTreeMap;
-use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +11,7 @@ use rdkafka::producer::{Producer, ThreadedProducer};
 use tracing::{info, warn};
 
 use super::delivery::{DeliveryContext, DeliveryEvent};
+use super::delivery_queue::DeliverySender;
 use super::mode::Mode;
 use super::produce::TimestampLimits;
 use super::{RunError, Shutdown};
@@ -48,7 +48,7 @@ impl Producers {
     /// (a fatal or abortable error; a retriable one is retried: [`init_transactions`]).
     pub(super) fn start(
         cfg: &Config,
-        deliveries: Sender<DeliveryEvent>,
+        deliveries: DeliverySender<DeliveryEvent>,
         shutdown: &Shutdown,
         status: &Arc<Status>,
     ) -> Result<Option<Producers>, RunError> {
