@@ -5,7 +5,8 @@
 //! 1. Consume: [`pipeline::run_filter`] polls the group consumer of `input.topic` (one thread),
 //!    up to [`pipeline::BATCH`] records at a time; [`pipeline::context`] brings librdkafka's
 //!    rebalances to the same [`pipeline::Filter`], and [`pipeline::delivery`] its producer's
-//!    acknowledgements, through a channel the `Filter` drains.
+//!    acknowledgements, through a queue the `Filter` drains a batch at a time
+//!    (`pipeline::delivery_queue`).
 //! 2. Fingerprint: [`pipeline::Filter::admit`] computes each record's [`fingerprint`] (xxh3-128
 //!    of the configured source) and prefetches its slots in the partition's [`generations`].
 //!    When the record is handled, its timestamp advances the partition clock first, which

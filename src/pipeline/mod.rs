@@ -14,7 +14,9 @@
 //! - [`route`]: the pure decision of where one record goes;
 //! - `refused`: what a halted partition holds (the refused copies, the retry back-off);
 //! - [`delivery`]: the producer's context, whose callback sends `DeliveryEvent`s
-//!   into a channel, and the delivery opaque;
+//!   into a queue, and the delivery opaque;
+//! - `delivery_queue`: that queue (many senders, the pipeline thread drains it a batch at a
+//!   time: a lock and a swap of two vectors);
 //! - `topic`: a producer's handle of one topic, made once, through which `produce` sends (no
 //!   topic name per record);
 //! - `produce`: producing a record (destination, headers, what a refused send gives back);
