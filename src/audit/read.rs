@@ -145,6 +145,7 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
             bounds: plan.bounds,
             now_ms: request.now_ms,
             input_end: plan.range.input_end,
+            input_read_from: plan.range.input_read_from,
             diverted: Diverted {
                 skips: skips.iter().filter(|(q, _)| *q == p).map(|(_, o)| *o).collect(),
                 dead_letters: dead_letters.remove(&p).unwrap_or_default(),

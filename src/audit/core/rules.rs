@@ -57,6 +57,11 @@ pub struct Rules {
     /// record may copy input past the range and is counted as not judged
     /// ([`PartitionAudit::not_judged_after_range`](super::PartitionAudit::not_judged_after_range)).
     pub input_end: i64,
+    /// The input offset the input stream is read from (the lead-in's first offset; `i64::MIN`:
+    /// the log start). An output record whose provenance names an earlier input offset copies
+    /// a record before the lead-in: context, never judged, whether or not the stream held any
+    /// record (a quiet partition under `--since` holds none).
+    pub input_read_from: i64,
     /// The input records the filter let past on purpose: not expected in the output.
     pub diverted: Diverted,
 }

@@ -72,6 +72,7 @@ fn rules(bounds: Bounds, on_missing: OnMissing) -> Rules {
         bounds,
         now_ms: T0 + 1_000_000_000,
         input_end: i64::MAX,
+        input_read_from: i64::MIN,
         diverted: Diverted::default(),
     }
 }
@@ -664,4 +665,51 @@ fn examples_name_the_records() {
             Identity::Unfingerprintable(_) => None,
         }
     );
+}
+
+/// A new user's trial: `audit --since 3m` on a partition whose one record (input offset 0) was
+/// forwarded before the range, in the output's longer lead-in (2 H_max) but not the input's
+/// (H_max): the input stream, read from offset 1, held no record, and the output record naming
+/// input offset 0 was reported unexpected ("holds no record the filter forwards", NOT CLEAN).
+/// An output record naming an input offset before where the input is read is context, whatever
+/// the input read; one naming an offset at or after it, past the input's end, stays unexpected.
+#[test]
+fn an_output_record_naming_input_before_the_read_start_is_context_even_when_nothing_was_read() {
+    /// Case, input read from, the input records from there, the offset the output names, unexpected.
+    type ReadFromRow = (&'static str, i64, Vec<(&'static str, i64)>, i64, u64);
+    #[rustfmt::skip]
+    let rows: [ReadFromRow; 4] = [
+        ("nothing read; the output copies input before the read start", 1, vec![], 0, 0),
+        ("context read; the output copies input before the read start", 1, vec![("b", 500)], 0, 0),
+        ("nothing read; the output names the read start itself, past the input's end", 1, vec![], 1, 1),
+        ("from the log start; the output names an offset past the input's end", i64::MIN, vec![], 0, 1),
+    ];
+    for (case, read_from, records, names, unexpected) in rows {
+        let from = read_from.max(0);
+        let inp: Vec<AuditRecord> = input(&records)
+            .into_iter()
+            .map(|r| AuditRecord {
+                offset: r.offset + from,
+                ..r
+            })
+            .collect();
+        let end = from + inp.len() as i64;
+        let r = Rules {
+            input_end: end,
+            input_read_from: read_from,
+            ..rules(
+                Bounds {
+                    from_offset: 0,
+                    to_offset: end,
+                    since_ms: T0 + 1000,
+                    ..Bounds::ALL
+                },
+                OnMissing::Forward,
+            )
+        };
+        let out = output(&[("a", 0, Some(names))], true);
+        let a = run(&r, inp, out);
+        assert_eq!(a.unexpected.count, unexpected, "{case}: {a:#?}");
+        assert_eq!((a.duplicates.count, a.lost.count), (0, 0), "{case}: {a:#?}");
+    }
 }

@@ -125,7 +125,9 @@ impl<'r> Auditor<'r> {
             in_clock: None,
             first_in_clock: None,
             read_start: None,
-            in_next: i64::MIN,
+            // Nothing read yet: the next is where the stream starts (an output record naming an
+            // earlier offset is context even if the stream holds no record, `by_provenance`).
+            in_next: rules.input_read_from,
             in_done: false,
             past_range_read: false,
             out_clock: None,
