@@ -125,9 +125,22 @@ impl Config {
         env: Option<std::collections::HashMap<String, String>>,
     ) -> Result<Config, ConfigError> {
         // Syntax errors first, with where they are and the key of that line.
-        if let Err(e) = text.parse::<toml::Table>() {
-            return Err(syntax_error(text, e.span().map_or(0, |s| s.start), e.message()));
+        let file = match text.parse::<toml::Table>() {
+            Ok(file) => file,
+            Err(e) => return Err(syntax_error(text, e.span().map_or(0, |s| s.start), e.message())),
+        };
+        // The keys the environment sets, dotted and in lower case (`KAFKA_DEDUP__CHECKPOINT__GENERATIONS`
+        // is `checkpoint.generations`): their values are strings, converted; the file's are not.
+        let env_keys: std::collections::BTreeSet<String> = match &env {
+            Some(env) => env.keys().cloned().collect::<Vec<_>>(),
+            None => std::env::vars().map(|(k, _)| k).collect(),
         }
+        .iter()
+        .filter_map(|k| {
+            k.strip_prefix(&format!("{ENV_PREFIX}__"))
+                .map(|rest| rest.to_lowercase().replace("__", "."))
+        })
+        .collect();
         let mut environment = config::Environment::with_prefix(ENV_PREFIX)
             .prefix_separator("__")
             .separator("__");
@@ -146,6 +159,13 @@ impl Config {
             let reason = explain(&key, reason);
             ConfigError::key(key, reason)
         })?;
+        // Serializing the configuration back cannot fail (plain data); if it ever did, the file's
+        // types would go unchecked, not be refused.
+        if let Ok(effective) = toml::Table::try_from(&cfg) {
+            kinds::check_kinds(&file, &effective, &|key| {
+                env_keys.iter().any(|e| e == key || key.starts_with(&format!("{e}.")))
+            })?;
+        }
         cfg.kafka.resolve_files()?;
         cfg.fingerprint.schema_registry.resolve_files()?;
         cfg.validate()?;
@@ -199,6 +219,7 @@ impl Config {
 }
 
 mod client;
+mod kinds;
 mod messages;
 mod sections;
 mod validate;

@@ -569,3 +569,51 @@ fn a_producer_limit_below_the_brokers_is_warned_about() {
     assert!(!warned(&with("2000000")));
     assert!(!warned(MINIMAL));
 }
+
+/// A new user's trial: values of the wrong TOML type were converted without a word
+/// (`generations = 3.5` became 4, `"3"` 3, `provenance = 0` false, `topic = 5` "5"); each is
+/// refused naming its key, while the environment's strings are still converted and librdkafka's
+/// properties still take any scalar.
+#[test]
+fn values_of_another_toml_type_are_refused_not_converted() {
+    #[rustfmt::skip]
+    let refused: &[(&str, &str, &str)] = &[
+        // (the rest of the file, the key refused, the types named)
+        ("[checkpoint]\ngenerations = 3.5\n", "checkpoint.generations", "expected an integer, found a float (3.5)"),
+        ("[checkpoint]\ngenerations = 2.4\n", "checkpoint.generations", "found a float"),
+        ("[checkpoint]\ngenerations = \"3\"\n", "checkpoint.generations", "expected an integer, found a string"),
+        // (MINIMAL ends in its [output] table)
+        ("provenance = \"on\"\n", "output.provenance", "expected a boolean, found a string"),
+        ("provenance = 0\n", "output.provenance", "expected a boolean, found an integer (0)"),
+        ("[http]\nlisten = 9000\n", "http.listen", "expected a string, found an integer"),
+        ("[fingerprint.schema_registry]\ncache_schemas = true\n", "fingerprint.schema_registry.cache_schemas", "found a boolean"),
+    ];
+    for (rest, key, reason) in refused {
+        let text = format!("{MINIMAL}{rest}");
+        let err = load(&text).expect_err(rest);
+        assert_eq!(err.key_name(), Some(*key), "{rest}: {err}");
+        assert!(err.to_string().contains(reason), "{rest}: {err}");
+    }
+    // The output's topic is in MINIMAL: a number there instead.
+    let text = MINIMAL.replace("topic = \"events.dedup\"", "topic = 5");
+    let err = load(&text).expect_err("topic = 5");
+    assert_eq!(err.key_name(), Some("output.topic"), "{err}");
+
+    // Still accepted: the same values with their own types, the environment's strings, an
+    // integer for a property given as a string elsewhere.
+    let cfg = load(&format!(
+        "{MINIMAL}[checkpoint]\ngenerations = 3\n[kafka.properties]\n\"linger.ms\" = 5\n\"enable.idempotence\" = true\n"
+    ))
+    .unwrap();
+    assert_eq!(cfg.checkpoint.generations, 3);
+    let env = [
+        ("KAFKA_DEDUP__CHECKPOINT__GENERATIONS", "4"),
+        ("KAFKA_DEDUP__OUTPUT__PROVENANCE", "false"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    // The environment's value wins, and the file's value of the key it sets is not checked.
+    let cfg = Config::from_toml_str(&format!("{MINIMAL}[checkpoint]\ngenerations = \"2\"\n"), Some(env)).unwrap();
+    assert_eq!((cfg.checkpoint.generations, cfg.output.provenance), (4, false));
+}
