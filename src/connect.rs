@@ -168,9 +168,12 @@ pub fn judge(cfg: &Config, facts: &[TopicFacts]) -> (Vec<String>, Vec<String>, V
 
 /// The client context of the checks: keeps the last error librdkafka reported on its own (a
 /// refused SASL authentication, a TLS handshake, a connection refused), which a request that
-/// only times out does not name.
+/// only times out does not name. Error events reach [`error`](rdkafka::client::ClientContext::error)
+/// only when the client's queue is polled, which the checks' own requests do not do; librdkafka's
+/// log lines of warning level and above (`FAIL`: "Connect to ipv4#127.0.0.1:1 failed: Connection
+/// refused") come from its threads at once, and are kept too (and logged as every client's).
 #[derive(Default)]
-struct LastError(Mutex<Option<String>>);
+struct LastError(Mutex<Option<String>>, crate::kafka::Throttle);
 
 impl rdkafka::client::ClientContext for LastError {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
@@ -178,9 +181,48 @@ impl rdkafka::client::ClientContext for LastError {
             *last = Some(format!("{error}: {reason}"));
         }
     }
+
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
+        use rdkafka::config::RDKafkaLogLevel as L;
+        if matches!(level, L::Emerg | L::Alert | L::Critical | L::Error | L::Warning) {
+            if let Ok(mut last) = self.0.lock() {
+                *last = Some(format!("{fac} {log_message}"));
+            }
+        }
+        crate::kafka::logs::log_client_line(&self.1, level, fac, log_message);
+    }
 }
 
 impl ConsumerContext for LastError {}
+
+/// Each `host:port` of `bootstrap` (comma-separated, as `bootstrap.servers`) that a TCP
+/// connection cannot reach within 2 s, with why ("127.0.0.1:9099: no TCP connection: Connection
+/// refused (os error 111)", or the name not resolving): said when the brokers did not answer,
+/// since librdkafka's own error is then often only a timeout, and its log line of the refused
+/// connection comes only when it tried to connect before the request gave up. A server that
+/// takes the connection is not named (its trouble is elsewhere: TLS, SASL, the listener's
+/// advertised address).
+fn unreachable_servers(bootstrap: &str) -> Vec<String> {
+    use std::net::{TcpStream, ToSocketAddrs};
+    bootstrap
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .filter_map(|server| {
+            // librdkafka's form may carry a protocol prefix (`SASL_SSL://host:port`).
+            let addr = server.rsplit("://").next().unwrap_or(server);
+            let first = match addr.to_socket_addrs() {
+                Ok(mut all) => all.next(),
+                Err(e) => return Some(format!("{server}: does not resolve: {e}")),
+            };
+            let first = first?;
+            match TcpStream::connect_timeout(&first, Duration::from_secs(2)) {
+                Ok(_) => None,
+                Err(e) => Some(format!("{server}: no TCP connection: {e}")),
+            }
+        })
+        .collect()
+}
 
 /// DescribeTopics with the principal's authorized operations, through `client`'s handle.
 /// Errors: the request failed as a whole (the brokers cannot be reached), with librdkafka's text.
@@ -319,10 +361,13 @@ pub fn check(cfg: &Config) -> Report {
         Ok(f) => f,
         Err(e) => {
             // The request's own error is often only a timeout; the client's last error says why.
-            let why = match client.context().0.lock().ok().and_then(|l| l.clone()) {
+            let mut why = match client.context().0.lock().ok().and_then(|l| l.clone()) {
                 Some(last) => format!("{e} (the client's last error: {last})"),
                 None => e,
             };
+            for unreachable in unreachable_servers(&cfg.kafka.bootstrap_servers) {
+                why.push_str(&format!("; {unreachable}"));
+            }
             report.problems.push(format!(
                 "kafka.bootstrap_servers \"{}\": the brokers did not answer: {why}",
                 cfg.kafka.bootstrap_servers
@@ -617,6 +662,31 @@ mod tests {
                 "output.duplicates_topic",
                 "fingerprint.route_topic"
             ]
+        );
+    }
+
+    /// A new user's trial: `check-config --connect` on a port where nothing listens said only
+    /// "Failed while waiting for controller: Local: Timed out", never that the connection was
+    /// refused. Port 1 of the loopback: nothing listens there.
+    #[test]
+    fn unreachable_brokers_are_reported_with_why() {
+        let report = check(&cfg(""));
+        let problem = report.problems.first().expect("a problem");
+        assert!(problem.contains("did not answer"), "{problem}");
+        assert!(problem.contains("Connection refused"), "{problem}");
+    }
+
+    /// A server that takes a TCP connection is not named; one that refuses it is, with why.
+    #[test]
+    fn unreachable_servers_are_those_refusing_a_connection() {
+        let listening = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let open = listening.local_addr().unwrap().to_string();
+        assert!(unreachable_servers(&open).is_empty());
+        let found = unreachable_servers(&format!("{open}, PLAINTEXT://127.0.0.1:1"));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].starts_with("PLAINTEXT://127.0.0.1:1: no TCP connection: "),
+            "{found:?}"
         );
     }
 }
