@@ -114,6 +114,7 @@ pub fn run(cfg: Config) -> Result<(), ServiceError> {
                 forwarded = t.forwarded,
                 replays_dropped = t.replays_dropped,
                 unfingerprintable = t.unfingerprintable,
+                retaken = t.retaken,
                 "kafka-dedup stopped"
             );
         }

@@ -136,22 +136,6 @@ fn retried_batch_horizon_diagnostics() {
     assert!(filter.terminate().success(), "{}", filter.logs());
 }
 
-/// The sum of field `field` (`name=N`) over the log lines whose message is `message` exactly
-/// (`tracing`'s format: `... target: message field=value ...`).
-fn sum_of(logs: &str, message: &str, field: &str) -> u64 {
-    let (head, key) = (format!(": {message} "), format!(" {field}="));
-    logs.lines()
-        .filter(|l| {
-            l.find(&head)
-                .is_some_and(|i| l[i + head.len()..].split(' ').next().is_some_and(|w| w.contains('=')))
-        })
-        .filter_map(|l| {
-            let rest = &l[l.find(&key)? + key.len()..];
-            rest.split(' ').next()?.parse::<u64>().ok()
-        })
-        .sum()
-}
-
 /// What the log says without a scrape (a new user's first look at it): each checkpoint's line
 /// gives what was consumed, forwarded and dropped since the previous line, the stop's hand-over
 /// included (so the lines add up to the totals, each record counted once), and the stop's last

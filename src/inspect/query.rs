@@ -80,7 +80,8 @@ pub enum NoFingerprint {
     /// the source.
     #[error(
         "{field:?} is not a field of source {source_name} (a lookup field is the first member of one of its \
-         pointers{known}); for a record give value=, key=, header=NAME=VALUE"
+         pointers{known}); for a whole record give its parts (--value, --key, --header NAME=VALUE; over HTTP \
+         value=, key=, header=NAME=VALUE)"
     )]
     UnknownField {
         /// The field's name.

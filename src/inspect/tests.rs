@@ -377,10 +377,18 @@ fn lookup_inputs_from_the_cli_and_the_query() {
     // A name other than fingerprint, value, key, header is a field of the identity, refused
     // when the source has no pointer it begins.
     let typo = LookupInput::from_query("valu=x").unwrap();
+    let refused = typo.fingerprint(&Fingerprinter::new(Source::Value));
     assert!(matches!(
-        typo.fingerprint(&Fingerprinter::new(Source::Value)),
+        &refused,
         Err(NoFingerprint::UnknownField { field, .. }) if field == "valu"
     ));
+    // Said to a user of the command line and of HTTP alike: both forms (a new user at the
+    // command line was shown only HTTP's `value=`).
+    let said = refused.unwrap_err().to_string();
+    assert!(
+        said.contains("--value, --key, --header NAME=VALUE") && said.contains("value=, key="),
+        "{said}"
+    );
     assert_eq!(
         LookupInput::from_query(&format!("fingerprint={}&value=x", "0".repeat(32))),
         Err(QueryError::Both)

@@ -441,6 +441,7 @@ impl Filter {
             forwarded = d.forwarded,
             replays_dropped = d.replays_dropped,
             unfingerprintable = d.unfingerprintable,
+            retaken = d.retaken,
             "checkpoint"
         );
     }

@@ -601,6 +601,7 @@ fn consumed(run: &mut Running, msg: &BorrowedMessage<'_>, input_partitions: usiz
 fn count(run: &Running, decided: &Route, totals: &Totals) {
     if let Route::DropRetaken = decided {
         run.metrics.retaken.increment(1);
+        Totals::bump(&totals.retaken);
     }
     if let Route::DropReplay { age, distance, .. } = decided {
         if let Some(c) = run.metrics.duplicates.get(*age) {

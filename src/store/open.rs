@@ -322,9 +322,27 @@ fn io_error(path: &Path, e: std::io::Error) -> StoreError {
     }
 }
 
-/// Creates the store directory and its format file (a new store).
+/// Creates the store directory and its format file (a new store). A directory that cannot be
+/// created for any reason but a full disk is [`StoreError::NotWritable`] (a configuration error,
+/// naming `store.path`): `check_writable` passed, yet the file system refused (procfs answers
+/// `mkdir` with ENOENT, a file system may refuse a name).
 fn create_dir(path: &Path) -> Result<(), StoreError> {
-    std::fs::create_dir_all(path).map_err(|e| io_error(path, e))?;
+    std::fs::create_dir_all(path).map_err(|e| match io_error(path, e) {
+        StoreError::Sled {
+            source: sled::Error::Io(e),
+            ..
+        } if !matches!(
+            e.kind(),
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+        ) =>
+        {
+            StoreError::NotWritable {
+                path: path.to_path_buf(),
+                reason: format!("cannot create the directory: {e}"),
+            }
+        }
+        other => other,
+    })?;
     write_format_file(path, FORMAT_VERSION).map_err(|e| io_error(path, e))
 }
 

@@ -627,3 +627,17 @@ fn a_store_a_failed_release_left_closed_is_opened_at_the_next_read() {
     assert_eq!(store.snapshot(0).expect("opened again").expect("saved").ckpt, "a");
     assert!(!store.is_broken());
 }
+
+/// A directory that passes the start's check (access(2) lets root write /proc) but cannot be
+/// created (procfs answers mkdir(2) with ENOENT): refused as not writable, naming `store.path`
+/// (exit 2), where a new user's trial got exit 1 and "IO error: No such file or directory".
+#[test]
+fn a_store_directory_the_file_system_will_not_create_is_not_writable() {
+    let path = Path::new("/proc/kafka-dedup-store");
+    match Store::open_for_run(path, &identity()) {
+        Err(e @ StoreError::NotWritable { .. }) => {
+            assert!(e.to_string().contains("`store.path`"), "{e}");
+        }
+        other => panic!("{:?}", other.map(|(_, o)| o)),
+    }
+}

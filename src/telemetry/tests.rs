@@ -233,17 +233,23 @@ fn partition_label_of_a_sample_line() {
 /// `self` (a line logged from another read) gives 0, never a wrapped count.
 #[test]
 fn progress_since_counts_between_two_reads() {
-    let p = |consumed, forwarded, replays_dropped, unfingerprintable| Progress {
+    let p = |consumed, forwarded, replays_dropped, unfingerprintable, retaken| Progress {
         consumed,
         forwarded,
         replays_dropped,
         unfingerprintable,
+        retaken,
     };
     let table = [
-        (p(0, 0, 0, 0), p(0, 0, 0, 0), p(0, 0, 0, 0)),
-        (p(1100, 1000, 100, 0), p(0, 0, 0, 0), p(1100, 1000, 100, 0)),
-        (p(1100, 1000, 100, 3), p(600, 500, 100, 1), p(500, 500, 0, 2)),
-        (p(5, 5, 0, 0), p(7, 6, 1, 1), p(0, 0, 0, 0)),
+        (p(0, 0, 0, 0, 0), p(0, 0, 0, 0, 0), p(0, 0, 0, 0, 0)),
+        (p(1100, 1000, 100, 0, 0), p(0, 0, 0, 0, 0), p(1100, 1000, 100, 0, 0)),
+        (p(1100, 1000, 100, 3, 0), p(600, 500, 100, 1, 0), p(500, 500, 0, 2, 0)),
+        (
+            p(2250, 100, 150, 0, 1000),
+            p(1050, 0, 50, 0, 0),
+            p(1200, 100, 100, 0, 1000),
+        ),
+        (p(5, 5, 0, 0, 0), p(7, 6, 1, 1, 1), p(0, 0, 0, 0, 0)),
     ];
     for (now, earlier, want) in table {
         assert_eq!(now.since(earlier), want, "{now:?} since {earlier:?}");
@@ -255,5 +261,6 @@ fn progress_since_counts_between_two_reads() {
     Totals::bump(&totals.forwarded);
     Totals::bump(&totals.duplicates);
     Totals::bump(&totals.unfingerprintable);
-    assert_eq!(totals.progress(), p(3, 1, 1, 1));
+    Totals::bump(&totals.retaken);
+    assert_eq!(totals.progress(), p(3, 1, 1, 1, 1));
 }

@@ -15,6 +15,9 @@ pub struct Totals {
     pub duplicates: AtomicU64,
     /// Records without a fingerprint (any action).
     pub unfingerprintable: AtomicU64,
+    /// Records taken again (forwarded before, by this process or the one before it: not
+    /// replays; `kafka_dedup_input_retaken_records_total`).
+    pub retaken: AtomicU64,
     /// Checkpoints completed.
     pub checkpoints: AtomicU64,
     /// Partitions rebuilt from the output topic.
@@ -42,6 +45,7 @@ impl Totals {
             forwarded: Self::get(&self.forwarded),
             replays_dropped: Self::get(&self.duplicates),
             unfingerprintable: Self::get(&self.unfingerprintable),
+            retaken: Self::get(&self.retaken),
         }
     }
 }
@@ -58,6 +62,9 @@ pub struct Progress {
     pub replays_dropped: u64,
     /// Records without a fingerprint (any `fingerprint.on_missing` action).
     pub unfingerprintable: u64,
+    /// Records taken again after a restart or a hand-over (forwarded before: dropped, not
+    /// replays), so that `consumed` adds up after a crash.
+    pub retaken: u64,
 }
 
 impl Progress {
@@ -69,6 +76,7 @@ impl Progress {
             forwarded: self.forwarded.saturating_sub(earlier.forwarded),
             replays_dropped: self.replays_dropped.saturating_sub(earlier.replays_dropped),
             unfingerprintable: self.unfingerprintable.saturating_sub(earlier.unfingerprintable),
+            retaken: self.retaken.saturating_sub(earlier.retaken),
         }
     }
 }

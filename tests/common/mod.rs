@@ -1028,3 +1028,19 @@ pub fn wait_drained(
         std::thread::sleep(Duration::from_millis(250));
     }
 }
+
+/// The sum of field `field` (`name=N`) over the log lines whose message is `message` exactly
+/// (`tracing`'s format: `... target: message field=value ...`).
+pub fn sum_of(logs: &str, message: &str, field: &str) -> u64 {
+    let (head, key) = (format!(": {message} "), format!(" {field}="));
+    logs.lines()
+        .filter(|l| {
+            l.find(&head)
+                .is_some_and(|i| l[i + head.len()..].split(' ').next().is_some_and(|w| w.contains('=')))
+        })
+        .filter_map(|l| {
+            let rest = &l[l.find(&key)? + key.len()..];
+            rest.split(' ').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
