@@ -436,12 +436,20 @@ impl Filter {
         let source = routed_source(&self.cfg, msg);
         if why == "skipped" {
             telemetry::skipped(p);
-            warn!(
-                partition = p,
-                offset,
-                dead_letter_topic = dead_letter.as_str(),
-                "record let past by input.skip: not forwarded (sent to fingerprint.dead_letter_topic when one is set)"
-            );
+            // Said plainly: a new user read the one message for both cases as "kept somewhere".
+            match dead_letter.is_empty() {
+                true => warn!(
+                    partition = p,
+                    offset,
+                    "record named in input.skip: dropped, not forwarded (no fingerprint.dead_letter_topic is set)"
+                ),
+                false => warn!(
+                    partition = p,
+                    offset,
+                    dead_letter_topic = dead_letter.as_str(),
+                    "record named in input.skip: not forwarded, copied to fingerprint.dead_letter_topic"
+                ),
+            }
         }
         if dead_letter.is_empty() {
             run.inflight.take(offset, Target::None);
