@@ -224,11 +224,23 @@ fn output_partitions(env: &RecoveryEnv, p: i32) -> Vec<i32> {
 fn announce(env: &RecoveryEnv, p: i32, notice: &Notice, resume: Resume) {
     match notice {
         Notice::Rebuild { reason, detail } => {
-            warn!(
-                partition = p,
-                reason,
-                "local store cannot be used for this partition ({detail}); rebuilding its generations from the output topic"
-            );
+            // A snapshot missing or of another checkpoint is the designed path after a crash or
+            // when the partition comes from another instance (a new user read the warning as a
+            // fault): said at info. A snapshot that cannot be read is a fault of the disk or the
+            // store: a warning.
+            match *reason {
+                "corrupt" => warn!(
+                    partition = p,
+                    reason,
+                    "local store cannot be used for this partition ({detail}); rebuilding its generations from the output topic"
+                ),
+                _ => info!(
+                    partition = p,
+                    reason,
+                    "local store not current for this partition ({detail}): rebuilding its generations from the output \
+                     topic, as after a crash or when the partition comes from another instance"
+                ),
+            }
             telemetry::store_rebuild(reason);
             Totals::bump(&env.totals.rebuilds);
         }
