@@ -131,14 +131,18 @@ impl Config {
         };
         // The keys the environment sets, dotted and in lower case (`KAFKA_DEDUP__CHECKPOINT__GENERATIONS`
         // is `checkpoint.generations`): their values are strings, converted; the file's are not.
+        // As the config crate reads them: names in any case (it lowercases them), a name that is
+        // not Unicode skipped (`std::env::vars` would panic on one, in a variable of anyone's).
+        let prefix = format!("{}__", ENV_PREFIX.to_lowercase());
         let env_keys: std::collections::BTreeSet<String> = match &env {
             Some(env) => env.keys().cloned().collect::<Vec<_>>(),
-            None => std::env::vars().map(|(k, _)| k).collect(),
+            None => std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).collect(),
         }
         .iter()
         .filter_map(|k| {
-            k.strip_prefix(&format!("{ENV_PREFIX}__"))
-                .map(|rest| rest.to_lowercase().replace("__", "."))
+            k.to_lowercase()
+                .strip_prefix(&prefix)
+                .map(|rest| rest.replace("__", "."))
         })
         .collect();
         let mut environment = config::Environment::with_prefix(ENV_PREFIX)

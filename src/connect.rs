@@ -170,7 +170,7 @@ pub fn judge(cfg: &Config, facts: &[TopicFacts]) -> (Vec<String>, Vec<String>, V
 /// refused SASL authentication, a TLS handshake, a connection refused), which a request that
 /// only times out does not name. Error events reach [`error`](rdkafka::client::ClientContext::error)
 /// only when the client's queue is polled, which the checks' own requests do not do; librdkafka's
-/// log lines of warning level and above (`FAIL`: "Connect to ipv4#127.0.0.1:1 failed: Connection
+/// log lines of error level (`FAIL`: "Connect to ipv4#127.0.0.1:1 failed: Connection
 /// refused") come from its threads at once, and are kept too (and logged as every client's).
 #[derive(Default)]
 struct LastError(Mutex<Option<String>>, crate::kafka::Throttle);
@@ -184,7 +184,8 @@ impl rdkafka::client::ClientContext for LastError {
 
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, log_message: &str) {
         use rdkafka::config::RDKafkaLogLevel as L;
-        if matches!(level, L::Emerg | L::Alert | L::Critical | L::Error | L::Warning) {
+        // Error level only: a warning (a deprecated property's CONFWARN) is no reason.
+        if matches!(level, L::Emerg | L::Alert | L::Critical | L::Error) {
             if let Ok(mut last) = self.0.lock() {
                 *last = Some(format!("{fac} {log_message}"));
             }
@@ -209,17 +210,30 @@ fn unreachable_servers(bootstrap: &str) -> Vec<String> {
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .filter_map(|server| {
-            // librdkafka's form may carry a protocol prefix (`SASL_SSL://host:port`).
+            // librdkafka's form may carry a protocol prefix (`SASL_SSL://host:port`) and leave
+            // out the port (9092).
             let addr = server.rsplit("://").next().unwrap_or(server);
-            let first = match addr.to_socket_addrs() {
-                Ok(mut all) => all.next(),
+            let with_port = match addr.rsplit_once(':') {
+                Some((_, port)) if port.parse::<u16>().is_ok() => addr.to_string(),
+                _ => format!("{addr}:9092"),
+            };
+            let all: Vec<_> = match with_port.to_socket_addrs() {
+                Ok(all) => all.collect(),
                 Err(e) => return Some(format!("{server}: does not resolve: {e}")),
             };
-            let first = first?;
-            match TcpStream::connect_timeout(&first, Duration::from_secs(2)) {
-                Ok(_) => None,
-                Err(e) => Some(format!("{server}: no TCP connection: {e}")),
+            // Reachable if any address takes the connection (`localhost` is ::1 and 127.0.0.1),
+            // as librdkafka tries them in turn.
+            let mut last = None;
+            for a in &all {
+                match TcpStream::connect_timeout(a, Duration::from_secs(2)) {
+                    Ok(_) => return None,
+                    Err(e) => last = Some(e),
+                }
             }
+            Some(match last {
+                Some(e) => format!("{server}: no TCP connection: {e}"),
+                None => format!("{server}: resolves to no address"),
+            })
         })
         .collect()
 }
@@ -688,5 +702,9 @@ mod tests {
             found[0].starts_with("PLAINTEXT://127.0.0.1:1: no TCP connection: "),
             "{found:?}"
         );
+        // A name of several addresses (`localhost`: ::1 first, where nothing listens) is
+        // reachable when one takes the connection, as librdkafka tries them in turn.
+        let port = listening.local_addr().unwrap().port();
+        assert!(unreachable_servers(&format!("localhost:{port}")).is_empty());
     }
 }

@@ -117,6 +117,24 @@ fn an_unwritable_store_path_exits_2_naming_the_key() {
     drop(mounted);
 }
 
+/// A reviewer's finding: the configuration's check of the environment's keys read
+/// `std::env::vars`, which panics on a variable whose name is not Unicode, anyone's (exit 101);
+/// such a variable is skipped, as the config crate skips it.
+#[test]
+fn a_variable_whose_name_is_not_unicode_is_skipped() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(&config, offline_config(dir.path(), "", &dir.path().join("store"))).unwrap();
+    let out = kafka_dedup_command()
+        .args(["check-config", "--config"])
+        .arg(&config)
+        .env(std::ffi::OsStr::from_bytes(b"NOT_UNICODE_\xff"), "x")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// Issue 16, item 6: the store size of the gauge, of `/store/stats` (the HTTP twin of `inspect
 /// stats`) and of `du` agree (a 1 h checkpoint interval: nothing writes the store meanwhile);
 /// a lookup whose query is not URL-encoded (`%ZZ`) is refused as a bad request naming where

@@ -616,4 +616,11 @@ fn values_of_another_toml_type_are_refused_not_converted() {
     // The environment's value wins, and the file's value of the key it sets is not checked.
     let cfg = Config::from_toml_str(&format!("{MINIMAL}[checkpoint]\ngenerations = \"2\"\n"), Some(env)).unwrap();
     assert_eq!((cfg.checkpoint.generations, cfg.output.provenance), (4, false));
+    // The config crate takes the environment's names in any case: so does the check.
+    let env = [("kafka_dedup__checkpoint__generations", "5")]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let cfg = Config::from_toml_str(&format!("{MINIMAL}[checkpoint]\ngenerations = \"2\"\n"), Some(env)).unwrap();
+    assert_eq!(cfg.checkpoint.generations, 5);
 }

@@ -81,8 +81,9 @@ pub fn coordinator_not_ready(code: RDKafkaErrorCode) -> bool {
 /// The offsets `consumer`'s group committed on `tpl` (`consumer.committed_offsets`, each ask
 /// bounded by `timeout`), asked again every 500 ms for up to [`COORDINATOR_WAIT`] while the
 /// coordinator is not ready ([`coordinator_not_ready`]). For the one-shot readers of committed
-/// offsets (`audit`, `check-config --connect`, the route stage's start); a partition's recovery
-/// retries its whole read instead, cancellable by a revocation.
+/// offsets (`audit`, `check-config --connect`); a partition's recovery retries its whole read
+/// instead, cancellable by a revocation, and the route stage's start asks once (it runs in the
+/// rebalance callback, which must not block for 30 s).
 ///
 /// Errors: any other error at once, or the last "not ready" one when the wait is over.
 pub fn committed_when_ready<C: ConsumerContext>(

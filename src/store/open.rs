@@ -322,26 +322,23 @@ fn io_error(path: &Path, e: std::io::Error) -> StoreError {
     }
 }
 
-/// Creates the store directory and its format file (a new store). A directory that cannot be
-/// created for any reason but a full disk is [`StoreError::NotWritable`] (a configuration error,
-/// naming `store.path`): `check_writable` passed, yet the file system refused (procfs answers
-/// `mkdir` with ENOENT, a file system may refuse a name).
+/// Creates the store directory and its format file (a new store). A directory the file system
+/// refuses to create by its name (ENOENT where `check_writable` found the parent: procfs answers
+/// `mkdir` so; a name it does not take, too long, a loop of links) is
+/// [`StoreError::NotWritable`] (a configuration error, naming `store.path`); a fault of the disk
+/// (EIO, a full disk) stays an I/O error.
 fn create_dir(path: &Path) -> Result<(), StoreError> {
-    std::fs::create_dir_all(path).map_err(|e| match io_error(path, e) {
-        StoreError::Sled {
-            source: sled::Error::Io(e),
-            ..
-        } if !matches!(
-            e.kind(),
-            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
-        ) =>
-        {
-            StoreError::NotWritable {
+    std::fs::create_dir_all(path).map_err(|e| {
+        use std::io::ErrorKind as K;
+        let by_name = matches!(e.kind(), K::NotFound | K::InvalidInput | K::InvalidFilename)
+            || matches!(e.raw_os_error(), Some(libc::ENAMETOOLONG | libc::ELOOP));
+        match by_name {
+            true => StoreError::NotWritable {
                 path: path.to_path_buf(),
                 reason: format!("cannot create the directory: {e}"),
-            }
+            },
+            false => io_error(path, e),
         }
-        other => other,
     })?;
     write_format_file(path, FORMAT_VERSION).map_err(|e| io_error(path, e))
 }

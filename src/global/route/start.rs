@@ -16,7 +16,7 @@ pub(super) fn start_at_the_end(consumer: &RouteConsumer, topic: &str, tpl: &Topi
     if parts.is_empty() {
         return;
     }
-    let result = kafka::committed_when_ready(consumer, tpl, KAFKA_TIMEOUT).and_then(|committed| {
+    let result = consumer.committed_offsets(tpl.clone(), KAFKA_TIMEOUT).and_then(|committed| {
         let mut ends = TopicPartitionList::new();
         for p in &parts {
             let known = committed
