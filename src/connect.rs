@@ -20,7 +20,7 @@ use std::time::Duration;
 use std::sync::Mutex;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
-use rdkafka::TopicPartitionList;
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::{Config, Partitioning, Scope};
 use crate::kafka;
@@ -424,18 +424,19 @@ pub fn check(cfg: &Config) -> Report {
         for p in 0..n as i32 {
             tpl.add_partition(&topic, p);
         }
-        let asked = fetch_committed(cfg, &group, tpl);
+        // Each partition's answer checked (a partition-level error is not "nothing committed").
+        let asked = fetch_committed(cfg, &group, tpl)
+            .map_err(|e| e.to_string())
+            .and_then(|c| {
+                (0..n as i32).try_fold(0, |committed, p| match kafka::answered(&c, &topic, p) {
+                    Ok(e) => Ok(committed + usize::from(matches!(e.offset(), Offset::Offset(_)))),
+                    Err(e) => Err(format!("partition {p}: {e}")),
+                })
+            });
         match asked {
-            Ok(c) => {
-                let committed = c
-                    .elements()
-                    .iter()
-                    .filter(|e| e.offset().to_raw().is_some_and(|o| o >= 0))
-                    .count();
-                report.passed.push(format!(
-                    "group \"{group}\": committed offsets fetched ({committed} of {n} partitions of \"{topic}\" committed)"
-                ));
-            }
+            Ok(committed) => report.passed.push(format!(
+                "group \"{group}\": committed offsets fetched ({committed} of {n} partitions of \"{topic}\" committed)"
+            )),
             Err(e) => report.problems.push(format!(
                 "input.group_id \"{group}\": the committed offsets cannot be fetched: {e}"
             )),

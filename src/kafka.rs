@@ -660,7 +660,7 @@ impl rdkafka::consumer::ConsumerContext for ReaderContext {}
 pub type Reader = BaseConsumer<ReaderContext>;
 
 mod commit;
-pub use self::commit::{commit_within, committed_when_ready, coordinator_not_ready, COORDINATOR_WAIT};
+pub use self::commit::{answered, commit_within, committed_when_ready, coordinator_not_ready, COORDINATOR_WAIT};
 mod fit;
 pub mod logs;
 pub use self::close::{close_within, Bounded, CLOSE_TIMEOUT};

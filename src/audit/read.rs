@@ -246,23 +246,24 @@ fn reader(cfg: &Config) -> Result<Reader, AuditError> {
 }
 
 /// The offsets `input.group_id` committed on `partitions` of the input topic (`None`: none),
-/// waiting for a group coordinator still starting ([`kafka::committed_when_ready`]).
+/// waiting for a group coordinator still starting ([`kafka::committed_when_ready`]). Errors: the
+/// fetch's, or a partition-level error in its answer ([`kafka::answered`]).
 fn committed(meta: &Reader, cfg: &Config, partitions: &[i32]) -> Result<BTreeMap<i32, Option<i64>>, AuditError> {
     let mut tpl = TopicPartitionList::new();
     for p in partitions {
         tpl.add_partition(&cfg.input.topic, *p);
     }
     let got = kafka::committed_when_ready(meta, &tpl, REQUEST_TIMEOUT)?;
-    Ok(partitions
+    partitions
         .iter()
         .map(|p| {
-            let offset = got.find_partition(&cfg.input.topic, *p).and_then(|e| match e.offset() {
+            let offset = match kafka::answered(&got, &cfg.input.topic, *p)?.offset() {
                 Offset::Offset(o) => Some(o),
                 _ => None,
-            });
-            (*p, offset)
+            };
+            Ok((*p, offset))
         })
-        .collect())
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,10 +1,13 @@
-//! The bounded synchronous offset commit ([`commit_within`]) and the committed offsets' fetch
-//! that waits for a group coordinator still starting ([`committed_when_ready`]).
+//! The bounded synchronous offset commit ([`commit_within`]), the committed offsets' fetch
+//! that waits for a group coordinator still starting ([`committed_when_ready`]), and the one way
+//! to read a partition out of librdkafka's answer to such a fetch or to a ListOffsets
+//! ([`answered`]).
 
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::topic_partition_list::TopicPartitionListElem;
 use rdkafka::TopicPartitionList;
 
 /// Commits `offsets` for `consumer`'s group and waits at most `timeout` for the group
@@ -102,5 +105,84 @@ pub fn committed_when_ready<C: ConsumerContext>(
             }
             other => return other,
         }
+    }
+}
+
+/// The offset librdkafka answered for `topic`/`partition` in `list`, a list returned by
+/// `committed_offsets` (OffsetFetch) or `offsets_for_times` (ListOffsets), checked.
+///
+/// Why: a partition-level error of the broker's answer (the per-partition `ErrorCode`:
+/// `UNKNOWN_TOPIC_OR_PARTITION`, `TOPIC_AUTHORIZATION_FAILED`, `UNSTABLE_OFFSET_COMMIT` once
+/// librdkafka stops retrying it, a partition without a leader) is set on the list's element while
+/// the call itself returns `Ok` (`rd_kafka_handle_OffsetFetch`, rdkafka_request.c), and the
+/// element's offset is then `Offset::Invalid` (OffsetFetch: reads as "nothing committed") or
+/// still the timestamp asked (ListOffsets: reads as an offset). Reading the offset alone took an
+/// error for an answer.
+///
+/// Returns the element: its offset is `Offset::Offset(n)`, or `Offset::Invalid` when the group
+/// has nothing committed there; an OffsetFetch answer's carries the commit's metadata string.
+/// Errors: the element's error, or `UnknownPartition` when the answer left the partition out.
+pub fn answered<'a>(
+    list: &'a TopicPartitionList,
+    topic: &str,
+    partition: i32,
+) -> KafkaResult<TopicPartitionListElem<'a>> {
+    let elem = list
+        .find_partition(topic, partition)
+        .ok_or(KafkaError::OffsetFetch(RDKafkaErrorCode::UnknownPartition))?;
+    elem.error()?;
+    Ok(elem)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::config::ClientConfig;
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::Offset;
+
+    /// librdkafka's mock cluster answers OffsetFetch for a partition it does not have with a
+    /// partition-level `UNKNOWN_TOPIC_OR_PARTITION` and the call succeeds: the answer for that
+    /// partition is an error, not "nothing committed"; a committed partition and an uncommitted
+    /// one read as such.
+    #[test]
+    fn a_partition_level_error_in_an_answer_is_an_error() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic("in", 2, 1).unwrap();
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("group.id", "g")
+            .create()
+            .unwrap();
+        let mut commit = TopicPartitionList::new();
+        commit.add_partition_offset("in", 1, Offset::Offset(0)).unwrap();
+        commit_within(&consumer, &commit, Duration::from_secs(10)).unwrap();
+        let mut tpl = TopicPartitionList::new();
+        for p in [0, 1, 7] {
+            tpl.add_partition("in", p);
+        }
+        let got = committed_when_ready(&consumer, &tpl, Duration::from_secs(10)).expect("the call succeeds");
+        assert!(
+            got.find_partition("in", 7)
+                .is_some_and(|e| e.offset() == Offset::Invalid),
+            "the element of the missing partition reads as nothing committed: {got:?}"
+        );
+        assert_eq!(
+            answered(&got, "in", 0).unwrap().offset(),
+            Offset::Invalid,
+            "nothing committed"
+        );
+        assert_eq!(
+            answered(&got, "in", 1).unwrap().offset(),
+            Offset::Offset(0),
+            "committed"
+        );
+        let err = answered(&got, "in", 7).expect_err("a partition-level error");
+        assert_eq!(
+            err.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::UnknownTopicOrPartition)
+        );
+        let err = answered(&got, "other", 0).expect_err("left out of the answer");
+        assert_eq!(err.rdkafka_error_code(), Some(RDKafkaErrorCode::UnknownPartition));
     }
 }

@@ -72,12 +72,10 @@ pub fn read(env: &RecoveryEnv, reader: &kafka::Reader, req: &RecoveryRequest) ->
     })
 }
 
-/// The group's committed offset of `topic`/`p` in `committed`; `None` when nothing is committed.
+/// The group's committed offset of `topic`/`p` in `committed` ([`kafka::answered`]); `None` when
+/// nothing is committed.
 fn committed_of(committed: &TopicPartitionList, topic: &str, p: i32) -> Result<Option<Committed>, KafkaError> {
-    let elem = committed.find_partition(topic, p).ok_or(KafkaError::OffsetFetch(
-        rdkafka::types::RDKafkaErrorCode::UnknownPartition,
-    ))?;
-    elem.error()?;
+    let elem = kafka::answered(committed, topic, p)?;
     Ok(match elem.offset() {
         Offset::Offset(o) => Some(Committed {
             offset: o,

@@ -150,10 +150,8 @@ pub(super) fn offset_for_time(
     }
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, p, Offset::Offset(t))?;
-    let answer = meta
-        .offsets_for_times(tpl, REQUEST_TIMEOUT)?
-        .find_partition(topic, p)
-        .map_or(Offset::Invalid, |e| e.offset());
+    let found = meta.offsets_for_times(tpl, REQUEST_TIMEOUT)?;
+    let answer = kafka::answered(&found, topic, p)?.offset();
     checked_start(t, (low, high), answer, |offset| first_record(meta, topic, p, offset))
 }
 

@@ -9,8 +9,9 @@ use super::*;
 /// its partitions that has no committed offset, so that they start there (and a restart before
 /// the first periodic commit resumes there), while `auto.offset.reset` stays `earliest`: a
 /// committed offset that retention deleted resumes at the oldest record left, never at the end
-/// (as the filter does, `recovery`). A failure is logged; such a partition starts at the log
-/// start instead (it copies more, loses nothing).
+/// (as the filter does, `recovery`). A failure (the fetch, or a partition-level error in
+/// its answer, [`kafka::answered`]) is logged and nothing is committed; such a partition starts at
+/// its committed offset, or the log start when none (it copies more, loses nothing).
 pub(super) fn start_at_the_end(consumer: &RouteConsumer, topic: &str, tpl: &TopicPartitionList) {
     let parts: Vec<i32> = tpl.elements_for_topic(topic).iter().map(|e| e.partition()).collect();
     if parts.is_empty() {
@@ -19,10 +20,9 @@ pub(super) fn start_at_the_end(consumer: &RouteConsumer, topic: &str, tpl: &Topi
     let result = consumer.committed_offsets(tpl.clone(), KAFKA_TIMEOUT).and_then(|committed| {
         let mut ends = TopicPartitionList::new();
         for p in &parts {
-            let known = committed
-                .find_partition(topic, *p)
-                .is_some_and(|e| matches!(e.offset(), Offset::Offset(_)));
-            if !known {
+            // A partition the answer holds an error for is not "uncommitted": the start fails
+            // rather than commit the end over a commit it could not read.
+            if !matches!(kafka::answered(&committed, topic, *p)?.offset(), Offset::Offset(_)) {
                 let (_, high) = consumer.fetch_watermarks(topic, *p, KAFKA_TIMEOUT)?;
                 ends.add_partition_offset(topic, *p, Offset::Offset(high))?;
             }
