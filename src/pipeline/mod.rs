@@ -29,7 +29,8 @@
 //! - the `Filter`'s rooms, each an `impl Filter` that `filter` does not import: `tick` (one step
 //!   between two polls), `acknowledge` (applying acknowledgements), `halt` (a side topic that
 //!   refuses copies halts its partition, which retries them), `backpressure`, `checkpoint`
-//!   (periodic checkpoints: idempotent stages, or a transaction commit), `ownership`
+//!   (periodic checkpoints: the idempotent mode's stages), `transaction` (the transactional
+//!   mode's checkpoint: the transaction's commit, pending while the broker is away), `ownership`
 //!   (assignment, recovery results, revocation, hand-over, shutdown);
 //! - this file: start-up and the poll loop, [`Shutdown`], [`RunError`], [`Fatal`].
 //!
@@ -53,6 +54,7 @@ pub(crate) mod refused;
 pub mod route;
 mod tick;
 mod topic;
+mod transaction;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -69,13 +71,13 @@ use crate::status::Status;
 use crate::store::{Identity, Opened, Store, StoreError};
 use crate::telemetry;
 
-pub use checkpoint::TransactionError;
 pub use context::{FilterConsumer, FilterContext};
 pub use delivery::DeliveryContext;
 pub use filter::{Filter, Handled};
 pub use ownership::HandoverError;
 pub(crate) use produce::{copy_of, too_large, TimestampLimits};
 pub(crate) use producers::DESCRIBE_CONFIGS_TIMEOUT;
+pub use transaction::TransactionError;
 
 use context::StartupContext;
 use rdkafka::message::BorrowedMessage;

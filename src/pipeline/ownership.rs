@@ -14,13 +14,14 @@ use rdkafka::producer::{Producer, PurgeConfig, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{debug, error, info, warn};
 
-use super::checkpoint::{commit_list, TransactionError};
+use super::checkpoint::commit_list;
 use super::checkpoint_state::CheckpointRecord;
 use super::context::FilterConsumer;
 use super::delivery::DeliveryContext;
 use super::filter::Filter;
 use super::mode::Mode;
 use super::recoveries::{Finished, NotRecovered};
+use super::transaction::TransactionError;
 use super::{Fatal, TopicCounts, KAFKA_TIMEOUT};
 use crate::config::{Config, Partitioning};
 use crate::horizon::Clock;
