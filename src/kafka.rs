@@ -88,6 +88,13 @@ pub const ENFORCED: &[Enforced] = &[
         "no duplicates or reordering from producer retries",
     ),
     fixed(
+        "allow.auto.create.topics",
+        "false",
+        "kafka-dedup creates no topic: librdkafka's producer default (true) lets a metadata request create the \
+         topic it names on a broker with auto.create.topics.enable (Apache Kafka's default), a deleted output \
+         with the broker's partition count",
+    ),
+    fixed(
         "auto.offset.reset",
         "earliest",
         "a committed offset that retention deleted resumes at the oldest record left, never at the \
@@ -214,7 +221,8 @@ enum Role {
     Producer,
 }
 
-/// Bootstrap servers, client id and the `[kafka.properties]` that concern `role`: a
+/// Bootstrap servers, client id, `allow.auto.create.topics=false` ([`ENFORCED`]) and the
+/// `[kafka.properties]` that concern `role`: a
 /// consumer-only property is not given to the producer and the reverse ([`CONSUMER_ONLY`],
 /// [`PRODUCER_ONLY`]), so that setting e.g. `session.timeout.ms` does not make librdkafka log a
 /// CONFWARN for the other client at every start. Any other property (both kinds, or one
@@ -232,6 +240,8 @@ fn base(cfg: &Config, role: Role) -> ClientConfig {
             c.set(k, v);
         }
     }
+    // ENFORCED, on every client: the consumer's default, not the producer's.
+    c.set("allow.auto.create.topics", "false");
     c
 }
 

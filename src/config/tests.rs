@@ -36,6 +36,8 @@ fn properties_kafka_dedup_sets_itself_are_refused_with_another_value() {
         ("\"auto.offset.reset\" = \"earliest\"", true),
         ("\"auto.offset.reset\" = \"smallest\"", true),
         ("\"linger.ms\" = \"20\"", true),
+        ("\"allow.auto.create.topics\" = true", false),
+        ("\"allow.auto.create.topics\" = \"false\"", true),
         // Idempotent mode's producer settings (MINIMAL is idempotent).
         ("\"message.timeout.ms\" = 1000", false),
         ("\"message.timeout.ms\" = 0", true),

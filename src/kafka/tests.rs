@@ -298,3 +298,55 @@ fn key_placement() {
         "no partition count known"
     );
 }
+
+/// A reviewer reading librdkafka: its producer's `allow.auto.create.topics` defaults to true
+/// (the consumer's to false), and a metadata request of a client so set creates the topic it
+/// names on a broker with `auto.create.topics.enable` (Apache Kafka's default): kafka-dedup's
+/// producer, which asks for the input's and the output's metadata, would have created again an
+/// output topic deleted while it ran (with the broker's `num.partitions`). librdkafka's mock
+/// cluster creates a topic a metadata request so allows; each client kafka-dedup makes asks for
+/// one that does not exist, and it still does not.
+#[test]
+fn no_client_creates_a_topic() {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::producer::Producer;
+    let cluster = MockCluster::new(1).unwrap();
+    let mut cfg = cfg("");
+    cfg.kafka.bootstrap_servers = cluster.bootstrap_servers();
+    let t = Duration::from_secs(5);
+    let producer: BaseProducer = producer_config(&cfg).create().unwrap();
+    let side: BaseProducer = side_producer_config(&cfg).create().unwrap();
+    let consumer: BaseConsumer = consumer_config(&cfg).create().unwrap();
+    let reader: BaseConsumer = reader_config(&cfg).create().unwrap();
+    type Ask<'a> = Box<dyn Fn(&str) + 'a>;
+    let asks: [(&str, Ask); 4] = [
+        (
+            "producer",
+            Box::new(|topic| drop(producer.client().fetch_metadata(Some(topic), t))),
+        ),
+        (
+            "side producer",
+            Box::new(|topic| drop(side.client().fetch_metadata(Some(topic), t))),
+        ),
+        (
+            "consumer",
+            Box::new(|topic| drop(consumer.fetch_metadata(Some(topic), t))),
+        ),
+        ("reader", Box::new(|topic| drop(reader.fetch_metadata(Some(topic), t)))),
+    ];
+    for (name, ask) in asks {
+        let topic = format!("absent-{}", name.replace(' ', "-"));
+        ask(&topic);
+        let md = reader.fetch_metadata(Some(&topic), t).unwrap();
+        let error = md
+            .topics()
+            .first()
+            .and_then(|m| m.error())
+            .map(rdkafka::types::RDKafkaErrorCode::from);
+        assert_eq!(
+            error,
+            Some(rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition),
+            "the {name}'s metadata request created {topic}"
+        );
+    }
+}
