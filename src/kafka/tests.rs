@@ -350,3 +350,62 @@ fn no_client_creates_a_topic() {
         );
     }
 }
+
+/// A reviewer reading librdkafka: any topic-level error in a metadata answer read as "the topic
+/// does not exist", so a topic just created whose leaders were still being elected
+/// (`LEADER_NOT_AVAILABLE`, a compose stack starting) stopped the start with exit 2 ("kafka-dedup
+/// does not create topics"), and one the principal may not describe said the same. On
+/// librdkafka's mock cluster: unknown is missing, an election is an error the start retries
+/// (`TopicError::Kafka`), an authorization failure is named.
+#[test]
+fn a_topic_level_metadata_error_is_not_a_missing_topic() {
+    use rdkafka::mocking::MockCluster;
+    use rdkafka::types::RDKafkaRespErr::*;
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("i", 2, 1).unwrap();
+    cluster.create_topic("o", 2, 1).unwrap();
+    let mut cfg = cfg("");
+    cfg.kafka.bootstrap_servers = cluster.bootstrap_servers();
+    let reader: BaseConsumer = reader_config(&cfg).create().unwrap();
+    let check_with = |cfg: &Config| check_topics(&reader, cfg, Duration::from_secs(5));
+    let check = || check_with(&cfg);
+    assert_eq!(check().unwrap(), (2, 2));
+    cluster
+        .topic_error("o", RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE)
+        .unwrap();
+    match check() {
+        Err(TopicError::Kafka(e)) => assert_eq!(
+            e.rdkafka_error_code(),
+            Some(rdkafka::types::RDKafkaErrorCode::LeaderNotAvailable)
+        ),
+        other => panic!("a leader being elected: {other:?}"),
+    }
+    cluster
+        .topic_error("o", RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED)
+        .unwrap();
+    match check() {
+        Err(
+            e @ TopicError::NotAuthorized {
+                key: "output.topic", ..
+            },
+        ) => {
+            assert!(e.to_string().contains("not authorized"), "{e}")
+        }
+        other => panic!("not authorized: {other:?}"),
+    }
+    cluster.topic_error("o", RD_KAFKA_RESP_ERR_NO_ERROR).unwrap();
+    assert_eq!(check().unwrap(), (2, 2));
+    let absent = Config {
+        output: crate::config::OutputConfig {
+            topic: "absent".into(),
+            ..cfg.output.clone()
+        },
+        ..cfg.clone()
+    };
+    match check_with(&absent) {
+        Err(TopicError::Missing {
+            key: "output.topic", ..
+        }) => {}
+        other => panic!("missing: {other:?}"),
+    }
+}

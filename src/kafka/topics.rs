@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
 
 use crate::config::Config;
 
@@ -14,6 +16,14 @@ pub enum TopicError {
     /// A configured topic does not exist.
     #[error("topic \"{topic}\" ({key}) does not exist; kafka-dedup does not create topics")]
     Missing { topic: String, key: &'static str },
+    /// The principal may not describe a configured topic (`TOPIC_AUTHORIZATION_FAILED` in the
+    /// metadata answer): it may exist.
+    #[error(
+        "topic \"{topic}\" ({key}): not authorized to describe it (TOPIC_AUTHORIZATION_FAILED); grant the \
+         principal DESCRIBE and READ on it (and WRITE on the output, side and route topics); \
+         `kafka-dedup check-config --connect` lists what each topic lacks"
+    )]
+    NotAuthorized { topic: String, key: &'static str },
     /// The route topic of the global scope (`fingerprint.route_topic`) does not exist.
     #[error(
         "topic \"{topic}\" (fingerprint.route_topic) does not exist; kafka-dedup does not create topics. Create it \
@@ -43,28 +53,54 @@ pub enum TopicError {
         /// The partition count suggested: the input topic's.
         partitions: usize,
     },
-    /// Metadata could not be fetched.
+    /// Metadata could not be fetched, or the answer holds a topic-level error other than
+    /// "unknown" and "not authorized" (a leader being elected): retried by the callers.
     #[error("cannot fetch topic metadata: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
 }
 
-/// Number of partitions of `topic` as `client`'s brokers report it, `None` if it does not exist.
-/// librdkafka takes every metadata answer into the client's own view of the topic, so asked
-/// through the producer's client this also makes the producer know a partition added since its
-/// last refresh (it refuses a record for a partition it does not know: `Local: Unknown
-/// partition`).
+/// Number of partitions of `topic` as `client`'s brokers report it, `None` if it does not exist
+/// (`UNKNOWN_TOPIC_OR_PARTITION`, or not in the answer). librdkafka takes every metadata answer
+/// into the client's own view of the topic, so asked through the producer's client this also
+/// makes the producer know a partition added since its last refresh (it refuses a record for a
+/// partition it does not know: `Local: Unknown partition`).
+///
+/// Errors: the request's, or the topic's own error in the answer as
+/// `KafkaError::MetadataFetch(code)`: `LEADER_NOT_AVAILABLE` while a topic just created elects
+/// its leaders, `TOPIC_AUTHORIZATION_FAILED` without DESCRIBE on it. Neither says the topic is
+/// missing ([`TopicError::NotAuthorized`] names the second; the callers retry the others).
 pub fn partition_count<C: ClientContext>(
     client: &rdkafka::client::Client<C>,
     topic: &str,
     timeout: Duration,
-) -> Result<Option<usize>, rdkafka::error::KafkaError> {
+) -> Result<Option<usize>, KafkaError> {
     let md = client.fetch_metadata(Some(topic), timeout)?;
-    Ok(md
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic)
-        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
-        .map(|t| t.partitions().len()))
+    let Some(t) = md.topics().iter().find(|t| t.name() == topic) else {
+        return Ok(None);
+    };
+    match t.error().map(RDKafkaErrorCode::from) {
+        None if t.partitions().is_empty() => Ok(None),
+        None => Ok(Some(t.partitions().len())),
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition) => Ok(None),
+        Some(code) => Err(KafkaError::MetadataFetch(code)),
+    }
+}
+
+/// [`partition_count`] of the topic configured under `key`, an authorization failure named as
+/// such ([`TopicError::NotAuthorized`]).
+fn counted<C: ClientContext>(
+    client: &rdkafka::client::Client<C>,
+    key: &'static str,
+    topic: &str,
+    timeout: Duration,
+) -> Result<Option<usize>, TopicError> {
+    partition_count(client, topic, timeout).map_err(|e| match e.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed) => TopicError::NotAuthorized {
+            topic: topic.to_string(),
+            key,
+        },
+        _ => TopicError::Kafka(e),
+    })
 }
 
 /// Global scope: checks that `input` (the configured `input.topic`) and `route` (the route topic)
@@ -77,14 +113,15 @@ pub fn check_route_topic<C: ClientContext>(
     route: &str,
     timeout: Duration,
 ) -> Result<(usize, usize), TopicError> {
-    let inputs = partition_count(client, input, timeout)?.ok_or_else(|| TopicError::Missing {
+    let inputs = counted(client, "input.topic", input, timeout)?.ok_or_else(|| TopicError::Missing {
         topic: input.to_string(),
         key: "input.topic",
     })?;
-    let routes = partition_count(client, route, timeout)?.ok_or_else(|| TopicError::MissingRoute {
-        topic: route.to_string(),
-        partitions: inputs,
-    })?;
+    let routes =
+        counted(client, "fingerprint.route_topic", route, timeout)?.ok_or_else(|| TopicError::MissingRoute {
+            topic: route.to_string(),
+            partitions: inputs,
+        })?;
     Ok((inputs, routes))
 }
 
@@ -103,11 +140,11 @@ pub fn check_topics<C: rdkafka::consumer::ConsumerContext>(
         // The filter stage of the global scope reads the route topic.
         check_route_topic(client, routed_from, &cfg.input.topic, timeout)?;
     }
-    let input = partition_count(client, &cfg.input.topic, timeout)?.ok_or_else(|| TopicError::Missing {
+    let input = counted(client, "input.topic", &cfg.input.topic, timeout)?.ok_or_else(|| TopicError::Missing {
         topic: cfg.input.topic.clone(),
         key: "input.topic",
     })?;
-    let output = partition_count(client, &cfg.output.topic, timeout)?.ok_or_else(|| TopicError::Missing {
+    let output = counted(client, "output.topic", &cfg.output.topic, timeout)?.ok_or_else(|| TopicError::Missing {
         topic: cfg.output.topic.clone(),
         key: "output.topic",
     })?;
@@ -115,7 +152,7 @@ pub fn check_topics<C: rdkafka::consumer::ConsumerContext>(
         ("output.duplicates_topic", &cfg.output.duplicates_topic),
         ("fingerprint.dead_letter_topic", &cfg.fingerprint.dead_letter_topic),
     ] {
-        if !topic.is_empty() && partition_count(client, topic, timeout)?.is_none() {
+        if !topic.is_empty() && counted(client, key, topic, timeout)?.is_none() {
             return Err(TopicError::Missing {
                 topic: topic.clone(),
                 key,
@@ -123,7 +160,7 @@ pub fn check_topics<C: rdkafka::consumer::ConsumerContext>(
         }
     }
     let changelog = &cfg.store.changelog_topic;
-    if !changelog.is_empty() && partition_count(client, changelog, timeout)?.is_none() {
+    if !changelog.is_empty() && counted(client, "store.changelog_topic", changelog, timeout)?.is_none() {
         return Err(TopicError::MissingChangelog {
             topic: changelog.clone(),
             partitions: input,
