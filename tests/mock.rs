@@ -518,6 +518,70 @@ fn a_failed_transactional_handover_aborts_and_exits() {
     assert!(logs.contains("open transaction aborted"), "{logs}");
 }
 
+/// A reviewer reading librdkafka: the transaction's step that adds the input offsets
+/// (`send_offsets_to_transaction`) sends TxnOffsetCommit to the group coordinator, which
+/// librdkafka retries only until the call's timeout and then makes the transaction abortable; a
+/// checkpoint gave that step 30 s (1 s when resuming a pending commit), so a group coordinator
+/// that answered `COORDINATOR_LOAD_IN_PROGRESS` for longer made the filter abort and exit 1,
+/// though the commit is promised to be retried up to 90 % of `transaction.timeout.ms` (62 s
+/// here, the interval plus 60 s). Here the coordinator answers so for 70 requests (librdkafka
+/// asks again every 500 ms: over 35 s): the filter keeps running and commits once it answers.
+#[test]
+fn a_transaction_waits_out_a_slow_group_coordinator_instead_of_exiting() {
+    let m = mock(1, &[("in", 1), ("out", 1)]);
+    let mut given = m.scenario(1);
+    given.spec.interval = "2s";
+    given
+        .spec
+        .env
+        .push(("KAFKA_DEDUP__OUTPUT__DELIVERY".into(), "transactional".into()));
+    given
+        .spec
+        .env
+        .push(("KAFKA_DEDUP__OUTPUT__TRANSACTIONAL_ID".into(), unique("txn-slow-group")));
+    let mut filter = given.start();
+    filter.wait_ready(Duration::from_secs(60));
+    // The mock cluster keeps no offsets a transaction commits (its TxnOffsetCommit answers
+    // without storing them) and no transaction markers: the filter's checkpoint lines tell, each
+    // with the records its transaction forwarded.
+    let committed = |filter: &FilterProcess| -> u64 {
+        let logs = filter.logs();
+        let lines = logs.lines().filter(|l| l.contains("commit=committed"));
+        let forwarded = lines.filter_map(|l| l.split(" forwarded=").nth(1)?.split(' ').next()?.parse::<u64>().ok());
+        forwarded.sum()
+    };
+    // Until `n` records so committed, the filter's exit, or `timeout`.
+    let wait_committed = |filter: &mut FilterProcess, n: u64, timeout: Duration| {
+        let deadline = Instant::now() + timeout;
+        while committed(filter) < n && filter.running() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(committed(filter), n, "{}", filter.logs());
+    };
+    given.produce_records(&on_partition_0(0..100), Duration::ZERO);
+    wait_committed(&mut filter, 100, Duration::from_secs(60));
+
+    // When: the group coordinator answers TxnOffsetCommit "still loading" for over 30 s.
+    m.cluster.request_errors(
+        RDKafkaApiKey::TxnOffsetCommit,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS; 70],
+    );
+    let injected = Instant::now();
+    given.produce_records(&on_partition_0(100..200), Duration::ZERO);
+
+    // Then: the filter waits it out, keeps its transaction and commits the second hundred, once.
+    wait_committed(&mut filter, 200, Duration::from_secs(90));
+    let logs = filter.logs();
+    assert!(filter.running(), "{logs}");
+    assert!(!logs.contains("aborted"), "{logs}");
+    assert!(
+        injected.elapsed() > Duration::from_secs(30),
+        "the coordinator's refusals lasted longer than a first attempt's 30 s: {:?}",
+        injected.elapsed()
+    );
+    given.stop(filter);
+}
+
 /// Issue 12, case 5: a side topic that refuses copies (here: the broker answers every produce
 /// request with an authorisation error, three times; all records go to the dead-letter topic)
 /// halts the partition instead of stopping the process: nothing is committed past the refused

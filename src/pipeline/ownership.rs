@@ -553,7 +553,7 @@ impl Filter {
         let deadline = Instant::now() + self.cfg.output.handover_timeout;
         self.finish_persisting(consumer, deadline);
         if let Mode::Transactional { .. } = self.mode {
-            self.commit_transaction(consumer, parts, continuing, KAFKA_TIMEOUT)?;
+            self.commit_transaction(consumer, parts, continuing, KAFKA_TIMEOUT, KAFKA_TIMEOUT)?;
             self.log_checkpoint(parts.len(), "hand-over");
             return Ok(());
         }

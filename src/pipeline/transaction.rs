@@ -72,6 +72,25 @@ impl TransactionError {
 /// `max.poll.interval.ms` (300 s by default) served while the broker is away.
 const COMMIT_RETRY_ATTEMPT: Duration = Duration::from_secs(1);
 
+/// How long the step that adds the input offsets to the transaction (`send_offsets_to_transaction`)
+/// may take in a periodic checkpoint: what is left of the transaction until [`commit_deadline`],
+/// and at least `attempt`, the other steps' bound.
+///
+/// Why not `attempt`: librdkafka retries that step's TxnOffsetCommit to the group coordinator
+/// only until the call's timeout and then makes the transaction abortable
+/// (`rd_kafka_txn_handle_TxnOffsetCommit`, rdkafka_txnmgr.c: `RETRY` while time remains, then
+/// `PERMANENT`), where a flush or the transaction's own commit that times out may be called again.
+/// With the 1 s of a resumed attempt ([`COMMIT_RETRY_ATTEMPT`]), a commit pending while the
+/// broker was away exited 1 as soon as it came back whenever the group coordinator took more than
+/// a second to answer (a new connection, FindCoordinator, a coordinator still loading); with the
+/// 30 s of a first attempt, a group coordinator away for longer did. The poll loop waits in
+/// that call meanwhile, its partitions paused; librdkafka's own thread keeps the group's
+/// heartbeats going, and `max.poll.interval.ms` (300 s by default) is longer than any
+/// transaction's deadline by default.
+pub(super) fn offsets_attempt(attempt: Duration, left: Duration) -> Duration {
+    attempt.max(left)
+}
+
 /// How long after its transaction began a pending commit is given up: 90 % of the producer's
 /// `transaction.timeout.ms` (the broker aborts a transaction that old; by default the
 /// checkpoint interval plus 60 s, `kafka::transaction_timeout_ms`).
@@ -102,7 +121,8 @@ impl Filter {
         }
         let parts = self.partitions.len();
         let attempt = if resuming { COMMIT_RETRY_ATTEMPT } else { KAFKA_TIMEOUT };
-        match self.commit_transaction(consumer, &[], true, attempt) {
+        let left = (began + commit_deadline(&self.cfg)).saturating_duration_since(Instant::now());
+        match self.commit_transaction(consumer, &[], true, attempt, offsets_attempt(attempt, left)) {
             Ok(()) => {
                 self.log_checkpoint(parts, "committed");
                 Ok(())
@@ -135,7 +155,8 @@ impl Filter {
     /// Transactional mode (a periodic checkpoint or a hand-over): flushes, commits the
     /// transaction with the offsets of every running partition, stores their state, and begins
     /// the next transaction when `continuing`. `clean_for` get `clean = true`. Each step that
-    /// waits waits up to `attempt`. A commit that failed is left pending in the mode
+    /// waits waits up to `attempt`, the one adding the offsets up to `offsets_within`
+    /// ([`offsets_attempt`]). A commit that failed is left pending in the mode
     /// ([`PendingCommit`]): the next call resumes it after the steps already done (the offsets
     /// named then, `clean_for` of that call), since librdkafka's transactional calls may be
     /// made again after a retriable error.
@@ -145,12 +166,13 @@ impl Filter {
         clean_for: &[i32],
         continuing: bool,
         attempt: Duration,
+        offsets_within: Duration,
     ) -> Result<(), TransactionError> {
         let Mode::Transactional { pending, .. } = &mut self.mode else {
             return Ok(());
         };
         let mut commit = pending.take().unwrap_or_else(PendingCommit::new);
-        let result = self.try_commit(consumer, clean_for, &mut commit, attempt);
+        let result = self.try_commit(consumer, clean_for, &mut commit, attempt, offsets_within);
         if let Err(e) = result {
             if let Mode::Transactional { pending, .. } = &mut self.mode {
                 *pending = Some(commit);
@@ -186,6 +208,7 @@ impl Filter {
         clean_for: &[i32],
         commit: &mut PendingCommit,
         attempt: Duration,
+        offsets_within: Duration,
     ) -> Result<(), TransactionError> {
         if commit.records.is_none() {
             self.producer.flush(attempt).map_err(TransactionError::Flush)?;
@@ -206,7 +229,7 @@ impl Filter {
             let tpl = commit_list(&self.cfg, &records.iter().collect::<Vec<_>>()).map_err(TransactionError::Offsets)?;
             let group = consumer.group_metadata().ok_or(TransactionError::NoGroupMetadata)?;
             self.producer
-                .send_offsets_to_transaction(&tpl, &group, attempt)
+                .send_offsets_to_transaction(&tpl, &group, offsets_within)
                 .map_err(TransactionError::SendOffsets)?;
         }
         commit.offsets_sent = true;
@@ -251,5 +274,21 @@ mod tests {
         assert_eq!(commit_deadline(&cfg("")), Duration::from_millis(55_800));
         let set = cfg("[kafka.properties]\n\"transaction.timeout.ms\" = 120000");
         assert_eq!(commit_deadline(&set), Duration::from_secs(108));
+    }
+
+    /// The offsets' step waits until the transaction's deadline, never less than the others.
+    #[test]
+    fn the_offsets_step_waits_until_the_commit_deadline() {
+        let s = Duration::from_secs;
+        #[rustfmt::skip]
+        let rows = [
+            (s(30), s(55), s(55), "a first attempt, the transaction young: to its deadline"),
+            (s(1), s(40), s(40), "a resumed commit: to its deadline, not 1 s"),
+            (s(30), s(5), s(30), "a first attempt near the deadline: the usual 30 s"),
+            (s(1), Duration::ZERO, s(1), "past the deadline: the resumed attempt's 1 s"),
+        ];
+        for (attempt, left, want, case) in rows {
+            assert_eq!(offsets_attempt(attempt, left), want, "{case}");
+        }
     }
 }
