@@ -701,6 +701,23 @@ fn side_copy_refused_by_the_producer_halts_until_restarted() {
 /// out once, in order.
 #[test]
 fn a_long_output_outage_pauses_without_leaving_the_group() {
+    output_outage("QUEUE_BUFFERING_MAX_MESSAGES", "100");
+}
+
+/// The same with the producer's queue full by its size (`queue.buffering.max.kbytes` = 1: about
+/// 250 of these 4-byte values) far below half its message limit (100,000 by default): the
+/// partitions resumed at once (the queue was "drained to half" of its message limit), and each
+/// resume took a record that waited a second for room and paused them again, a pause and a
+/// resume a second while the output was away. Found by a reviewer reading librdkafka. Now they
+/// stay paused until the queue has drained to half of what it held.
+#[test]
+fn an_output_outage_with_the_queue_full_by_its_size_pauses_once() {
+    output_outage("QUEUE_BUFFERING_MAX_KBYTES", "1");
+}
+
+/// The output's broker down for 20 s with 2,000 records waiting and the producer's queue limited
+/// by `[kafka.properties]` `limit` (its environment variable's tail) = `value`.
+fn output_outage(limit: &str, value: &str) {
     use rdkafka::mocking::MockCoordinator;
     let m = mock(2, &[("in", 2), ("out", 2)]);
     for p in 0..2 {
@@ -709,10 +726,7 @@ fn a_long_output_outage_pauses_without_leaving_the_group() {
     }
     let mut given = m.scenario(2);
     given.spec.env.extend([
-        (
-            "KAFKA_DEDUP__KAFKA__PROPERTIES__QUEUE_BUFFERING_MAX_MESSAGES".to_string(),
-            "100".to_string(),
-        ),
+        (format!("KAFKA_DEDUP__KAFKA__PROPERTIES__{limit}"), value.to_string()),
         (
             "KAFKA_DEDUP__KAFKA__PROPERTIES__MAX_POLL_INTERVAL_MS".to_string(),
             "6000".to_string(),
@@ -729,18 +743,29 @@ fn a_long_output_outage_pauses_without_leaving_the_group() {
     // records waiting.
     m.cluster.broker_down(2).unwrap();
     given.produce(1000..3000);
-    std::thread::sleep(Duration::from_secs(20));
+    let resumed = "partitions resumed";
+    std::thread::sleep(Duration::from_secs(5));
+    let paused = filter.logs();
+    assert!(paused.contains("partitions paused until it drains"), "{paused}");
+    std::thread::sleep(Duration::from_secs(15));
     assert!(filter.running(), "the filter waits out the outage:\n{}", filter.logs());
+    let during = filter.logs();
     m.cluster.broker_up(2).unwrap();
 
-    // Then: it paused instead of leaving the group, and every value is there once, in order,
-    // each counted once (a record the full queue gave back is taken again when it resumes).
+    // Then: it paused instead of leaving the group, and stayed paused while nothing could drain
+    // (the queue full from the 5th second on: no resume in the next 15); every value is there
+    // once, in order, each counted once (a record the full queue gave back is taken again when
+    // it resumes).
+    assert_eq!(
+        during.matches(resumed).count(),
+        paused.matches(resumed).count(),
+        "resumed while the output was away:\n{during}"
+    );
     given.wait_done(&filter);
     let scrape = filter.scrape();
     let filter = given.stop(filter);
     let logs = filter.logs();
     assert!(!logs.contains("assignment lost"), "{logs}");
-    assert!(logs.contains("partitions paused until it drains"), "{logs}");
     given.then_once_in_order(3000);
     assert_eq!(
         metric(&scrape, "kafka_dedup_records_consumed_total", &[]),

@@ -49,9 +49,6 @@ const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);
 /// back and the stage backs off ([`Router::back_off`]), as the filter does (`pipeline::produce`).
 const QUEUE_WAIT: Duration = Duration::from_secs(1);
 
-/// librdkafka's default `queue.buffering.max.messages`.
-const DEFAULT_QUEUE_MESSAGES: i32 = 100_000;
-
 /// An acknowledgement of a copy, from the producer thread: the delivery opaque
 /// (`input partition << SEQ_BITS | seq`) and the result.
 struct Ack {
@@ -124,14 +121,12 @@ struct Router {
     restamped: std::collections::BTreeSet<i32>,
     /// [`RECORDS_ROUTED`].
     routed: metrics::Counter,
-    /// Since when the producer's queue has been full and every assigned input partition paused
-    /// ([`Router::back_off`]); `None` while records flow.
-    backpressure: Option<Instant>,
+    /// Since when the producer's queue has been full and every assigned input partition paused,
+    /// and what it held then ([`Router::back_off`]); `None` while records flow.
+    backpressure: Option<kafka::BackedOff>,
     /// While backed off: per input partition, the first offset the consumer returned and the
     /// stage did not take; the partition resumes there.
     resume_at: BTreeMap<i32, i64>,
-    /// The producer's `queue.buffering.max.messages`: it resumes once the queue is half empty.
-    queue_capacity: i32,
     /// While a record's fingerprint waits for the schema registry ([`Router::wait_for_registry`]):
     /// when the partitions may resume to try it again, and how many tries failed in a row.
     registry_retry: Option<(Instant, u32)>,
@@ -435,10 +430,6 @@ pub fn run_route(cfg: Arc<Config>, shutdown: Shutdown, status: Arc<Status>) -> R
         routed,
         backpressure: None,
         resume_at: BTreeMap::new(),
-        queue_capacity: kafka::producer_config(&producer_cfg)
-            .get("queue.buffering.max.messages")
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_QUEUE_MESSAGES),
         registry_retry: None,
         halted: BTreeMap::new(),
         status: status.clone(),

@@ -5,12 +5,11 @@
 //! records, and those land after the new owner re-read the output (forwarded twice, out of
 //! order). So the record is given back ([`Refused::Full`](super::produce::Refused)), every
 //! running partition is paused, and the poll loop goes on serving rebalances and
-//! acknowledgements; once the queue has drained to half, each partition resumes at its first
-//! record not taken. With a side producer (idempotent mode with a side topic) its queue must have
-//! drained too ([`drained`]): either one full gives the record back. A revocation meanwhile is an ordinary hand-over (it waits for the
-//! acknowledgements up to `output.handover_timeout`).
-
-use std::time::Instant;
+//! acknowledgements; once the queue has drained to half of what it held (whichever of
+//! librdkafka's limits filled it, messages or bytes: [`BackedOff`]), each partition resumes at its
+//! first record not taken. With a side producer (idempotent mode with a side topic) its queue must
+//! have drained too: either one full gives the record back. A revocation meanwhile is an ordinary
+//! hand-over (it waits for the acknowledgements up to `output.handover_timeout`).
 
 use rdkafka::consumer::Consumer;
 use rdkafka::producer::Producer;
@@ -20,10 +19,8 @@ use tracing::{info, warn};
 use super::context::FilterConsumer;
 use super::filter::Filter;
 use super::ownership::resume_at;
+use crate::kafka::BackedOff;
 use crate::partition::Partition;
-
-/// librdkafka's default `queue.buffering.max.messages`.
-const DEFAULT_QUEUE_MESSAGES: i32 = 100_000;
 
 impl Filter {
     /// The producer's queue stayed full: pauses every running partition that is not halted (a
@@ -46,7 +43,7 @@ impl Filter {
         if self.backpressure.is_some() {
             return false;
         }
-        self.backpressure = Some(Instant::now());
+        self.backpressure = Some(BackedOff::new(self.queued()));
         let mut tpl = TopicPartitionList::new();
         for p in self.unhalted_running() {
             tpl.add_partition(&self.cfg.input.topic, p);
@@ -57,20 +54,25 @@ impl Filter {
         true
     }
 
+    /// What the producers hold: the output's, and the side producer's when there is one
+    /// (messages queued or in flight, [`BackedOff`]'s order).
+    fn queued(&self) -> [Option<i32>; 2] {
+        [
+            Some(self.producer.in_flight_count()),
+            self.side_producer.as_ref().map(|s| s.in_flight_count()),
+        ]
+    }
+
     /// While backed off: once the producers' queues (the output's, and the side producer's when
-    /// there is one) have drained to half their size ([`drained`]), resumes every running
-    /// partition that is not halted at its first record not taken.
+    /// there is one) have drained to half of what they held when the partitions paused
+    /// ([`BackedOff::drained`]), resumes every running partition that is not halted at its first
+    /// record not taken.
     pub(super) fn drive_backpressure(&mut self, consumer: &FilterConsumer) {
-        let Some(since) = self.backpressure else { return };
+        let Some(backed_off) = self.backpressure else { return };
         if self.mode.commit_pending() {
             return; // resumed once the pending transaction commit completes
         }
-        let capacity = self.producer_queue_messages.unwrap_or(DEFAULT_QUEUE_MESSAGES);
-        let queued = [
-            Some(self.producer.in_flight_count()),
-            self.side_producer.as_ref().map(|s| s.in_flight_count()),
-        ];
-        if !drained(&queued, capacity) {
+        if !backed_off.drained(self.queued()) {
             return;
         }
         for p in self.unhalted_running() {
@@ -87,7 +89,7 @@ impl Filter {
         }
         self.backpressure = None;
         info!(
-            seconds = since.elapsed().as_secs_f64(),
+            seconds = backed_off.since.elapsed().as_secs_f64(),
             "partitions resumed (the producer's queue drained, no transaction commit pending)"
         );
     }
@@ -99,36 +101,5 @@ impl Filter {
             .filter(|(p, s)| matches!(s, Partition::Running(_)) && !self.halts.contains_key(p))
             .map(|(p, _)| *p)
             .collect()
-    }
-}
-
-/// Whether every producer's queue has drained to half of `capacity` (messages, the producers'
-/// `queue.buffering.max.messages`, the same for both): `queued` holds each producer's
-/// `in_flight_count` (messages queued or in flight), `None` for a producer that does not exist.
-/// Resuming while one is still full would make the next record that goes to it wait
-/// `produce::QUEUE_WAIT` (1 s) in `send` and back off again: a pause and resume per second.
-fn drained(queued: &[Option<i32>], capacity: i32) -> bool {
-    queued.iter().flatten().all(|q| *q <= capacity / 2)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::drained;
-
-    #[test]
-    fn the_partitions_resume_once_every_producer_drained() {
-        #[rustfmt::skip]
-        let rows = [
-            ([Some(0), None], true, "the output's producer empty, no side producer"),
-            ([Some(50), None], true, "half full: drained"),
-            ([Some(51), None], false, "above half"),
-            ([Some(0), Some(0)], true, "both empty"),
-            ([Some(10), Some(100)], false, "the side producer still full"),
-            ([Some(100), Some(10)], false, "the output's producer still full"),
-            ([Some(50), Some(50)], true, "both at half"),
-        ];
-        for (queued, want, case) in rows {
-            assert_eq!(drained(&queued, 100), want, "{case}");
-        }
     }
 }

@@ -93,12 +93,9 @@ pub struct Filter {
     /// Halts in a row of running partitions waiting for the schema registry (`halt`), for the
     /// back-off; a partition leaves it when one of its records is fingerprinted.
     pub(super) registry_attempts: BTreeMap<i32, u32>,
-    /// Since when the producer's queue has been full and every running partition paused
-    /// ([`Filter::back_off`]); `None` while records flow.
-    pub(super) backpressure: Option<Instant>,
-    /// The producer's `queue.buffering.max.messages` when set under `[kafka.properties]`
-    /// (librdkafka's default otherwise), for [`Filter::drive_backpressure`].
-    pub(super) producer_queue_messages: Option<i32>,
+    /// Since when the producer's queue has been full and every running partition paused, and what
+    /// the producers held then ([`Filter::back_off`]); `None` while records flow.
+    pub(super) backpressure: Option<crate::kafka::BackedOff>,
     /// Owned partitions held for want of an output partition (`ownership`), so that each is
     /// logged once.
     pub(super) held: BTreeSet<i32>,
@@ -216,9 +213,6 @@ impl Filter {
             registry_attempts: BTreeMap::new(),
             counted: BTreeMap::new(),
             backpressure: None,
-            producer_queue_messages: crate::kafka::producer_config(&cfg)
-                .get("queue.buffering.max.messages")
-                .and_then(|v| v.trim().parse().ok()),
             held: BTreeSet::new(),
             store_failing: None,
             skips: crate::config::parse_skips(&cfg.input.skip).unwrap_or_default(),

@@ -31,7 +31,7 @@ impl Router {
         if self.backpressure.is_some() {
             return;
         }
-        self.backpressure = Some(Instant::now());
+        self.backpressure = Some(kafka::BackedOff::new([Some(self.producer.in_flight_count()), None]));
         if let Err(e) = consumer.assignment().and_then(|a| consumer.pause(&a)) {
             warn!(error = %e, "route stage: pausing the partitions failed");
         }
@@ -65,13 +65,14 @@ impl Router {
         self.back_off(consumer);
     }
 
-    /// While backed off: once the producer's queue has drained to half its size (and a wait for
-    /// the schema registry is over), resumes every
+    /// While backed off: once the producer's queue has drained to half of what it held when the
+    /// partitions paused ([`kafka::BackedOff::drained`]) and a wait for the schema registry is
+    /// over, resumes every
     /// assigned input partition, each that returned records it did not take at the first of them
     /// (resume, then seek: see `pipeline::ownership::resume_at`).
     pub(super) fn drive_backpressure(&mut self, consumer: &RouteConsumer) {
-        let Some(since) = self.backpressure else { return };
-        if self.producer.in_flight_count() > self.queue_capacity / 2 {
+        let Some(backed_off) = self.backpressure else { return };
+        if !backed_off.drained([Some(self.producer.in_flight_count()), None]) {
             return;
         }
         if self.registry_retry.is_some_and(|(at, _)| Instant::now() < at) {
@@ -96,7 +97,7 @@ impl Router {
         self.resume_at.clear();
         self.backpressure = None;
         info!(
-            seconds = since.elapsed().as_secs_f64(),
+            seconds = backed_off.since.elapsed().as_secs_f64(),
             "route stage: the producer's queue drained: input partitions resumed"
         );
     }
