@@ -271,7 +271,8 @@ pub const METADATA_REFRESH_MS: &str = "30000";
 /// (measured on the mock cluster: 0.9 s; BENCHMARKS.md). The cost: a caught-up consumer sends
 /// up to 10 fetch requests a second per broker instead of 2. `topic.metadata.refresh.interval.ms`
 /// = [`METADATA_REFRESH_MS`]: input partitions added while running are assigned within 30 s.
-/// `fetch.queue.backoff.ms` = [`FETCH_QUEUE_BACKOFF_MS`].
+/// `fetch.queue.backoff.ms` = [`FETCH_QUEUE_BACKOFF_MS`], `receive.message.max.bytes` =
+/// [`RECEIVE_MAX_BYTES`].
 pub fn consumer_config(cfg: &Config) -> ClientConfig {
     let mut c = base(cfg, Role::Consumer);
     c.set("group.id", &cfg.input.group_id);
@@ -286,6 +287,7 @@ pub fn consumer_config(cfg: &Config) -> ClientConfig {
     set_default(&mut c, "fetch.wait.max.ms", "100");
     set_default(&mut c, "fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
     set_default(&mut c, "topic.metadata.refresh.interval.ms", METADATA_REFRESH_MS);
+    set_default(&mut c, "receive.message.max.bytes", RECEIVE_MAX_BYTES);
     // Where nothing is committed, recovery seeks to `input.start` itself; everywhere else the
     // consumer resumes at a committed offset, and one out of range (below the log start after
     // retention) must move to the oldest record left, never to the end.
@@ -303,6 +305,20 @@ pub fn consumer_config(cfg: &Config) -> ClientConfig {
 /// the end-to-end benchmark on Apache Kafka, for the copier as for kafka-dedup; none in five runs
 /// with 10 ms). The cost: one more look at the queue every 10 ms while it is full.
 pub const FETCH_QUEUE_BACKOFF_MS: &str = "10";
+
+/// The consumers' default `receive.message.max.bytes`: 2,147,483,647, librdkafka's maximum (its
+/// default: 100,000,000). librdkafka gives up decompressing a record batch whose records would
+/// pass it (`_BAD_COMPRESSION`: zstd, rdkafka_zstd.c; lz4 and gzip alike), keeps the partition's
+/// fetch position at that batch and fetches it again for ever (rdkafka_msgset_reader.c): the
+/// partition stops there, and no record of it reaches the filter, so neither a halt nor
+/// `input.skip` can get past it. The Java producer sizes a compressed batch by its estimated
+/// compressed size, and the broker checks `max.message.bytes` against the compressed batch, so
+/// highly compressible records (repetitive JSON, padding) make batches of a few KB on the wire
+/// and over 100 MB decompressed (librdkafka issue #5260); the Java consumer reads them. The cost:
+/// a batch that large is held decompressed in memory while its records are handed out; the
+/// responses themselves stay bounded by `fetch.max.bytes` (50 MB by default). Found by an
+/// adversary reading librdkafka; `mock::an_input_batch_over_100_mb_decompressed_is_consumed`.
+pub const RECEIVE_MAX_BYTES: &str = "2147483647";
 
 /// The producer of the output (and side) topics: idempotent, and transactional in that mode.
 ///
@@ -429,10 +445,13 @@ pub fn transaction_timeout_ms(interval: std::time::Duration) -> u64 {
 }
 
 /// A consumer outside the group, for recovery: reads committed offsets (same `group.id`, never
-/// subscribes, never commits) and re-reads output partitions up to their end.
+/// subscribes, never commits) and re-reads output partitions up to their end; `audit` reads the
+/// input with it too. Defaults as the group consumer's: `fetch.queue.backoff.ms`,
+/// `receive.message.max.bytes` ([`RECEIVE_MAX_BYTES`]).
 pub fn reader_config(cfg: &Config) -> ClientConfig {
     let mut c = base(cfg, Role::Consumer);
     set_default(&mut c, "fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS);
+    set_default(&mut c, "receive.message.max.bytes", RECEIVE_MAX_BYTES);
     c.set("group.id", &cfg.input.group_id);
     // Always: a re-read that learned records of an aborted transaction would drop their input
     // records, consumed again after the committed offset, as replays (`[kafka.properties]`

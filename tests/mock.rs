@@ -774,6 +774,55 @@ fn output_outage(limit: &str, value: &str) {
     );
 }
 
+/// Found by an adversary reading librdkafka (librdkafka issue #5260): the Java producer sizes a
+/// compressed batch by its estimated compressed size, and the broker checks `max.message.bytes`
+/// against the compressed batch, so highly compressible records make batches of a few KB on the
+/// wire and over 100 MB decompressed. librdkafka's consumer gave up decompressing a batch past
+/// `receive.message.max.bytes` (100 MB by default) with `_BAD_COMPRESSION` and fetched it again
+/// for ever: the partition stopped there, `/readyz` ready, no record of it reaching the filter
+/// (so neither a halt nor `input.skip` could get past it). The consumers now default to
+/// librdkafka's largest size (`kafka::RECEIVE_MAX_BYTES`). Here the upstream batch is made with
+/// librdkafka's producer, its `batch.size` and `message.max.bytes` raised (it counts
+/// uncompressed bytes): 1,100 records of 100 KB of one character, one zstd batch of about 110 MB
+/// decompressed, 17 KB on the wire.
+#[test]
+fn an_input_batch_over_100_mb_decompressed_is_consumed() {
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    let m = mock(1, &[("in", 2), ("out", 2)]);
+    let mut given = m.scenario(2);
+    let mut filter = given.start_ready();
+    given.produce(0..100);
+    filter.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(60));
+
+    // When: upstream writes one highly compressible zstd batch to partition 0, then more records.
+    let mut c = given.broker.client();
+    c.set("compression.type", "zstd")
+        .set("linger.ms", "5000")
+        .set("batch.num.messages", "100000")
+        .set("batch.size", "200000000")
+        .set("message.max.bytes", "200000000");
+    let producer: ThreadedProducer<_> = c.create().unwrap();
+    let pad = "x".repeat(100_000);
+    for i in 0..1100 {
+        let v = format!("big-{i}-{pad}");
+        producer
+            .send(BaseRecord::<[u8], [u8]>::to("in").partition(0).payload(v.as_bytes()))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+    drop(producer);
+    given.produce(100..200);
+
+    // Then: partition 0 forwards the batch and what follows it (50 + 1,100 + 50), partition 1 its
+    // 100.
+    filter.wait_metric(FORWARDED, &["partition=\"1\""], 100.0, Duration::from_secs(60));
+    filter.wait_metric(FORWARDED, &["partition=\"0\""], 1200.0, Duration::from_secs(90));
+    let filter = given.stop(filter);
+    let logs = filter.logs();
+    assert!(!logs.contains("Decompression"), "{logs}");
+}
+
 /// Issue 14, case 6: in `key` mode the commit's metadata names a position per output partition
 /// and generation, about 9 bytes each here, and Kafka refuses metadata over
 /// `offset.metadata.max.bytes` (4096 by default; the mock cluster does not enforce it, so the

@@ -106,6 +106,28 @@ fn a_full_fetch_queue_backs_off_for_10_ms() {
     assert_eq!(reader_config(&set).get("fetch.queue.backoff.ms"), Some("200"));
 }
 
+/// The consumers take record batches up to librdkafka's largest decompressed size unless
+/// `[kafka.properties]` says otherwise; librdkafka accepts the value alongside the default
+/// `fetch.max.bytes`.
+#[test]
+fn the_consumers_take_batches_up_to_the_largest_decompressed_size() {
+    let cfg = |props: &str| {
+        let text = format!("[kafka]\nbootstrap_servers = \"127.0.0.1:1\"\n[kafka.properties]\n{props}\n[input]\ntopic = \"in\"\ngroup_id = \"g\"\n[output]\ntopic = \"out\"\n");
+        Config::from_toml_str(&text, Some(Default::default())).unwrap()
+    };
+    for c in [consumer_config(&cfg("")), reader_config(&cfg(""))] {
+        assert_eq!(c.get("receive.message.max.bytes"), Some(RECEIVE_MAX_BYTES));
+        let created: Result<BaseConsumer, KafkaError> = c.create();
+        assert!(created.is_ok(), "librdkafka takes it: {:?}", created.err());
+    }
+    let set = cfg("\"receive.message.max.bytes\" = \"200000000\"");
+    assert_eq!(
+        consumer_config(&set).get("receive.message.max.bytes"),
+        Some("200000000")
+    );
+    assert_eq!(reader_config(&set).get("receive.message.max.bytes"), Some("200000000"));
+}
+
 /// Each client gets the properties that concern it (no CONFWARN for the other kind); the
 /// guarantees' own settings still win.
 #[test]
