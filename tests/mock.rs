@@ -823,6 +823,39 @@ fn an_input_batch_over_100_mb_decompressed_is_consumed() {
     assert!(!logs.contains("Decompression"), "{logs}");
 }
 
+/// Found reading librdkafka: it starts fetching an assigned partition once its own fetch of the
+/// group's committed offsets for the assignment has answered, and seeks only a partition it
+/// fetches (`_STATE` otherwise). When that fetch fails with an error it does not retry (here one
+/// `GROUP_AUTHORIZATION_FAILED`, as while ACLs change; the filter asks nothing before it is
+/// assigned, so the first OffsetFetch is librdkafka's), the partition stays unstarted until the
+/// next assignment: the filter's own fetch succeeded, its seek failed, and the partition
+/// recovered again every 2 s for ever, forwarding nothing. Now after 30 s of failed seeks the
+/// process exits 1 naming the cause, and the restart, a new member with a new assignment,
+/// forwards every record once.
+#[test]
+fn a_partition_librdkafka_never_starts_stops_the_process() {
+    let m = mock(1, &[("in", 1), ("out", 1)]);
+    let mut given = m.scenario(1);
+    given.produce(0..100);
+
+    // When: the group coordinator refuses the first OffsetFetch once.
+    m.cluster.request_errors(
+        RDKafkaApiKey::OffsetFetch,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_GROUP_AUTHORIZATION_FAILED],
+    );
+    let mut filter = given.start();
+
+    // Then: it stops, saying why, and the next start forwards every record once.
+    let status = filter.wait_exit(Duration::from_secs(90));
+    let logs = filter.logs();
+    assert_eq!(status.code(), Some(1), "{logs}");
+    assert!(logs.contains("librdkafka has not started fetching it"), "{logs}");
+    let mut filter = given.start();
+    filter.wait_metric(FORWARDED, &[], 100.0, Duration::from_secs(60));
+    given.stop(filter);
+    given.then_once_in_order(100);
+}
+
 /// Issue 14, case 6: in `key` mode the commit's metadata names a position per output partition
 /// and generation, about 9 bytes each here, and Kafka refuses metadata over
 /// `offset.metadata.max.bytes` (4096 by default; the mock cluster does not enforce it, so the

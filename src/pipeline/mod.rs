@@ -232,6 +232,23 @@ pub enum Fatal {
         /// The last panic's message.
         error: String,
     },
+    /// The seek that starts a recovered partition failed at every attempt for
+    /// `ownership::SEEK_FAILING_MAX`: librdkafka has not started fetching the partition, which
+    /// only a new assignment does; the restart joins the group anew.
+    #[error(
+        "partition {partition}: the consumer refused to seek it for {seconds} s ({error}): librdkafka has not started \
+         fetching it, which only a new assignment does (its fetch of the group's committed offsets for the \
+         assignment failed: see the `kafka client error` lines before); exiting so that the restart joins the group \
+         anew (nothing past the last checkpoint was committed)"
+    )]
+    SeekFailing {
+        /// The input partition.
+        partition: i32,
+        /// Since the first failed seek, seconds.
+        seconds: u64,
+        /// The last seek's error.
+        error: String,
+    },
 }
 
 /// What to do about a delivery that failed with `error`, to append to [`Fatal::Delivery`]'s

@@ -45,6 +45,20 @@ fn after_panic(n: u32) -> Option<Duration> {
     (n < RECOVERY_PANICS_MAX).then(|| RECOVERY_RETRY.saturating_mul(1u32 << n.saturating_sub(1).min(16)))
 }
 
+/// How long the seek that starts a recovered partition may keep failing (its recovery retried
+/// every [`RECOVERY_RETRY`] meanwhile) before the process stops ([`Fatal::SeekFailing`], exit 1).
+///
+/// Why: librdkafka seeks only a partition whose fetcher has started (`rd_kafka_toppar_seek`,
+/// rdkafka_partition.c: `_STATE` otherwise), and it starts the fetcher once its own fetch of the
+/// group's committed offsets for the assignment has answered (rdkafka_assignment.c). When that
+/// fetch fails with an error it does not retry (a `GROUP_AUTHORIZATION_FAILED` while ACLs change,
+/// any partition-level error), the partition stays in the assignment unstarted until the next
+/// assignment: every seek fails, and the partition recovered again and again for ever, running
+/// never (`mock::a_partition_librdkafka_never_starts_stops_the_process`). A restart joins the
+/// group anew, and the new assignment fetches the offsets again. A fetcher that is merely slow to
+/// start (that fetch retried while the coordinator loads) starts within seconds.
+pub(super) const SEEK_FAILING_MAX: Duration = Duration::from_secs(30);
+
 /// How often a held partition (no output partition for it) looks again whether the output
 /// topic has grown.
 const HOLD_RETRY: Duration = Duration::from_secs(5);
@@ -347,6 +361,14 @@ impl Filter {
         // would be fetched only to be thrown away.
         if self.backpressure.is_none() {
             if let Err(e) = resume_at(consumer, &self.cfg.input.topic, p, rec.resume) {
+                let since = *self.recoveries.seek_failing.entry(p).or_insert_with(Instant::now);
+                if since.elapsed() >= SEEK_FAILING_MAX {
+                    return self.fail(Fatal::SeekFailing {
+                        partition: p,
+                        seconds: since.elapsed().as_secs(),
+                        error: e.to_string(),
+                    });
+                }
                 return self.schedule_retry(p, &e.to_string());
             }
             self.seeks.insert(p, rec.resume);
@@ -381,6 +403,7 @@ impl Filter {
     /// Installs recovered partition `p` (ownership `inc`) as running.
     fn run(&mut self, p: i32, inc: u64, rec: Recovered) {
         self.recoveries.panics.remove(&p);
+        self.recoveries.seek_failing.remove(&p);
         // A record given back by a former ownership was never taken: counted again from here.
         self.counted.remove(&p);
         let metrics = PartitionMetrics::new(p, &self.cfg);
@@ -537,6 +560,7 @@ impl Filter {
             self.seeks.remove(p);
             self.rewound.remove(p);
             self.recoveries.panics.remove(p);
+            self.recoveries.seek_failing.remove(p);
             self.mode.forget(*p);
             self.held.remove(p);
             self.status.remove_partition(*p);

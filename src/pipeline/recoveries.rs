@@ -52,6 +52,9 @@ pub(super) struct Recoveries {
     pub(super) incarnations: u64,
     /// Panicked recovery workers per partition since it last ran (the retry's back-off).
     pub(super) panics: BTreeMap<i32, u32>,
+    /// Per partition: since when the seek that starts it after its recovery has failed, every
+    /// attempt since (`ownership::SEEK_FAILING_MAX`).
+    pub(super) seek_failing: BTreeMap<i32, std::time::Instant>,
 }
 
 impl Recoveries {
@@ -63,6 +66,7 @@ impl Recoveries {
             tx,
             incarnations: 0,
             panics: BTreeMap::new(),
+            seek_failing: BTreeMap::new(),
         }
     }
 }
