@@ -20,13 +20,21 @@ use super::context::FilterConsumer;
 use super::filter::Filter;
 use super::ownership::resume_at;
 use crate::kafka::BackedOff;
-use crate::partition::Partition;
+use crate::partition::{Partition, Target};
 
 impl Filter {
-    /// The producer's queue stayed full: pauses every running partition that is not halted (a
-    /// halted one is paused already) until [`Self::drive_backpressure`] sees room again.
-    pub(super) fn back_off(&mut self, consumer: &FilterConsumer) {
-        if self.pause_running(consumer) {
+    /// The queue of `target`'s producer stayed full: pauses every running partition that is not
+    /// halted (a halted one is paused already) until [`Self::drive_backpressure`] sees that queue
+    /// drained to half of what it holds now ([`BackedOff`]).
+    pub(super) fn back_off(&mut self, consumer: &FilterConsumer, target: Target) {
+        // The producer whose queue was full: the side producer only with one (idempotent mode
+        // with a side topic; otherwise side copies go through the output's).
+        let [output, side] = self.queued();
+        let held = match (target, side) {
+            (Target::Side, Some(side)) => [None, Some(side)],
+            _ => [output, None],
+        };
+        if self.pause_running(consumer, held) {
             warn!(
                 queued = self.producer.in_flight_count(),
                 side_queued = self.side_producer.as_ref().map(|s| s.in_flight_count()),
@@ -37,13 +45,14 @@ impl Filter {
 
     /// Pauses every running partition that is not halted, as [`Self::back_off`] does, and
     /// resumes them the same way, once the producer's queue has drained and no transaction
-    /// commit is pending (a pending commit pauses them so: `checkpoint`). False when they were
-    /// paused already.
-    pub(super) fn pause_running(&mut self, consumer: &FilterConsumer) -> bool {
+    /// commit is pending (a pending commit pauses them so: `transaction`, with no condition on the
+    /// queues, `held` `[None, None]`). `held`: what the full producers hold ([`BackedOff`]). False
+    /// when they were paused already.
+    pub(super) fn pause_running(&mut self, consumer: &FilterConsumer, held: [Option<i32>; 2]) -> bool {
         if self.backpressure.is_some() {
             return false;
         }
-        self.backpressure = Some(BackedOff::new(self.queued()));
+        self.backpressure = Some(BackedOff::new(held));
         let mut tpl = TopicPartitionList::new();
         for p in self.unhalted_running() {
             tpl.add_partition(&self.cfg.input.topic, p);
@@ -81,10 +90,13 @@ impl Filter {
             };
             let next = run.inflight.next_offset();
             if let Err(e) = resume_at(consumer, &self.cfg.input.topic, p, next) {
-                // Stay backed off; the next tick tries again.
+                // Stay backed off; the next tick tries again, until a partition librdkafka never
+                // started fetching (recovered while paused, so never sought) stops the pipeline.
                 warn!(partition = p, error = %e, "resuming after the producer's queue drained failed");
+                self.seek_failed(p, &e);
                 return;
             }
+            self.recoveries.seek_failing.remove(&p);
             self.seeks.insert(p, next);
         }
         self.backpressure = None;

@@ -132,9 +132,10 @@ pub struct Filter {
 pub enum Handled {
     /// Taken (forwarded, dropped, copied), or not ours to take.
     Done,
-    /// Not taken: the producer's queue stayed full. The rest of the batch must not be taken
-    /// either; the partitions are paused until the queue drains.
-    ProducerFull,
+    /// Not taken: the queue of the producer of this target (the output's, or the side topics')
+    /// stayed full. The rest of the batch must not be taken either; the partitions are paused
+    /// until the queue drains.
+    ProducerFull(Target),
 }
 
 /// Since when an instance owns no partition, and when it last said so.
@@ -365,7 +366,7 @@ impl Filter {
                 // Not taken: fetched again when the partitions resume.
                 run.inflight.untake(offset);
                 self.counted.insert(p, offset);
-                return Ok(Handled::ProducerFull);
+                return Ok(Handled::ProducerFull(target));
             }
             Err(Refused::Kafka(error, Some(_)))
                 if target == Target::Output && !self.cfg.fingerprint.dead_letter_topic.is_empty() =>
@@ -488,7 +489,7 @@ impl Filter {
             Err(Refused::Full) => {
                 run.inflight.untake(offset);
                 self.counted.insert(p, offset);
-                Handled::ProducerFull
+                Handled::ProducerFull(Target::Side)
             }
             Err(Refused::Kafka(error, copy)) => {
                 match copy {

@@ -232,9 +232,9 @@ pub enum Fatal {
         /// The last panic's message.
         error: String,
     },
-    /// The seek that starts a recovered partition failed at every attempt for
-    /// `ownership::SEEK_FAILING_MAX`: librdkafka has not started fetching the partition, which
-    /// only a new assignment does; the restart joins the group anew.
+    /// The seek that starts a recovered partition still failed `ownership::seek_failing_max`
+    /// after its first failure: librdkafka has not started fetching the partition, which only a
+    /// new assignment does; the restart joins the group anew.
     #[error(
         "partition {partition}: the consumer refused to seek it for {seconds} s ({error}): librdkafka has not started \
          fetching it, which only a new assignment does (its fetch of the group's committed offsets for the \
@@ -480,10 +480,10 @@ fn handle_batch(
         if shutdown.is_triggered() {
             break;
         }
-        if f.on_record(&msg, fp, &mut now)? == Handled::ProducerFull {
+        if let Handled::ProducerFull(target) = f.on_record(&msg, fp, &mut now)? {
             // The rest of the batch is not taken either: every running partition pauses and
             // resumes, at its first record not taken, once the producer's queue drains.
-            f.back_off(consumer);
+            f.back_off(consumer, target);
             break;
         }
     }

@@ -45,8 +45,10 @@ fn after_panic(n: u32) -> Option<Duration> {
     (n < RECOVERY_PANICS_MAX).then(|| RECOVERY_RETRY.saturating_mul(1u32 << n.saturating_sub(1).min(16)))
 }
 
-/// How long the seek that starts a recovered partition may keep failing (its recovery retried
-/// every [`RECOVERY_RETRY`] meanwhile) before the process stops ([`Fatal::SeekFailing`], exit 1).
+/// How long after its first failed seek a partition may still fail to start (its recovery retried
+/// every [`RECOVERY_RETRY`] meanwhile, or, paused for back-pressure, its resume tried every tick)
+/// before the process stops ([`Fatal::SeekFailing`], exit 1): [`SEEK_FAILING_MAX`]; in
+/// transactional mode longer, [`seek_failing_max`].
 ///
 /// Why: librdkafka seeks only a partition whose fetcher has started (`rd_kafka_toppar_seek`,
 /// rdkafka_partition.c: `_STATE` otherwise), and it starts the fetcher once its own fetch of the
@@ -58,6 +60,19 @@ fn after_panic(n: u32) -> Option<Duration> {
 /// group anew, and the new assignment fetches the offsets again. A fetcher that is merely slow to
 /// start (that fetch retried while the coordinator loads) starts within seconds.
 pub(super) const SEEK_FAILING_MAX: Duration = Duration::from_secs(30);
+
+/// [`SEEK_FAILING_MAX`], and in transactional mode `transaction.timeout.ms` more: librdkafka's
+/// fetch for the assignment asks for stable offsets and is retried, for every partition it names,
+/// while one of them has offsets in an open transaction (`UNSTABLE_OFFSET_COMMIT`,
+/// rdkafka_request.c `rd_kafka_handle_OffsetFetch`): a killed previous owner's transaction holds
+/// them until the broker aborts it at that timeout, while the filter's own fetch of another
+/// partition answers at once.
+pub(super) fn seek_failing_max(cfg: &Config) -> Duration {
+    match cfg.output.delivery {
+        crate::config::Delivery::Idempotent => SEEK_FAILING_MAX,
+        crate::config::Delivery::Transactional => SEEK_FAILING_MAX + super::transaction::transaction_timeout(cfg),
+    }
+}
 
 /// How often a held partition (no output partition for it) looks again whether the output
 /// topic has grown.
@@ -361,19 +376,30 @@ impl Filter {
         // would be fetched only to be thrown away.
         if self.backpressure.is_none() {
             if let Err(e) = resume_at(consumer, &self.cfg.input.topic, p, rec.resume) {
-                let since = *self.recoveries.seek_failing.entry(p).or_insert_with(Instant::now);
-                if since.elapsed() >= SEEK_FAILING_MAX {
-                    return self.fail(Fatal::SeekFailing {
-                        partition: p,
-                        seconds: since.elapsed().as_secs(),
-                        error: e.to_string(),
-                    });
+                if self.seek_failed(p, &e) {
+                    return;
                 }
                 return self.schedule_retry(p, &e.to_string());
             }
             self.seeks.insert(p, rec.resume);
         }
         self.run(p, inc, rec);
+    }
+
+    /// The seek that starts partition `p` failed (`error`): notes since when, and past
+    /// [`seek_failing_max`] since the first failure stops the pipeline ([`Fatal::SeekFailing`];
+    /// true then).
+    pub(super) fn seek_failed(&mut self, p: i32, error: &StartError) -> bool {
+        let since = *self.recoveries.seek_failing.entry(p).or_insert_with(Instant::now);
+        if since.elapsed() < seek_failing_max(&self.cfg) {
+            return false;
+        }
+        self.fail(Fatal::SeekFailing {
+            partition: p,
+            seconds: since.elapsed().as_secs(),
+            error: error.to_string(),
+        });
+        true
     }
 
     /// Commits the position a recovered partition starts at. Idempotent mode: tells later owners
@@ -577,7 +603,7 @@ impl Filter {
         let deadline = Instant::now() + self.cfg.output.handover_timeout;
         self.finish_persisting(consumer, deadline);
         if let Mode::Transactional { .. } = self.mode {
-            self.commit_transaction(consumer, parts, continuing, KAFKA_TIMEOUT, KAFKA_TIMEOUT)?;
+            self.commit_transaction(consumer, parts, continuing, KAFKA_TIMEOUT, None)?;
             self.log_checkpoint(parts.len(), "hand-over");
             return Ok(());
         }
@@ -704,5 +730,26 @@ mod tests {
         for (n, want, case) in rows {
             assert_eq!(after_panic(n), want, "{case}");
         }
+    }
+
+    /// A partition that does not start stops the process 30 s after its first failed seek; in
+    /// transactional mode a transaction timeout later (an open transaction's offsets hold
+    /// librdkafka's fetch for the assignment that long).
+    #[test]
+    fn how_long_a_partition_may_fail_to_start() {
+        let cfg = |delivery: &str| {
+            let text = format!(
+                "[kafka]\nbootstrap_servers = \"127.0.0.1:1\"\n[input]\ntopic = \"in\"\ngroup_id = \"g\"\n\
+                 [output]\ntopic = \"out\"\n{delivery}\n[checkpoint]\ninterval = \"2s\"\n"
+            );
+            Config::from_toml_str(&text, Some(Default::default())).unwrap()
+        };
+        assert_eq!(seek_failing_max(&cfg("")), Duration::from_secs(30));
+        let txn = cfg("delivery = \"transactional\"\ntransactional_id = \"t\"");
+        assert_eq!(
+            seek_failing_max(&txn),
+            Duration::from_secs(30 + 62),
+            "the interval plus 60 s, plus 30 s"
+        );
     }
 }

@@ -52,8 +52,8 @@ pub(super) struct Recoveries {
     pub(super) incarnations: u64,
     /// Panicked recovery workers per partition since it last ran (the retry's back-off).
     pub(super) panics: BTreeMap<i32, u32>,
-    /// Per partition: since when the seek that starts it after its recovery has failed, every
-    /// attempt since (`ownership::SEEK_FAILING_MAX`).
+    /// Per partition: since its first failed seek while it has not started (after its recovery,
+    /// or resumed after back-pressure; `ownership::seek_failing_max`).
     pub(super) seek_failing: BTreeMap<i32, std::time::Instant>,
 }
 

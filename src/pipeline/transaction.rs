@@ -73,8 +73,10 @@ impl TransactionError {
 const COMMIT_RETRY_ATTEMPT: Duration = Duration::from_secs(1);
 
 /// How long the step that adds the input offsets to the transaction (`send_offsets_to_transaction`)
-/// may take in a periodic checkpoint: what is left of the transaction until [`commit_deadline`],
-/// and at least `attempt`, the other steps' bound.
+/// may take in a periodic checkpoint: what is `left` of the transaction until [`commit_deadline`]
+/// when the step starts (after the flush and the acknowledgements), at most `poll_cap` (half the
+/// consumer's `max.poll.interval.ms`, [`poll_cap`]), and at least `attempt`, the other steps'
+/// bound.
 ///
 /// Why not `attempt`: librdkafka retries that step's TxnOffsetCommit to the group coordinator
 /// only until the call's timeout and then makes the transaction abortable
@@ -84,22 +86,40 @@ const COMMIT_RETRY_ATTEMPT: Duration = Duration::from_secs(1);
 /// broker was away exited 1 as soon as it came back whenever the group coordinator took more than
 /// a second to answer (a new connection, FindCoordinator, a coordinator still loading); with the
 /// 30 s of a first attempt, a group coordinator away for longer did. The poll loop waits in
-/// that call meanwhile, its partitions paused; librdkafka's own thread keeps the group's
-/// heartbeats going, and `max.poll.interval.ms` (300 s by default) is longer than any
-/// transaction's deadline by default.
-pub(super) fn offsets_attempt(attempt: Duration, left: Duration) -> Duration {
-    attempt.max(left)
+/// that call meanwhile, its partitions paused (no rebalance or stop is served until it returns);
+/// librdkafka's own thread keeps the group's heartbeats going, but past `max.poll.interval.ms`
+/// without a poll it leaves the group (rdkafka_cgrp.c), hence `poll_cap`: with a
+/// `transaction.timeout.ms` raised to ride out long outages the call would otherwise hold the poll
+/// loop for minutes.
+pub(super) fn offsets_attempt(attempt: Duration, left: Duration, poll_cap: Duration) -> Duration {
+    attempt.max(left.min(poll_cap))
+}
+
+/// Half the group consumer's `max.poll.interval.ms` (librdkafka's default 300 s, or as set under
+/// `[kafka.properties]`): the longest one call may hold the poll loop ([`offsets_attempt`]).
+pub(super) fn poll_cap(cfg: &Config) -> Duration {
+    let ms = crate::kafka::consumer_config(cfg)
+        .get("max.poll.interval.ms")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(300_000);
+    Duration::from_millis(ms / 2)
 }
 
 /// How long after its transaction began a pending commit is given up: 90 % of the producer's
 /// `transaction.timeout.ms` (the broker aborts a transaction that old; by default the
 /// checkpoint interval plus 60 s, `kafka::transaction_timeout_ms`).
 pub(super) fn commit_deadline(cfg: &Config) -> Duration {
+    transaction_timeout(cfg).mul_f64(0.9)
+}
+
+/// The producer's `transaction.timeout.ms`: set under `[kafka.properties]`, or derived from the
+/// checkpoint interval ([`crate::kafka::transaction_timeout_ms`]).
+pub(super) fn transaction_timeout(cfg: &Config) -> Duration {
     let ms = crate::kafka::producer_config(cfg)
         .get("transaction.timeout.ms")
         .and_then(|v| v.trim().parse::<u64>().ok())
         .unwrap_or_else(|| crate::kafka::transaction_timeout_ms(cfg.checkpoint.interval));
-    Duration::from_millis(ms / 10 * 9)
+    Duration::from_millis(ms)
 }
 
 impl Filter {
@@ -121,15 +141,15 @@ impl Filter {
         }
         let parts = self.partitions.len();
         let attempt = if resuming { COMMIT_RETRY_ATTEMPT } else { KAFKA_TIMEOUT };
-        let left = (began + commit_deadline(&self.cfg)).saturating_duration_since(Instant::now());
-        match self.commit_transaction(consumer, &[], true, attempt, offsets_attempt(attempt, left)) {
+        let offsets_until = Some(began + commit_deadline(&self.cfg));
+        match self.commit_transaction(consumer, &[], true, attempt, offsets_until) {
             Ok(()) => {
                 self.log_checkpoint(parts, "committed");
                 Ok(())
             }
             Err(e) if e.retriable() && Instant::now() + COMMIT_RETRY_ATTEMPT < began + commit_deadline(&self.cfg) => {
                 if !resuming {
-                    self.pause_running(consumer);
+                    self.pause_running(consumer, [None, None]);
                     self.status
                         .set_commit_waiting(Some(format!("the transaction commit waits for the broker: {e}")));
                     warn!(
@@ -155,8 +175,8 @@ impl Filter {
     /// Transactional mode (a periodic checkpoint or a hand-over): flushes, commits the
     /// transaction with the offsets of every running partition, stores their state, and begins
     /// the next transaction when `continuing`. `clean_for` get `clean = true`. Each step that
-    /// waits waits up to `attempt`, the one adding the offsets up to `offsets_within`
-    /// ([`offsets_attempt`]). A commit that failed is left pending in the mode
+    /// waits waits up to `attempt`, the one adding the offsets (in a periodic checkpoint,
+    /// `offsets_until` the commit's deadline) up to what is left of it then ([`offsets_attempt`]). A commit that failed is left pending in the mode
     /// ([`PendingCommit`]): the next call resumes it after the steps already done (the offsets
     /// named then, `clean_for` of that call), since librdkafka's transactional calls may be
     /// made again after a retriable error.
@@ -166,13 +186,13 @@ impl Filter {
         clean_for: &[i32],
         continuing: bool,
         attempt: Duration,
-        offsets_within: Duration,
+        offsets_until: Option<Instant>,
     ) -> Result<(), TransactionError> {
         let Mode::Transactional { pending, .. } = &mut self.mode else {
             return Ok(());
         };
         let mut commit = pending.take().unwrap_or_else(PendingCommit::new);
-        let result = self.try_commit(consumer, clean_for, &mut commit, attempt, offsets_within);
+        let result = self.try_commit(consumer, clean_for, &mut commit, attempt, offsets_until);
         if let Err(e) = result {
             if let Mode::Transactional { pending, .. } = &mut self.mode {
                 *pending = Some(commit);
@@ -208,7 +228,7 @@ impl Filter {
         clean_for: &[i32],
         commit: &mut PendingCommit,
         attempt: Duration,
-        offsets_within: Duration,
+        offsets_until: Option<Instant>,
     ) -> Result<(), TransactionError> {
         if commit.records.is_none() {
             self.producer.flush(attempt).map_err(TransactionError::Flush)?;
@@ -228,8 +248,16 @@ impl Filter {
         if !commit.offsets_sent && !records.is_empty() {
             let tpl = commit_list(&self.cfg, &records.iter().collect::<Vec<_>>()).map_err(TransactionError::Offsets)?;
             let group = consumer.group_metadata().ok_or(TransactionError::NoGroupMetadata)?;
+            // What is left until the deadline now, after the flush and the acknowledgements.
+            let within = offsets_until.map_or(attempt, |until| {
+                offsets_attempt(
+                    attempt,
+                    until.saturating_duration_since(Instant::now()),
+                    poll_cap(&self.cfg),
+                )
+            });
             self.producer
-                .send_offsets_to_transaction(&tpl, &group, offsets_within)
+                .send_offsets_to_transaction(&tpl, &group, within)
                 .map_err(TransactionError::SendOffsets)?;
         }
         commit.offsets_sent = true;
@@ -276,19 +304,23 @@ mod tests {
         assert_eq!(commit_deadline(&set), Duration::from_secs(108));
     }
 
-    /// The offsets' step waits until the transaction's deadline, never less than the others.
+    /// The offsets' step waits until the transaction's deadline, never less than the others, never
+    /// more than half of `max.poll.interval.ms`.
     #[test]
     fn the_offsets_step_waits_until_the_commit_deadline() {
         let s = Duration::from_secs;
+        let cap = s(150);
         #[rustfmt::skip]
         let rows = [
-            (s(30), s(55), s(55), "a first attempt, the transaction young: to its deadline"),
-            (s(1), s(40), s(40), "a resumed commit: to its deadline, not 1 s"),
-            (s(30), s(5), s(30), "a first attempt near the deadline: the usual 30 s"),
-            (s(1), Duration::ZERO, s(1), "past the deadline: the resumed attempt's 1 s"),
+            (s(30), s(55), cap, s(55), "a first attempt, the transaction young: to its deadline"),
+            (s(1), s(40), cap, s(40), "a resumed commit: to its deadline, not 1 s"),
+            (s(30), s(5), cap, s(30), "a first attempt near the deadline: the usual 30 s"),
+            (s(1), Duration::ZERO, cap, s(1), "past the deadline: the resumed attempt's 1 s"),
+            (s(1), s(535), cap, cap, "transaction.timeout.ms raised to 10 min: half of max.poll.interval.ms"),
+            (s(30), s(55), s(10), s(30), "max.poll.interval.ms lowered to 20 s: the usual 30 s still"),
         ];
-        for (attempt, left, want, case) in rows {
-            assert_eq!(offsets_attempt(attempt, left), want, "{case}");
+        for (attempt, left, poll_cap, want, case) in rows {
+            assert_eq!(offsets_attempt(attempt, left, poll_cap), want, "{case}");
         }
     }
 }

@@ -28,10 +28,17 @@ impl Router {
     /// waiting inside `send` past `max.poll.interval.ms` would make librdkafka leave the group)
     /// until [`Self::drive_backpressure`] sees room again.
     pub(super) fn back_off(&mut self, consumer: &RouteConsumer) {
+        self.pause(consumer, Some(self.producer.in_flight_count()));
+    }
+
+    /// Pauses every assigned input partition until [`Self::drive_backpressure`] resumes them:
+    /// `held`, the producer's queue when it was full ([`kafka::BackedOff`]; `None`: paused for
+    /// the schema registry, no condition on the queue).
+    fn pause(&mut self, consumer: &RouteConsumer, held: Option<i32>) {
         if self.backpressure.is_some() {
             return;
         }
-        self.backpressure = Some(kafka::BackedOff::new([Some(self.producer.in_flight_count()), None]));
+        self.backpressure = Some(kafka::BackedOff::new([held, None]));
         if let Err(e) = consumer.assignment().and_then(|a| consumer.pause(&a)) {
             warn!(error = %e, "route stage: pausing the partitions failed");
         }
@@ -62,7 +69,7 @@ impl Router {
             "fingerprint.schema_registry: {why}; tried again in {} ms",
             wait.as_millis()
         )));
-        self.back_off(consumer);
+        self.pause(consumer, None);
     }
 
     /// While backed off: once the producer's queue has drained to half of what it held when the
