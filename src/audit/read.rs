@@ -106,7 +106,7 @@ pub fn audit(cfg: &Config, request: &Request) -> Result<Report, AuditError> {
     let horizon = Horizon::of(&cfg.checkpoint);
     let meta = reader(cfg)?;
     let count = |topic: &str, key: &'static str| -> Result<usize, AuditError> {
-        kafka::partition_count(meta.client(), topic, REQUEST_TIMEOUT)?.ok_or_else(|| {
+        kafka::partition_count_for(meta.client(), key, topic, REQUEST_TIMEOUT)?.ok_or_else(|| {
             AuditError::Topics(TopicError::Missing {
                 topic: topic.to_string(),
                 key,

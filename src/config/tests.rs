@@ -626,3 +626,30 @@ fn values_of_another_toml_type_are_refused_not_converted() {
     let cfg = Config::from_toml_str(&format!("{MINIMAL}[checkpoint]\ngenerations = \"2\"\n"), Some(env)).unwrap();
     assert_eq!(cfg.checkpoint.generations, 5);
 }
+
+/// A topic name Kafka refuses (`Topic.validate`) exits 2 naming the key, before anything
+/// connects: the broker answers a metadata request for it `INVALID_TOPIC_EXCEPTION`, which the
+/// start retried as a broker not ready, for ever (found by a reviewer).
+#[test]
+fn a_topic_name_kafka_refuses_is_a_configuration_error() {
+    let text = |output: &str, extra: &str| {
+        format!("[kafka]\nbootstrap_servers = \"b:9092\"\n[input]\ntopic = \"in\"\ngroup_id = \"g\"\n[output]\ntopic = \"{output}\"\n{extra}")
+    };
+    let long = "t".repeat(250);
+    #[rustfmt::skip]
+    let rows = [
+        (text("orders v2", ""), "output.topic", "' '"),
+        (text("a/b", ""), "output.topic", "'/'"),
+        (text("..", ""), "output.topic", "\"..\""),
+        (text(&long, ""), "output.topic", "249"),
+        (text("out", "duplicates_topic = \"dup!\"\n"), "output.duplicates_topic", "'!'"),
+        (text("out", "[store]\nchangelog_topic = \"ché\"\n"), "store.changelog_topic", "'é'"),
+    ];
+    for (text, key, says) in rows {
+        let (k, reason) = key_and_reason(&text, &[]);
+        assert_eq!(k, key, "{text}");
+        assert!(reason.contains(says), "{key}: {reason}");
+    }
+    let ok = text(&"t".repeat(249), "duplicates_topic = \"a.b_c-D9\"\n");
+    assert!(Config::from_toml_str(&ok, Some(Default::default())).is_ok());
+}

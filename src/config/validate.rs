@@ -87,6 +87,18 @@ impl Config {
                 return Err(ConfigError::key(key, "must differ from input.topic and output.topic"));
             }
         }
+        for (key, topic) in [
+            ("input.topic", &self.input.topic),
+            ("output.topic", &self.output.topic),
+            ("output.duplicates_topic", &self.output.duplicates_topic),
+            ("fingerprint.dead_letter_topic", &self.fingerprint.dead_letter_topic),
+            ("fingerprint.route_topic", &self.fingerprint.route_topic),
+            ("store.changelog_topic", &self.store.changelog_topic),
+        ] {
+            if let Some(why) = invalid_topic_name(topic) {
+                return Err(ConfigError::key(key, why));
+            }
+        }
         if self.fingerprint.on_missing == OnMissing::DeadLetter && self.fingerprint.dead_letter_topic.is_empty() {
             return Err(ConfigError::key(
                 "fingerprint.dead_letter_topic",
@@ -244,4 +256,35 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// Why Kafka would refuse `topic` as a topic name (`None`: a valid name, or empty, which the
+/// callers judge): Kafka's `Topic.validate` (clients, `org.apache.kafka.common.internals.Topic`)
+/// takes at most 249 characters of `[a-zA-Z0-9._-]`, not `.` or `..`. Why here: a metadata
+/// request for such a name is answered `INVALID_TOPIC_EXCEPTION`, which the start would retry as
+/// a broker not ready, for ever.
+pub(super) fn invalid_topic_name(topic: &str) -> Option<String> {
+    if topic.is_empty() {
+        return None;
+    }
+    if topic == "." || topic == ".." {
+        return Some(format!(
+            "\"{topic}\" is not a valid topic name (Kafka refuses \".\" and \"..\")"
+        ));
+    }
+    if topic.chars().count() > 249 {
+        return Some(format!(
+            "a topic name has at most 249 characters (Kafka's limit); this one has {}",
+            topic.chars().count()
+        ));
+    }
+    if let Some(c) = topic
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Some(format!(
+            "\"{topic}\" is not a valid topic name: {c:?} is not allowed (Kafka takes ASCII letters, digits, '.', '_' and '-')"
+        ));
+    }
+    None
 }

@@ -87,8 +87,9 @@ pub fn partition_count<C: ClientContext>(
 }
 
 /// [`partition_count`] of the topic configured under `key`, an authorization failure named as
-/// such ([`TopicError::NotAuthorized`]).
-fn counted<C: ClientContext>(
+/// such ([`TopicError::NotAuthorized`], a configuration matter: `audit` and the start exit 2);
+/// any other error is [`TopicError::Kafka`].
+pub fn partition_count_for<C: ClientContext>(
     client: &rdkafka::client::Client<C>,
     key: &'static str,
     topic: &str,
@@ -113,15 +114,16 @@ pub fn check_route_topic<C: ClientContext>(
     route: &str,
     timeout: Duration,
 ) -> Result<(usize, usize), TopicError> {
-    let inputs = counted(client, "input.topic", input, timeout)?.ok_or_else(|| TopicError::Missing {
+    let inputs = partition_count_for(client, "input.topic", input, timeout)?.ok_or_else(|| TopicError::Missing {
         topic: input.to_string(),
         key: "input.topic",
     })?;
-    let routes =
-        counted(client, "fingerprint.route_topic", route, timeout)?.ok_or_else(|| TopicError::MissingRoute {
+    let routes = partition_count_for(client, "fingerprint.route_topic", route, timeout)?.ok_or_else(|| {
+        TopicError::MissingRoute {
             topic: route.to_string(),
             partitions: inputs,
-        })?;
+        }
+    })?;
     Ok((inputs, routes))
 }
 
@@ -140,19 +142,22 @@ pub fn check_topics<C: rdkafka::consumer::ConsumerContext>(
         // The filter stage of the global scope reads the route topic.
         check_route_topic(client, routed_from, &cfg.input.topic, timeout)?;
     }
-    let input = counted(client, "input.topic", &cfg.input.topic, timeout)?.ok_or_else(|| TopicError::Missing {
-        topic: cfg.input.topic.clone(),
-        key: "input.topic",
-    })?;
-    let output = counted(client, "output.topic", &cfg.output.topic, timeout)?.ok_or_else(|| TopicError::Missing {
-        topic: cfg.output.topic.clone(),
-        key: "output.topic",
+    let input =
+        partition_count_for(client, "input.topic", &cfg.input.topic, timeout)?.ok_or_else(|| TopicError::Missing {
+            topic: cfg.input.topic.clone(),
+            key: "input.topic",
+        })?;
+    let output = partition_count_for(client, "output.topic", &cfg.output.topic, timeout)?.ok_or_else(|| {
+        TopicError::Missing {
+            topic: cfg.output.topic.clone(),
+            key: "output.topic",
+        }
     })?;
     for (key, topic) in [
         ("output.duplicates_topic", &cfg.output.duplicates_topic),
         ("fingerprint.dead_letter_topic", &cfg.fingerprint.dead_letter_topic),
     ] {
-        if !topic.is_empty() && counted(client, key, topic, timeout)?.is_none() {
+        if !topic.is_empty() && partition_count_for(client, key, topic, timeout)?.is_none() {
             return Err(TopicError::Missing {
                 topic: topic.clone(),
                 key,
@@ -160,7 +165,7 @@ pub fn check_topics<C: rdkafka::consumer::ConsumerContext>(
         }
     }
     let changelog = &cfg.store.changelog_topic;
-    if !changelog.is_empty() && counted(client, "store.changelog_topic", changelog, timeout)?.is_none() {
+    if !changelog.is_empty() && partition_count_for(client, "store.changelog_topic", changelog, timeout)?.is_none() {
         return Err(TopicError::MissingChangelog {
             topic: changelog.clone(),
             partitions: input,

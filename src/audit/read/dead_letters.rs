@@ -26,7 +26,8 @@ pub(super) fn dead_letters(
         .map(|(p, plan)| (*p, (plan.range.input_read_from, plan.range.to_offset)))
         .collect();
     let r = reader(cfg)?;
-    let Some(n) = kafka::partition_count(r.client(), topic, REQUEST_TIMEOUT)? else {
+    let Some(n) = kafka::partition_count_for(r.client(), "fingerprint.dead_letter_topic", topic, REQUEST_TIMEOUT)?
+    else {
         return Ok(found);
     };
     // Per dead-letter partition: (the next offset expected, its end).

@@ -9,9 +9,10 @@ use super::*;
 /// its partitions that has no committed offset, so that they start there (and a restart before
 /// the first periodic commit resumes there), while `auto.offset.reset` stays `earliest`: a
 /// committed offset that retention deleted resumes at the oldest record left, never at the end
-/// (as the filter does, `recovery`). A failure (the fetch, or a partition-level error in
-/// its answer, [`kafka::answered`]) is logged and nothing is committed; such a partition starts at
-/// its committed offset, or the log start when none (it copies more, loses nothing).
+/// (as the filter does, `recovery`). A failure is logged: of the fetch, and nothing is committed;
+/// of one partition (a partition-level error in the answer, [`kafka::answered`], or its end not
+/// read), and that partition is left out, the others' ends committed. A partition left out
+/// starts at its committed offset, or the log start when none (it copies more, loses nothing).
 pub(super) fn start_at_the_end(consumer: &RouteConsumer, topic: &str, tpl: &TopicPartitionList) {
     let parts: Vec<i32> = tpl.elements_for_topic(topic).iter().map(|e| e.partition()).collect();
     if parts.is_empty() {
@@ -20,11 +21,16 @@ pub(super) fn start_at_the_end(consumer: &RouteConsumer, topic: &str, tpl: &Topi
     let result = consumer.committed_offsets(tpl.clone(), KAFKA_TIMEOUT).and_then(|committed| {
         let mut ends = TopicPartitionList::new();
         for p in &parts {
-            // A partition the answer holds an error for is not "uncommitted": the start fails
-            // rather than commit the end over a commit it could not read.
-            if !matches!(kafka::answered(&committed, topic, *p)?.offset(), Offset::Offset(_)) {
-                let (_, high) = consumer.fetch_watermarks(topic, *p, KAFKA_TIMEOUT)?;
-                ends.add_partition_offset(topic, *p, Offset::Offset(high))?;
+            // A partition the answer holds an error for is not "uncommitted": it is left out
+            // rather than commit the end over a commit that could not be read.
+            let end = kafka::answered(&committed, topic, *p).and_then(|e| match e.offset() {
+                Offset::Offset(_) => Ok(None),
+                _ => consumer.fetch_watermarks(topic, *p, KAFKA_TIMEOUT).map(|(_, high)| Some(high)),
+            });
+            match end {
+                Ok(Some(high)) => ends.add_partition_offset(topic, *p, Offset::Offset(high))?,
+                Ok(None) => {}
+                Err(e) => warn!(partition = p, error = %e, "route stage: reading this partition's committed offset or end failed; it starts at its committed offset, or the log start when none (input.start = latest)"),
             }
         }
         if ends.count() > 0 {
