@@ -310,18 +310,18 @@ pub const FETCH_QUEUE_BACKOFF_MS: &str = "10";
 /// default: 100,000,000). librdkafka gives up decompressing a zstd record batch whose records
 /// would pass it (`_BAD_COMPRESSION`, `rd_kafka_zstd_decompress`, rdkafka_zstd.c; lz4, gzip and
 /// snappy have no such bound), keeps the partition's fetch position at that batch and fetches it
-/// again for ever (rdkafka_msgset_reader.c): the
-/// partition stops there, and no record of it reaches the filter, so neither a halt nor
-/// `input.skip` can get past it. The Java producer sizes a compressed batch by its estimated
-/// compressed size, and the broker checks `max.message.bytes` against the compressed batch, so
-/// highly compressible records (repetitive JSON, padding) make batches of a few KB on the wire
-/// and over 100 MB decompressed (librdkafka issue #5260); the Java consumer reads them. What still
-/// stops: a zstd frame that records its size, past 2 GiB decompressed; one that does not (a
-/// streaming compressor's, as zstd-jni's), past the largest of librdkafka's guesses below 2 GiB
-/// (2, 6, 18, ... times the compressed size: between about 716 MB and 2 GiB). The cost:
-/// a batch that large is held decompressed in memory while its records are handed out; the
-/// responses themselves stay bounded by `fetch.max.bytes` (50 MB by default). Found by an
-/// adversary reading librdkafka; `mock::an_input_batch_over_100_mb_decompressed_is_consumed`.
+/// again for ever (rdkafka_msgset_reader.c): the partition stops there, and no record of it
+/// reaches the filter, so neither a halt nor `input.skip` can get past it. The Java producer
+/// sizes a compressed batch by its estimated compressed size, and the broker checks
+/// `max.message.bytes` against the compressed batch, so highly compressible records (repetitive
+/// JSON, padding) make batches of a few KB on the wire and over 100 MB decompressed (librdkafka
+/// issue #5260); the Java consumer reads them. What still stops: a zstd frame that records its
+/// size, past 2 GiB decompressed; one that does not (a streaming compressor's, as zstd-jni's),
+/// past the largest of librdkafka's guesses below 2 GiB (2, 6, 18, ... times the compressed
+/// size: between about 716 MB and 2 GiB). The cost: a batch that large is held decompressed in
+/// memory while its records are handed out; the responses themselves stay bounded by
+/// `fetch.max.bytes` (50 MB by default). Found by an adversary reading librdkafka;
+/// `mock::an_input_batch_over_100_mb_decompressed_is_consumed`.
 pub const RECEIVE_MAX_BYTES: &str = "2147483647";
 
 /// The producer of the output (and side) topics: idempotent, and transactional in that mode.

@@ -109,7 +109,7 @@ pub(super) fn poll_cap(cfg: &Config) -> Duration {
 /// `transaction.timeout.ms` (the broker aborts a transaction that old; by default the
 /// checkpoint interval plus 60 s, `kafka::transaction_timeout_ms`).
 pub(super) fn commit_deadline(cfg: &Config) -> Duration {
-    transaction_timeout(cfg).mul_f64(0.9)
+    Duration::from_millis(transaction_timeout(cfg).as_millis() as u64 / 10 * 9)
 }
 
 /// The producer's `transaction.timeout.ms`: set under `[kafka.properties]`, or derived from the
@@ -176,7 +176,8 @@ impl Filter {
     /// transaction with the offsets of every running partition, stores their state, and begins
     /// the next transaction when `continuing`. `clean_for` get `clean = true`. Each step that
     /// waits waits up to `attempt`, the one adding the offsets (in a periodic checkpoint,
-    /// `offsets_until` the commit's deadline) up to what is left of it then ([`offsets_attempt`]). A commit that failed is left pending in the mode
+    /// `offsets_until` the commit's deadline) up to what is left of it then
+    /// ([`offsets_attempt`]). A commit that failed is left pending in the mode
     /// ([`PendingCommit`]): the next call resumes it after the steps already done (the offsets
     /// named then, `clean_for` of that call), since librdkafka's transactional calls may be
     /// made again after a retriable error.
