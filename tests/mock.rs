@@ -484,10 +484,7 @@ fn a_failed_transactional_handover_aborts_and_exits() {
     let m = mock(1, &[("in", 2), ("out", 2)]);
     let mut given = m.scenario(2);
     given.spec.interval = "1h";
-    given
-        .spec
-        .env
-        .push(("KAFKA_DEDUP__OUTPUT__DELIVERY".into(), "transactional".into()));
+    given.spec.transactional(None);
     let with_id = |name: &str| {
         let mut s = given.spec.clone();
         s.store = given.path().join(format!("store-{name}"));
@@ -531,14 +528,7 @@ fn a_transaction_waits_out_a_slow_group_coordinator_instead_of_exiting() {
     let m = mock(1, &[("in", 1), ("out", 1)]);
     let mut given = m.scenario(1);
     given.spec.interval = "2s";
-    given
-        .spec
-        .env
-        .push(("KAFKA_DEDUP__OUTPUT__DELIVERY".into(), "transactional".into()));
-    given
-        .spec
-        .env
-        .push(("KAFKA_DEDUP__OUTPUT__TRANSACTIONAL_ID".into(), unique("txn-slow-group")));
+    given.spec.transactional(Some(unique("txn-slow-group")));
     let mut filter = given.start();
     filter.wait_ready(Duration::from_secs(60));
     // The mock cluster keeps no offsets a transaction commits (its TxnOffsetCommit answers

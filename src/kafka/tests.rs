@@ -88,44 +88,30 @@ fn murmur2_matches_the_java_client() {
     assert_eq!(murmur2(b"abc"), 479470107);
 }
 
-/// Issue 25: the consumers that catch up on a backlog (the group's, the recovery's reader)
-/// wait 10 ms, not librdkafka's 1 s, before fetching again a partition whose local queue was
-/// full (`fetch.queue.backoff.ms`); overridable.
+/// The consumers' own defaults (the group's and the recovery's reader), each overridable under
+/// `[kafka.properties]` and not given to the producer; librdkafka takes them as a whole:
+/// - issue 25: `fetch.queue.backoff.ms` 10 ms, not librdkafka's 1 s, before fetching again a
+///   partition whose local queue was full (a consumer catching up on a backlog);
+/// - `receive.message.max.bytes` at librdkafka's largest ([`RECEIVE_MAX_BYTES`]): a zstd batch
+///   past its own default decompressed stopped its partition.
 #[test]
-fn a_full_fetch_queue_backs_off_for_10_ms() {
-    let cfg = |props: &str| {
-        let text = format!("[kafka]\nbootstrap_servers = \"127.0.0.1:1\"\n[kafka.properties]\n{props}\n[input]\ntopic = \"in\"\ngroup_id = \"g\"\n[output]\ntopic = \"out\"\n");
-        Config::from_toml_str(&text, Some(Default::default())).unwrap()
-    };
-    for c in [consumer_config(&cfg("")), reader_config(&cfg(""))] {
-        assert_eq!(c.get("fetch.queue.backoff.ms"), Some("10"));
+fn the_consumers_defaults() {
+    #[rustfmt::skip]
+    let rows = [
+        ("fetch.queue.backoff.ms", "10", "200"),
+        ("receive.message.max.bytes", RECEIVE_MAX_BYTES, "200000000"),
+    ];
+    for (key, default, set) in rows {
+        for c in [consumer_config(&cfg("")), reader_config(&cfg(""))] {
+            assert_eq!(c.get(key), Some(default), "{key}");
+            let created: Result<BaseConsumer, KafkaError> = c.create();
+            assert!(created.is_ok(), "librdkafka takes {key}: {:?}", created.err());
+        }
+        assert_eq!(producer_config(&cfg("")).get(key), None, "{key}");
+        let props = cfg(&format!("\"{key}\" = \"{set}\""));
+        assert_eq!(consumer_config(&props).get(key), Some(set), "{key}");
+        assert_eq!(reader_config(&props).get(key), Some(set), "{key}");
     }
-    assert_eq!(producer_config(&cfg("")).get("fetch.queue.backoff.ms"), None);
-    let set = cfg("\"fetch.queue.backoff.ms\" = \"200\"");
-    assert_eq!(consumer_config(&set).get("fetch.queue.backoff.ms"), Some("200"));
-    assert_eq!(reader_config(&set).get("fetch.queue.backoff.ms"), Some("200"));
-}
-
-/// The consumers take record batches up to librdkafka's largest decompressed size unless
-/// `[kafka.properties]` says otherwise; librdkafka accepts the value alongside the default
-/// `fetch.max.bytes`.
-#[test]
-fn the_consumers_take_batches_up_to_the_largest_decompressed_size() {
-    let cfg = |props: &str| {
-        let text = format!("[kafka]\nbootstrap_servers = \"127.0.0.1:1\"\n[kafka.properties]\n{props}\n[input]\ntopic = \"in\"\ngroup_id = \"g\"\n[output]\ntopic = \"out\"\n");
-        Config::from_toml_str(&text, Some(Default::default())).unwrap()
-    };
-    for c in [consumer_config(&cfg("")), reader_config(&cfg(""))] {
-        assert_eq!(c.get("receive.message.max.bytes"), Some(RECEIVE_MAX_BYTES));
-        let created: Result<BaseConsumer, KafkaError> = c.create();
-        assert!(created.is_ok(), "librdkafka takes it: {:?}", created.err());
-    }
-    let set = cfg("\"receive.message.max.bytes\" = \"200000000\"");
-    assert_eq!(
-        consumer_config(&set).get("receive.message.max.bytes"),
-        Some("200000000")
-    );
-    assert_eq!(reader_config(&set).get("receive.message.max.bytes"), Some("200000000"));
 }
 
 /// Each client gets the properties that concern it (no CONFWARN for the other kind); the

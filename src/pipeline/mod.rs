@@ -31,7 +31,8 @@
 //!   refuses copies halts its partition, which retries them), `backpressure`, `checkpoint`
 //!   (periodic checkpoints: the idempotent mode's stages), `transaction` (the transactional
 //!   mode's checkpoint: the transaction's commit, pending while the broker is away), `ownership`
-//!   (assignment, recovery results, revocation, hand-over, shutdown);
+//!   (assignment, recovery results: a partition taken on), `handover` (revocation, a lost
+//!   assignment, shutdown, abort: partitions given up);
 //! - this file: start-up and the poll loop, [`Shutdown`], [`RunError`], [`Fatal`].
 //!
 //! docs/ARCHITECTURE.md ("Checkpoint", "The partition life cycle") tells the whole story.
@@ -45,6 +46,7 @@ pub mod delivery;
 mod delivery_queue;
 mod filter;
 mod halt;
+mod handover;
 mod mode;
 mod ownership;
 mod produce;
@@ -74,7 +76,7 @@ use crate::telemetry;
 pub use context::{FilterConsumer, FilterContext};
 pub use delivery::DeliveryContext;
 pub use filter::{Filter, Handled};
-pub use ownership::HandoverError;
+pub use handover::HandoverError;
 pub(crate) use produce::{copy_of, too_large, TimestampLimits};
 pub(crate) use producers::DESCRIBE_CONFIGS_TIMEOUT;
 pub use transaction::TransactionError;

@@ -532,6 +532,16 @@ impl FilterSpec {
         self
     }
 
+    /// Transactional delivery (`output.delivery = "transactional"`), with `transactional_id`
+    /// when given (else each filter's own, set later).
+    pub fn transactional(&mut self, transactional_id: Option<String>) {
+        self.env
+            .push(("KAFKA_DEDUP__OUTPUT__DELIVERY".into(), "transactional".into()));
+        if let Some(id) = transactional_id {
+            self.env.push(("KAFKA_DEDUP__OUTPUT__TRANSACTIONAL_ID".into(), id));
+        }
+    }
+
     /// The member that outlives a [`Self::killable`] one: librdkafka's 45 s session, so it keeps
     /// its partitions while the test counts on it.
     pub fn survivor(&self) -> Self {
